@@ -1,0 +1,28 @@
+// torch.ops.fastprep.decode_jpeg_roi: a window of the image, bit-identical to a full
+// decode sliced to the same window (see jpeg_decoder.cpp for how).
+#include <torch/library.h>
+
+#include "jpeg_ops.h"
+
+namespace fastprep {
+
+at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
+                           int64_t width, int64_t mode, int64_t max_pixels, bool strict) {
+  check_data(data);
+  check_mode(mode);
+  TORCH_CHECK_VALUE(height > 0 && width > 0, "window height and width must be positive, got ",
+                    height, "x", width);
+  TORCH_CHECK_VALUE(top >= 0 && left >= 0, "window top and left must be >= 0, got top=", top,
+                    ", left=", left);
+  Decoder dec(strict);
+  const fp_info info = read_header(dec, data);
+  TORCH_CHECK_VALUE(top < info.height && height <= info.height - top && left < info.width &&
+                        width <= info.width - left,
+                    "window (top=", top, ", left=", left, ", height=", height, ", width=", width,
+                    ") does not fit in the ", info.height, "x", info.width, " image");
+  return decode_window(dec, info, mode, top, left, height, width, max_pixels);
+}
+
+TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg_roi", &decode_jpeg_roi); }
+
+}  // namespace fastprep

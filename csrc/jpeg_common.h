@@ -1,0 +1,69 @@
+// Shared libjpeg-turbo helpers for the fastprep ops.
+//
+// Every libjpeg call lives in jpeg_decoder.cpp behind this C interface. libjpeg reports
+// fatal errors by longjmp; the setjmp for each entry point is in that file, in frames that
+// hold no C++ objects with destructors, so a longjmp never skips a destructor. The C++ op
+// wrappers call these functions, check the returned status and raise.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Output modes; the numbers are part of the op schema (fastprep/io.py mirrors them).
+enum fp_mode {
+  FP_MODE_UNCHANGED = 0,  // channels as stored: gray 1, YCbCr/RGB -> RGB 3, CMYK/YCCK -> CMYK 4
+  FP_MODE_GRAY = 1,       // 1 channel
+  FP_MODE_RGB = 3,        // 3 channels; gray expanded, CMYK/YCCK converted
+  FP_MODE_YCBCR = 4,      // 3 channels, JFIF YCbCr straight from the decoder (no RGB round trip)
+};
+
+enum fp_status {
+  FP_OK = 0,
+  FP_ERROR = 1,  // libjpeg error or corrupt/truncated data; message in fp_message()
+};
+
+typedef struct fp_info {
+  int64_t height;
+  int64_t width;
+  int components;     // components in the file
+  int color_space;    // libjpeg J_COLOR_SPACE of the file
+  int progressive;
+  int arithmetic;
+  int adobe;          // an Adobe APP14 marker was seen (CMYK stored inverted)
+  int h_samp[4];
+  int v_samp[4];
+} fp_info;
+
+typedef struct fp_decoder fp_decoder;
+
+// All functions are thread-safe for distinct decoders; nothing is global.
+fp_decoder* fp_create(int strict);
+void fp_destroy(fp_decoder* dec);
+
+// Parse the headers of `data` (no entropy decoding). The buffer must outlive the decoder.
+int fp_read_header(fp_decoder* dec, const uint8_t* data, size_t size, fp_info* info);
+
+// Number of output channels for `mode` given the parsed header (0 if unsupported).
+int fp_output_channels(const fp_info* info, int mode);
+
+// Decode rows [top, top+height) and columns [left, left+width) into `out`, a contiguous
+// channels x height x width uint8 buffer. The window must lie inside the image.
+// Call after fp_read_header, at most once.
+int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64_t height,
+                     int64_t width, uint8_t* out);
+
+// Last error message (valid until fp_destroy).
+const char* fp_message(const fp_decoder* dec);
+// Number of corrupt-data warnings seen (non-strict mode) and the first one's text.
+int fp_warning_count(const fp_decoder* dec);
+const char* fp_first_warning(const fp_decoder* dec);
+
+const char* fp_libjpeg_version(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,343 @@
+// libjpeg-turbo glue, written in the C subset: no C++ object with a destructor may live
+// in a frame that calls setjmp, because libjpeg's error path longjmps back to it.
+//
+// ROI decoding is exact (bit-identical to a full decode, sliced): the decoder is asked
+// for a window padded by one iMCU on every side that is not an image edge, so that fancy
+// upsampling at the window's edges sees the same neighbours as in a full decode, and rows
+// are skipped only up to an iMCU-row boundary one iMCU row above the window (libjpeg-turbo
+// 2.1's jpeg_skip_scanlines returns wrong context when a skip does not end on a row-group
+// boundary). Rows below the window are never decoded (jpeg_abort_decompress).
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "jpeg_common.h"
+
+#ifndef FASTPREP_LIBJPEG_VERSION
+#define FASTPREP_LIBJPEG_VERSION "unknown"
+#endif
+
+struct fp_error_mgr {
+  struct jpeg_error_mgr pub;
+  jmp_buf jump;
+};
+
+struct fp_source_mgr {
+  struct jpeg_source_mgr pub;
+  int eof_hit;  // the decoder asked for bytes past the end of the buffer
+};
+
+struct fp_decoder {
+  struct jpeg_decompress_struct cinfo;
+  struct fp_error_mgr err;
+  struct fp_source_mgr src;
+  int created;
+  int strict;
+  int header_read;
+  int decoding;
+  int warnings;
+  char message[JMSG_LENGTH_MAX + 96];
+  char first_warning[JMSG_LENGTH_MAX];
+  fp_info info;
+};
+
+static const JOCTET fp_fake_eoi[2] = {0xFF, JPEG_EOI};
+
+static fp_decoder* decoder_of(j_common_ptr cinfo) {
+  return (fp_decoder*)cinfo->client_data;
+}
+
+static void fp_error_exit(j_common_ptr cinfo) {
+  fp_decoder* dec = decoder_of(cinfo);
+  (*cinfo->err->format_message)(cinfo, dec->message);
+  longjmp(dec->err.jump, 1);
+}
+
+static void fp_fail(fp_decoder* dec, const char* msg) {
+  snprintf(dec->message, sizeof(dec->message), "%s", msg);
+  longjmp(dec->err.jump, 1);
+}
+
+// Never print: libjpeg's default writes warnings and traces to stderr.
+static void fp_output_message(j_common_ptr cinfo) { (void)cinfo; }
+
+static void fp_emit_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level >= 0) return;  // trace messages
+  fp_decoder* dec = decoder_of(cinfo);
+  if (cinfo->err->msg_code == JWRN_HIT_MARKER && dec->src.eof_hit)
+    fp_fail(dec, "truncated JPEG data: the requested window needs data past the end of the buffer");
+  if (dec->strict) {
+    char buf[JMSG_LENGTH_MAX];
+    (*cinfo->err->format_message)(cinfo, buf);
+    snprintf(dec->message, sizeof(dec->message), "%s (strict=True turns libjpeg warnings into errors)", buf);
+    longjmp(dec->err.jump, 1);
+  }
+  if (dec->warnings++ == 0) (*cinfo->err->format_message)(cinfo, dec->first_warning);
+}
+
+static void fp_init_source(j_decompress_ptr cinfo) { (void)cinfo; }
+
+// The whole image is in memory, so running out means the data is truncated. Never wait:
+// feed a fake EOI so libjpeg stops, and remember that it happened.
+static boolean fp_fill_input_buffer(j_decompress_ptr cinfo) {
+  struct fp_source_mgr* src = (struct fp_source_mgr*)cinfo->src;
+  src->eof_hit = 1;
+  src->pub.next_input_byte = fp_fake_eoi;
+  src->pub.bytes_in_buffer = 2;
+  return TRUE;
+}
+
+static void fp_skip_input_data(j_decompress_ptr cinfo, long num_bytes) {
+  struct jpeg_source_mgr* src = cinfo->src;
+  if (num_bytes <= 0) return;
+  if ((size_t)num_bytes > src->bytes_in_buffer) {
+    fp_fill_input_buffer(cinfo);
+    return;
+  }
+  src->next_input_byte += num_bytes;
+  src->bytes_in_buffer -= (size_t)num_bytes;
+}
+
+static void fp_term_source(j_decompress_ptr cinfo) { (void)cinfo; }
+
+extern "C" {
+
+const char* fp_libjpeg_version(void) { return FASTPREP_LIBJPEG_VERSION; }
+
+fp_decoder* fp_create(int strict) {
+  fp_decoder* dec = (fp_decoder*)calloc(1, sizeof(fp_decoder));
+  if (dec == NULL) return NULL;
+  dec->strict = strict;
+  dec->cinfo.err = jpeg_std_error(&dec->err.pub);
+  dec->err.pub.error_exit = fp_error_exit;
+  dec->err.pub.emit_message = fp_emit_message;
+  dec->err.pub.output_message = fp_output_message;
+  dec->cinfo.client_data = dec;
+  if (setjmp(dec->err.jump)) {
+    free(dec);
+    return NULL;
+  }
+  jpeg_create_decompress(&dec->cinfo);
+  dec->cinfo.client_data = dec;
+  dec->created = 1;
+  return dec;
+}
+
+void fp_destroy(fp_decoder* dec) {
+  if (dec == NULL) return;
+  if (dec->created) jpeg_destroy_decompress(&dec->cinfo);
+  free(dec);
+}
+
+const char* fp_message(const fp_decoder* dec) { return dec->message; }
+int fp_warning_count(const fp_decoder* dec) { return dec->warnings; }
+const char* fp_first_warning(const fp_decoder* dec) { return dec->first_warning; }
+
+int fp_read_header(fp_decoder* dec, const uint8_t* data, size_t size, fp_info* info) {
+  struct jpeg_decompress_struct* cinfo = &dec->cinfo;
+  if (dec->header_read) {
+    snprintf(dec->message, sizeof(dec->message), "internal error: header already read");
+    return FP_ERROR;
+  }
+  if (size < 2 || data[0] != 0xFF || data[1] != 0xD8) {
+    if (size == 0)
+      snprintf(dec->message, sizeof(dec->message), "not a JPEG: the data is empty");
+    else if (size < 2)
+      snprintf(dec->message, sizeof(dec->message), "not a JPEG: only %zu byte of data", size);
+    else
+      snprintf(dec->message, sizeof(dec->message),
+               "not a JPEG: data starts with 0x%02x 0x%02x, expected the SOI marker 0xff 0xd8",
+               data[0], data[1]);
+    return FP_ERROR;
+  }
+  dec->src.pub.init_source = fp_init_source;
+  dec->src.pub.fill_input_buffer = fp_fill_input_buffer;
+  dec->src.pub.skip_input_data = fp_skip_input_data;
+  dec->src.pub.resync_to_restart = jpeg_resync_to_restart;
+  dec->src.pub.term_source = fp_term_source;
+  dec->src.pub.next_input_byte = (const JOCTET*)data;
+  dec->src.pub.bytes_in_buffer = size;
+  dec->src.eof_hit = 0;
+  cinfo->src = &dec->src.pub;
+
+  if (setjmp(dec->err.jump)) return FP_ERROR;
+  jpeg_read_header(cinfo, TRUE);
+  dec->header_read = 1;
+
+  memset(&dec->info, 0, sizeof(fp_info));
+  dec->info.height = cinfo->image_height;
+  dec->info.width = cinfo->image_width;
+  dec->info.components = cinfo->num_components;
+  dec->info.color_space = cinfo->jpeg_color_space;
+  dec->info.progressive = cinfo->progressive_mode ? 1 : 0;
+  dec->info.arithmetic = cinfo->arith_code ? 1 : 0;
+  dec->info.adobe = cinfo->saw_Adobe_marker ? 1 : 0;
+  for (int c = 0; c < cinfo->num_components && c < 4; c++) {
+    dec->info.h_samp[c] = cinfo->comp_info[c].h_samp_factor;
+    dec->info.v_samp[c] = cinfo->comp_info[c].v_samp_factor;
+  }
+  *info = dec->info;
+  return FP_OK;
+}
+
+int fp_output_channels(const fp_info* info, int mode) {
+  int cs = info->color_space;
+  switch (mode) {
+    case FP_MODE_GRAY:
+      return (cs == JCS_GRAYSCALE || cs == JCS_YCbCr || cs == JCS_RGB || cs == JCS_CMYK ||
+              cs == JCS_YCCK) ? 1 : 0;
+    case FP_MODE_RGB:
+      return (cs == JCS_GRAYSCALE || cs == JCS_YCbCr || cs == JCS_RGB || cs == JCS_CMYK ||
+              cs == JCS_YCCK) ? 3 : 0;
+    case FP_MODE_YCBCR:
+      return (cs == JCS_GRAYSCALE || cs == JCS_YCbCr) ? 3 : 0;
+    case FP_MODE_UNCHANGED:
+      if (cs == JCS_GRAYSCALE) return 1;
+      if (cs == JCS_YCbCr || cs == JCS_RGB) return 3;
+      if (cs == JCS_CMYK || cs == JCS_YCCK) return 4;
+      return 0;
+    default:
+      return 0;
+  }
+}
+
+// x * y / 255, rounded, for 8-bit x and y.
+static inline int mul_div255(int x, int y) {
+  int t = x * y + 128;
+  return (t + (t >> 8)) >> 8;
+}
+
+// One decoded scanline (interleaved, `nc` samples per pixel, already offset to the first
+// needed column) to `nout` planes of the CHW output.
+static void scatter_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk, int64_t width,
+                        uint8_t* out, int64_t plane) {
+  int64_t x;
+  if (nc == 1 && mode == FP_MODE_YCBCR) {
+    memcpy(out, row, (size_t)width);
+    memset(out + plane, 128, (size_t)width);
+    memset(out + 2 * plane, 128, (size_t)width);
+  } else if (nc == 1) {
+    memcpy(out, row, (size_t)width);
+  } else if (nc == 3) {
+    uint8_t* o0 = out;
+    uint8_t* o1 = out + plane;
+    uint8_t* o2 = out + 2 * plane;
+    for (x = 0; x < width; x++) {
+      o0[x] = row[3 * x];
+      o1[x] = row[3 * x + 1];
+      o2[x] = row[3 * x + 2];
+    }
+  } else if (mode == FP_MODE_UNCHANGED) {  // nc == 4, raw CMYK as stored
+    for (int c = 0; c < 4; c++)
+      for (x = 0; x < width; x++) out[c * plane + x] = row[4 * x + c];
+  } else {  // nc == 4: CMYK -> RGB (or gray); Adobe files store CMYK inverted
+    for (x = 0; x < width; x++) {
+      int c = row[4 * x], m = row[4 * x + 1], y = row[4 * x + 2], k = row[4 * x + 3];
+      if (!inverted_cmyk) {
+        c = 255 - c; m = 255 - m; y = 255 - y; k = 255 - k;
+      }
+      int r = mul_div255(c, k), g = mul_div255(m, k), b = mul_div255(y, k);
+      if (mode == FP_MODE_GRAY) {
+        // libjpeg's rgb->gray weights (0.29900, 0.58700, 0.11400) in 16-bit fixed point.
+        out[x] = (uint8_t)((19595 * r + 38470 * g + 7471 * b + 32768) >> 16);
+      } else {
+        out[x] = (uint8_t)r;
+        out[plane + x] = (uint8_t)g;
+        out[2 * plane + x] = (uint8_t)b;
+      }
+    }
+  }
+}
+
+int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64_t height,
+                     int64_t width, uint8_t* out) {
+  struct jpeg_decompress_struct* cinfo = &dec->cinfo;
+  if (!dec->header_read || dec->decoding) {
+    snprintf(dec->message, sizeof(dec->message), "internal error: decoder in wrong state");
+    return FP_ERROR;
+  }
+  const int cs = cinfo->jpeg_color_space;
+  const int is_cmyk = (cs == JCS_CMYK || cs == JCS_YCCK);
+  const int64_t plane = height * width;
+  // Variables that are modified after setjmp and read after a longjmp must be volatile;
+  // everything below the setjmp is recomputed, so none is needed.
+  dec->decoding = 1;
+  if (setjmp(dec->err.jump)) {
+    jpeg_abort_decompress(cinfo);
+    return FP_ERROR;
+  }
+
+  switch (mode) {
+    case FP_MODE_UNCHANGED:
+      cinfo->out_color_space = is_cmyk ? JCS_CMYK : (cs == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB);
+      break;
+    case FP_MODE_GRAY:
+      cinfo->out_color_space = is_cmyk ? JCS_CMYK : JCS_GRAYSCALE;
+      break;
+    case FP_MODE_RGB:
+      cinfo->out_color_space = is_cmyk ? JCS_CMYK : JCS_RGB;
+      break;
+    case FP_MODE_YCBCR:
+      cinfo->out_color_space = cs == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_YCbCr;
+      break;
+    default:
+      fp_fail(dec, "internal error: unknown mode");
+  }
+  jpeg_start_decompress(cinfo);
+
+  const int nc = cinfo->output_components;
+  const int64_t full_w = cinfo->output_width;
+  // Size of an iMCU at the output scale; single-component images are non-interleaved.
+  const int scaled = cinfo->min_DCT_scaled_size;
+  const int64_t mcu_w = cinfo->num_components == 1 ? scaled : (int64_t)scaled * cinfo->max_h_samp_factor;
+  const int64_t mcu_h = cinfo->num_components == 1 ? scaled : (int64_t)scaled * cinfo->max_v_samp_factor;
+
+  // Horizontal: one spare iMCU on each side that is not an image edge.
+  int64_t x0 = (left / mcu_w) * mcu_w;
+  x0 = x0 >= mcu_w ? x0 - mcu_w : 0;
+  int64_t x1 = ((left + width + mcu_w - 1) / mcu_w) * mcu_w + mcu_w;
+  if (x1 > full_w) x1 = full_w;
+  if (x0 > 0 || x1 < full_w) {
+    JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    jpeg_crop_scanline(cinfo, &xoff, &cw);
+    x0 = xoff;
+  }
+  const int64_t col = left - x0;
+  if (col < 0 || col + width > (int64_t)cinfo->output_width)
+    fp_fail(dec, "internal error: crop window does not cover the requested columns");
+
+  // Vertical: skip whole iMCU rows, stopping one iMCU row above the window.
+  int64_t y0 = (top / mcu_h) * mcu_h;
+  y0 = y0 >= mcu_h ? y0 - mcu_h : 0;
+  if (y0 > 0) {
+    JDIMENSION skipped = jpeg_skip_scanlines(cinfo, (JDIMENSION)y0);
+    if ((int64_t)skipped != y0) fp_fail(dec, "internal error: jpeg_skip_scanlines skipped too few rows");
+  }
+
+  const int rows_per_call = cinfo->rec_outbuf_height > 0 ? cinfo->rec_outbuf_height : 1;
+  JSAMPARRAY buf = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                               (JDIMENSION)(cinfo->output_width * nc),
+                                               (JDIMENSION)rows_per_call);
+  const int64_t end = top + height;
+  while ((int64_t)cinfo->output_scanline < end) {
+    int64_t first = cinfo->output_scanline;
+    JDIMENSION got = jpeg_read_scanlines(cinfo, buf, (JDIMENSION)rows_per_call);
+    if (got == 0) fp_fail(dec, "JPEG decoder returned no rows (corrupt data)");
+    for (JDIMENSION r = 0; r < got; r++) {
+      int64_t y = first + r;
+      if (y < top || y >= end) continue;
+      scatter_row(buf[r] + col * nc, nc, mode, dec->info.adobe, width, out + (y - top) * width, plane);
+    }
+  }
+  if (dec->src.eof_hit && (dec->strict || jpeg_has_multiple_scans(cinfo)))
+    fp_fail(dec, "truncated JPEG data: the file ends before its EOI marker");
+  jpeg_abort_decompress(cinfo);
+  return FP_OK;
+}
+
+}  // extern "C"

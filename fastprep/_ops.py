@@ -1,0 +1,32 @@
+"""Loads the compiled extension (``torch.ops.fastprep.*``) and registers fake kernels so
+``torch.compile`` can trace functions that call the ops."""
+
+import torch
+
+from . import _C  # noqa: F401  (TORCH_LIBRARY registration happens at import)
+
+MODE_UNCHANGED, MODE_GRAY, MODE_RGB, MODE_YCBCR = 0, 1, 3, 4
+
+libjpeg_turbo_version = _C.libjpeg_turbo_version
+
+
+def _channels_or_dynamic(mode):
+    if mode == MODE_GRAY:
+        return 1
+    if mode in (MODE_RGB, MODE_YCBCR):
+        return 3
+    return torch.library.get_ctx().new_dynamic_size(min=1, max=4)
+
+
+@torch.library.register_fake("fastprep::decode_jpeg_roi")
+def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, strict):
+    torch._check(height > 0)
+    torch._check(width > 0)
+    return data.new_empty((_channels_or_dynamic(mode), height, width))
+
+
+@torch.library.register_fake("fastprep::decode_jpeg")
+def _decode_jpeg_fake(data, mode, max_pixels, strict):
+    ctx = torch.library.get_ctx()
+    channels = _channels_or_dynamic(mode)
+    return data.new_empty((channels, ctx.new_dynamic_size(), ctx.new_dynamic_size()))

@@ -1,0 +1,1 @@
+"""``python -m fastprep.bench``: input-pipeline benchmark and bottleneck finder."""

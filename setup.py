@@ -1,0 +1,119 @@
+"""Build the compiled parts of fastprep (metadata lives in pyproject.toml).
+
+* ``fastprep._C``: the C++ torch extension (``torch.ops.fastprep.*``) over the
+  system libjpeg-turbo.
+* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths).
+
+Build against the installed torch: ``pip install --no-build-isolation .``
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from setuptools import Extension, setup
+
+
+def _fail(msg):
+    sys.stderr.write(f"\nfastprep build error: {msg}\n\n")
+    raise SystemExit(1)
+
+
+def _find_libjpeg():
+    """Locate libjpeg-turbo headers and library; return (include_dirs, library_dirs, version)."""
+    include_dirs, library_dirs = [], []
+    if shutil.which("pkg-config"):
+        try:
+            cflags = subprocess.check_output(["pkg-config", "--cflags", "libjpeg"], text=True).split()
+            libs = subprocess.check_output(["pkg-config", "--libs-only-L", "libjpeg"], text=True).split()
+            include_dirs += [f[2:] for f in cflags if f.startswith("-I")]
+            library_dirs += [f[2:] for f in libs if f.startswith("-L")]
+        except (subprocess.CalledProcessError, OSError):
+            pass
+    prefix = os.environ.get("LIBJPEG_TURBO_ROOT")
+    if prefix:
+        include_dirs.insert(0, os.path.join(prefix, "include"))
+        library_dirs.insert(0, os.path.join(prefix, "lib"))
+    candidates = include_dirs + ["/usr/include", "/usr/local/include", "/opt/libjpeg-turbo/include"]
+    header = None
+    for d in candidates:
+        if os.path.exists(os.path.join(d, "jpeglib.h")):
+            header = d
+            break
+    if header is None:
+        _fail(
+            "jpeglib.h (libjpeg-turbo development headers) not found.\n"
+            "  On Debian/Ubuntu: apt-get install libjpeg62-turbo-dev   (or libjpeg-turbo8-dev)\n"
+            "  On Fedora/RHEL:   dnf install libjpeg-turbo-devel\n"
+            "  Or set LIBJPEG_TURBO_ROOT to an install prefix."
+        )
+    # Read the version through the compiler so multiarch jconfig.h locations are honoured.
+    version = "unknown"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "v.c")
+        with open(src, "w") as f:
+            f.write("#include <stdio.h>\n#include <jpeglib.h>\nLIBJPEG_TURBO_VERSION\n")
+        try:
+            cc = os.environ.get("CC", "cc")
+            out = subprocess.check_output(
+                [cc, "-E", "-P"] + [f"-I{d}" for d in [header] + include_dirs] + [src],
+                text=True, stderr=subprocess.DEVNULL,
+            )
+            m = re.search(r"(\d+\.\d+\.\d+)\s*$", out.strip())
+            if m:
+                version = m.group(1)
+            else:
+                _fail("jpeglib.h was found but is not libjpeg-turbo (LIBJPEG_TURBO_VERSION undefined). "
+                      "Install libjpeg-turbo's development package (Debian: libjpeg62-turbo-dev).")
+        except (subprocess.CalledProcessError, OSError):
+            pass
+    return [header] + include_dirs, library_dirs, version
+
+
+def _openmp_flags():
+    if sys.platform == "darwin" or os.environ.get("FASTPREP_NO_OPENMP"):
+        return [], []
+    return ["-fopenmp"], ["-fopenmp"]
+
+
+def main():
+    from Cython.Build import cythonize
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    include_dirs, library_dirs, version = _find_libjpeg()
+    omp_compile, omp_link = _openmp_flags()
+    print(f"fastprep: libjpeg-turbo {version} (headers in {include_dirs[0]})")
+    print(f"fastprep: OpenMP for Cython kernels: {'yes' if omp_compile else 'no'}")
+
+    csrc = "csrc"
+    sources = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".cpp"))
+    cpp_ext = CppExtension(
+        "fastprep._C",
+        sources=sources,
+        include_dirs=include_dirs + [os.path.abspath(csrc)],
+        library_dirs=library_dirs,
+        libraries=["jpeg"],
+        extra_compile_args={"cxx": ["-O3"]},
+        define_macros=[("FASTPREP_LIBJPEG_VERSION", f'"{version}"')],
+    )
+    cython_exts = cythonize(
+        [
+            Extension(
+                "fastprep._kernels._color",
+                ["fastprep/_kernels/_color.pyx"],
+                extra_compile_args=["-O3"] + omp_compile,
+                extra_link_args=omp_link,
+            ),
+        ],
+        compiler_directives={"language_level": 3, "boundscheck": False, "wraparound": False,
+                             "cdivision": True, "initializedcheck": False},
+        quiet=True,
+    )
+    setup(ext_modules=[cpp_ext] + cython_exts, cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})
+
+
+if __name__ == "__main__":
+    main()
