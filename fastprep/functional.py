@@ -1,0 +1,403 @@
+"""Public image kernels: validate, then dispatch to the compiled code in ``fastprep._kernels``.
+
+Images are ``(C, H, W)`` or ``(N, C, H, W)`` torch tensors or numpy arrays, dtype uint8
+(values 0..255) or float32 (values on the 0..255 scale unless said otherwise), any
+strides (copied to contiguous only when they are not). The result has the input's type:
+numpy in, numpy out; tensor in, tensor out (``tv_tensors`` subclasses are returned as
+plain tensors, as torchvision's functionals do; :mod:`fastprep.transforms` re-wraps
+them). Results are new arrays; the inputs are never modified. The kernels run on the CPU,
+release the GIL, and are not differentiable.
+
+Randomness: every random function takes a seed from torch's RNG (the default generator,
+or ``generator``) -- one 63-bit draw per call -- and feeds it to a counter-based PRNG in
+the kernel. ``torch.manual_seed`` therefore reproduces results, DataLoader workers (which
+torch seeds differently) differ, and numpy's/Numba's global RNG states play no part.
+Pass ``seed=`` to bypass the draw (the transforms draw it once in ``make_params``).
+
+Colour: RGB -> YUV is the JPEG/JFIF YCbCr transform, BT.601 full range, as in
+ITU-T T.871 (JFIF 1.02) section 7:
+
+    Y =  0.299   R + 0.587   G + 0.114   B
+    U = -0.16874 R - 0.33126 G + 0.5     B + 128
+    V =  0.5     R - 0.41869 G - 0.08131 B + 128
+
+computed in float32 with no clamping.
+"""
+
+import math
+import numbers
+
+import numpy as np
+import torch
+
+__all__ = [
+    "random_mask",
+    "dilate4",
+    "apply_mask",
+    "apply_random_mask",
+    "rgb_to_yuv",
+    "scale",
+    "yuv_scale",
+    "mask_yuv_scale",
+    "MASK_PROBABILITY_RESOLUTION",
+]
+
+MASK_PROBABILITY_RESOLUTION = 2.0**-16
+"""Mask pixels are True with probability ``round(ratio / 2**-16) * 2**-16``: within
+``2**-17`` (7.7e-6) of ``ratio``, exactly ``ratio`` for multiples of ``2**-16`` such as
+0, 0.25, 0.5 and 1."""
+
+_SUPPORTED = (np.dtype(np.uint8), np.dtype(np.float32))
+_MASK_DTYPES = (np.dtype(np.bool_), np.dtype(np.uint8))
+_TORCH_DTYPE = {
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.bool_): torch.bool,
+}
+_mask_module = None
+
+
+def _mask_kernels():
+    # Imported on first use: Numba's import and cache load cost ~0.5 s that
+    # `import fastprep` should not pay when masks are never drawn.
+    global _mask_module
+    if _mask_module is None:
+        from ._kernels import _mask
+
+        _mask_module = _mask
+    return _mask_module
+
+
+def _color_kernels():
+    from ._kernels import _color
+
+    return _color
+
+
+def _num_threads():
+    # torch sets 1 inside DataLoader workers; the Cython kernels then skip OpenMP.
+    return max(1, torch.get_num_threads())
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_ratio(ratio):
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
+        raise TypeError(f"ratio must be a real number in [0, 1], got {ratio!r} ({type(ratio).__name__})")
+    if not 0.0 <= float(ratio) <= 1.0:  # also rejects NaN
+        raise ValueError(f"ratio must be in [0, 1], got {ratio}")
+    return float(ratio)
+
+
+def _check_size(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def _draw_seed(generator, seed):
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+        return np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return np.uint64(int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64, generator=generator)))
+
+
+def _to_numpy(img, name="img", dtypes=_SUPPORTED):
+    """(numpy view, is_tensor) of a CPU tensor or ndarray whose dtype is in ``dtypes``."""
+    if isinstance(img, torch.Tensor):
+        if img.device.type != "cpu":
+            raise ValueError(f"{name} must be on the CPU, got device {img.device}")
+        if img.dtype not in [_TORCH_DTYPE[d] for d in dtypes]:
+            raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
+        return img.detach().as_subclass(torch.Tensor).numpy(), True
+    if isinstance(img, np.ndarray):
+        if img.dtype not in dtypes:
+            raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
+        return img, False
+    raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(img).__name__}")
+
+
+def _describe(dtypes):
+    return " or ".join(str(d) for d in dtypes)
+
+
+def _image4d(img, channels=None, name="img"):
+    """Validate an image; return (contiguous uint8/float32 array (N, C, H, W), shape, is_tensor)."""
+    arr, is_tensor = _to_numpy(img, name)
+    if arr.ndim not in (3, 4):
+        raise ValueError(f"{name} must have shape (C, H, W) or (N, C, H, W), got shape {tuple(arr.shape)}")
+    if channels is not None and arr.shape[-3] != channels:
+        raise ValueError(
+            f"{name} must have {channels} channels at dim -3 (RGB), got shape {tuple(arr.shape)}"
+        )
+    shape = arr.shape
+    arr4 = arr.reshape((1,) + shape) if arr.ndim == 3 else arr
+    return np.ascontiguousarray(arr4), shape, is_tensor
+
+
+def _new(shape, dtype, is_tensor):
+    """Output of the caller's type and its numpy view."""
+    if is_tensor:
+        t = torch.empty(shape, dtype=_TORCH_DTYPE[np.dtype(dtype)])
+        return t, t.numpy()
+    a = np.empty(shape, dtype=dtype)
+    return a, a
+
+
+def _fill_scalar(fill, dtype):
+    if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
+        raise TypeError(f"fill must be a real number, got {fill!r} ({type(fill).__name__})")
+    if dtype == np.uint8:
+        if not (float(fill).is_integer() and 0 <= fill <= 255):
+            raise ValueError(f"fill must be an integer in [0, 255] for uint8 images, got {fill}")
+        return np.uint8(int(fill))
+    if not math.isfinite(float(fill)):
+        raise ValueError(f"fill must be finite, got {fill}")
+    return np.float32(fill)
+
+
+def _scratch_mask(height, width):
+    """uint8 (H, 64 * ceil(W / 64)) buffer for a mask plus its uint64 view."""
+    buf = np.empty((height, ((width + 63) // 64) * 64), dtype=np.uint8)
+    return buf, buf.view(np.uint64)
+
+
+# ------------------------------------------------------------------------------ masks
+
+
+def random_mask(height, width, ratio, generator=None, *, seed=None):
+    """Draw a random boolean mask, each pixel True with probability ``ratio``.
+
+    The mask is not dilated; :func:`apply_random_mask` equals
+    ``apply_mask(img, dilate4(random_mask(H, W, ratio, seed=s)), fill)`` for the same seed.
+
+    Args:
+        height (int): rows, >= 0.
+        width (int): columns, >= 0.
+        ratio (float): probability in [0, 1], resolved to multiples of
+            :data:`MASK_PROBABILITY_RESOLUTION` (2**-16); 0 and 1 are exact.
+        generator (torch.Generator, optional): source of the seed; default torch RNG.
+        seed (int, optional): use this seed instead of drawing one.
+
+    Returns:
+        torch.Tensor: ``(height, width)`` bool.
+    """
+    height = _check_size(height, "height")
+    width = _check_size(width, "width")
+    m = _mask_kernels().probability_numerator(_check_ratio(ratio))
+    s = _draw_seed(generator, seed)
+    K = _mask_kernels()
+    words = K.random_bits(s, m, height, width)
+    buf, buf64 = _scratch_mask(height, width)
+    K.unpack_bits(words, buf64)
+    return torch.from_numpy(buf[:, :width].view(np.bool_).copy())
+
+
+def dilate4(mask):
+    """Dilate a mask with the 4-neighbour cross ``[[0,1,0],[1,1,1],[0,1,0]]``.
+
+    Outside the image counts as False (zero padding), so the result equals
+    ``scipy.signal.convolve2d(mask, cross, mode='same') > 0``.
+
+    Args:
+        mask (torch.Tensor | numpy.ndarray): ``(*, H, W)`` bool, or uint8 (nonzero is
+            True). Leading dimensions are dilated independently.
+
+    Returns:
+        Same type and dtype as ``mask``, ``(*, H, W)``, values 0/1.
+    """
+    arr, is_tensor = _to_numpy(mask, "mask", _MASK_DTYPES)
+    if arr.ndim < 2:
+        raise ValueError(f"mask must have shape (*, H, W), got shape {tuple(arr.shape)}")
+    shape = arr.shape
+    src = np.ascontiguousarray(arr).view(np.uint8).reshape((-1,) + shape[-2:])
+    out = np.empty(src.shape, dtype=np.uint8)
+    if out.size:
+        K = _mask_kernels()
+        for i in range(src.shape[0]):
+            K.dilate4(src[i], out[i])
+    out = out.view(arr.dtype).reshape(shape)
+    return torch.from_numpy(out) if is_tensor else out
+
+
+def _mask2d(mask, height, width):
+    arr, _ = _to_numpy(mask, "mask", _MASK_DTYPES)
+    if arr.shape != (height, width):
+        raise ValueError(f"mask must have shape (H, W) = {(height, width)}, got shape {tuple(arr.shape)}")
+    return np.ascontiguousarray(arr).view(np.uint8)
+
+
+def apply_mask(img, mask, fill=0):
+    """Set every channel of ``img`` to ``fill`` where ``mask`` is True.
+
+    The mask is used as given (dilate it first with :func:`dilate4` for RandomMask
+    semantics) and is shared by all leading dimensions.
+
+    Args:
+        img (torch.Tensor | numpy.ndarray): ``(C, H, W)`` or ``(N, C, H, W)``, uint8 or
+            float32, any channel count.
+        mask (torch.Tensor | numpy.ndarray): ``(H, W)`` bool or uint8 (nonzero is True).
+        fill (int | float): value for masked pixels; an integer in [0, 255] for uint8.
+
+    Returns:
+        Same type, shape and dtype as ``img``.
+    """
+    arr, shape, is_tensor = _image4d(img)
+    m = _mask2d(mask, shape[-2], shape[-1])
+    f = _fill_scalar(fill, arr.dtype)
+    out, out_np = _new(shape, arr.dtype, is_tensor)
+    if arr.size:
+        _mask_kernels().apply_mask(arr, m, f, out_np.reshape(arr.shape))
+    return out
+
+
+def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
+    """RandomMask: draw a mask (probability ``ratio``), dilate it with the cross, fill it.
+
+    One compiled pass: random bits 64 pixels at a time, dilation on the packed bits, then
+    the fill. One mask is drawn per call and shared by all leading dimensions (as
+    torchvision v2 applies one set of parameters to a batch).
+
+    Args:
+        img (torch.Tensor | numpy.ndarray): ``(C, H, W)`` or ``(N, C, H, W)``, uint8 or
+            float32, any channel count.
+        ratio (float): probability in [0, 1] that a pixel seeds the mask (see
+            :func:`random_mask`).
+        fill (int | float): value for masked pixels; an integer in [0, 255] for uint8.
+        generator (torch.Generator, optional): source of the seed; default torch RNG.
+        seed (int, optional): use this seed instead of drawing one.
+
+    Returns:
+        Same type, shape and dtype as ``img``.
+    """
+    arr, shape, is_tensor = _image4d(img)
+    m = _mask_kernels().probability_numerator(_check_ratio(ratio))
+    f = _fill_scalar(fill, arr.dtype)
+    s = _draw_seed(generator, seed)
+    out, out_np = _new(shape, arr.dtype, is_tensor)
+    if arr.size:
+        buf, buf64 = _scratch_mask(shape[-2], shape[-1])
+        _mask_kernels().random_mask_apply(s, m, arr, f, out_np.reshape(arr.shape), buf, buf64)
+    return out
+
+
+# ----------------------------------------------------------------------------- colour
+
+
+def _yuv(validated, gain, out_dtype=None, mask_args=None):
+    arr, shape, is_tensor = validated
+    out, out_np = _new(shape, np.float32, is_tensor)
+    if arr.size and mask_args is None:
+        n = arr.shape[0]
+        _color_kernels().yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, _num_threads())
+    elif arr.size:
+        m, f, s = mask_args
+        buf, buf64 = _scratch_mask(shape[-2], shape[-1])
+        _mask_kernels().random_dilated_mask(s, m, shape[-2], shape[-1], buf64)
+        _color_kernels().mask_yuv(arr, buf, out_np.reshape(arr.shape), float(f), gain, _num_threads())
+    return _cast(out, out_dtype, is_tensor)
+
+
+def _cast(out, dtype, is_tensor):
+    if dtype is None or dtype is torch.float32 or (not is_tensor and np.dtype(dtype) == np.float32):
+        return out
+    return out.to(dtype) if is_tensor else out.astype(dtype)
+
+
+def _check_out_dtype(dtype, is_tensor):
+    if dtype is None:
+        return
+    if is_tensor and dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return
+    if not is_tensor and not isinstance(dtype, torch.dtype):
+        try:
+            if np.dtype(dtype) in (np.float32, np.float16):
+                return
+        except TypeError:
+            pass
+    allowed = "torch.float32, torch.float16 or torch.bfloat16" if is_tensor else "numpy.float32 or numpy.float16"
+    raise TypeError(f"dtype must be {allowed}, got {dtype!r}")
+
+
+def rgb_to_yuv(img):
+    """Convert RGB to YUV (JPEG/JFIF YCbCr, BT.601 full range; ITU-T T.871 section 7).
+
+    ``Y = 0.299 R + 0.587 G + 0.114 B``, ``U = -0.16874 R - 0.33126 G + 0.5 B + 128``,
+    ``V = 0.5 R - 0.41869 G - 0.08131 B + 128``, in float32, unclamped.
+
+    Args:
+        img (torch.Tensor | numpy.ndarray): ``(3, H, W)`` or ``(N, 3, H, W)`` RGB, uint8
+            or float32 on the 0..255 scale.
+
+    Returns:
+        Same type and shape as ``img``, float32; Y in [0, 255] and U, V in [0.5, 255.5]
+        for inputs in [0, 255].
+    """
+    return _yuv(_image4d(img, channels=3), 1.0)
+
+
+def scale(img):
+    """Scale to [0, 1]: ``img / 255`` in float32 (a true division, as in torch).
+
+    Args:
+        img (torch.Tensor | numpy.ndarray): any shape, uint8 or float32.
+
+    Returns:
+        Same type and shape as ``img``, float32.
+    """
+    arr, is_tensor = _to_numpy(img)
+    src = np.ascontiguousarray(arr).reshape(-1)
+    out, out_np = _new(arr.shape, np.float32, is_tensor)
+    _color_kernels().scale(src, out_np.reshape(-1), _num_threads())
+    return out
+
+
+def yuv_scale(img, dtype=None):
+    """``scale(rgb_to_yuv(img))`` in one pass (coefficients pre-divided by 255).
+
+    Agrees with the two-step result to float32 rounding (< 1e-6). Batches use OpenMP
+    with ``torch.get_num_threads()`` threads.
+
+    Args:
+        img (torch.Tensor | numpy.ndarray): ``(3, H, W)`` or ``(N, 3, H, W)`` RGB, uint8
+            or float32 on the 0..255 scale.
+        dtype (optional): output dtype: float32 (default), float16, or bfloat16 for
+            tensors (a cast of the float32 result).
+
+    Returns:
+        Same type and shape as ``img``; Y in [0, 1], U and V in [0.5/255, 255.5/255].
+    """
+    validated = _image4d(img, channels=3)
+    _check_out_dtype(dtype, validated[2])
+    return _yuv(validated, 1.0 / 255.0, dtype)
+
+
+def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None):
+    """``yuv_scale(apply_random_mask(img, ratio, fill))`` fused: each output written once.
+
+    The mask is the one :func:`apply_random_mask` draws for the same seed; a masked
+    pixel becomes the YUV of ``(fill, fill, fill)`` divided by 255 -- for ``fill=0``,
+    ``(0, 128/255, 128/255)``.
+
+    Args:
+        img (torch.Tensor | numpy.ndarray): ``(3, H, W)`` or ``(N, 3, H, W)`` RGB, uint8
+            or float32 on the 0..255 scale.
+        ratio (float): mask probability in [0, 1] (see :func:`random_mask`).
+        generator (torch.Generator, optional): source of the seed; default torch RNG.
+        fill (int | float): value of masked pixels before the conversion.
+        seed (int, optional): use this seed instead of drawing one.
+
+    Returns:
+        Same type and shape as ``img``, float32.
+    """
+    validated = _image4d(img, channels=3)
+    m = _mask_kernels().probability_numerator(_check_ratio(ratio))
+    f = _fill_scalar(fill, validated[0].dtype)
+    s = _draw_seed(generator, seed)
+    return _yuv(validated, 1.0 / 255.0, None, (m, f, s))
