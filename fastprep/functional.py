@@ -216,7 +216,8 @@ def dilate4(mask):
     if arr.ndim < 2:
         raise ValueError(f"mask must have shape (*, H, W), got shape {tuple(arr.shape)}")
     shape = arr.shape
-    src = np.ascontiguousarray(arr).view(np.uint8).reshape((-1,) + shape[-2:])
+    batch = int(np.prod(shape[:-2], dtype=np.int64))
+    src = np.ascontiguousarray(arr).view(np.uint8).reshape((batch,) + shape[-2:])
     out = np.empty(src.shape, dtype=np.uint8)
     if out.size:
         K = _mask_kernels()

@@ -1,0 +1,229 @@
+"""Colour and scale kernels (Cython): rgb_to_yuv, scale, yuv_scale, mask_yuv_scale."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from scipy.signal import convolve2d
+
+import fastprep.functional as F
+
+
+def ref_yuv(img):
+    """The BT.601 full-range formulas (ITU-T T.871) in plain float32 torch."""
+    x = torch.as_tensor(img).to(torch.float32)
+    r, g, b = x.unbind(-3)
+    y = 0.299 * r + 0.587 * g + 0.114 * b
+    u = -0.16874 * r - 0.33126 * g + 0.5 * b + 128
+    v = 0.5 * r - 0.41869 * g - 0.08131 * b + 128
+    return torch.stack([y, u, v], dim=-3)
+
+
+def ref_mask(h, w, ratio, seed):
+    m = F.random_mask(h, w, ratio, seed=seed).numpy()
+    cross = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]])
+    return torch.from_numpy(convolve2d(m.astype(np.int32), cross, mode="same") > 0)
+
+
+def image(shape, dtype=torch.uint8, seed=0, low=0):
+    g = torch.Generator().manual_seed(seed)
+    img = torch.randint(low, 256, shape, generator=g, dtype=torch.uint8)
+    if dtype == torch.float32:
+        return img.float() + torch.rand(shape, generator=g) * (255 - img.float())
+    return img
+
+
+SHAPES = [(3, 256, 256), (3, 1, 1), (3, 7, 129), (2, 3, 33, 65), (5, 3, 1, 1000)]
+_LEVELS = torch.arange(0, 256, 5, dtype=torch.uint8)
+ALL_PIXELS = torch.stack(torch.meshgrid(_LEVELS, _LEVELS, _LEVELS, indexing="ij")).reshape(3, 52, -1)
+
+
+class TestRgbToYuv:
+    @pytest.mark.parametrize("shape", SHAPES)
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    def test_matches_reference(self, shape, dtype):
+        img = image(shape, dtype)
+        got = F.rgb_to_yuv(img)
+        assert got.dtype == torch.float32 and got.shape == img.shape
+        # 1e-5 relative to the 0..255 scale
+        torch.testing.assert_close(got / 255, ref_yuv(img) / 255, rtol=0, atol=1e-5)
+
+    def test_colour_cube_and_known_values(self):
+        got = F.rgb_to_yuv(ALL_PIXELS)
+        torch.testing.assert_close(got / 255, ref_yuv(ALL_PIXELS) / 255, rtol=0, atol=1e-5)
+        # black, white, blue, green, red; float64 formulas in plain Python
+        rgbs = [(0, 0, 0), (255, 255, 255), (0, 0, 255), (0, 255, 0), (255, 0, 0)]
+        prim = torch.tensor(rgbs, dtype=torch.uint8).T[:, None, :]
+        expect = torch.tensor([[0.299 * r + 0.587 * g + 0.114 * b,
+                                -0.16874 * r - 0.33126 * g + 0.5 * b + 128,
+                                0.5 * r - 0.41869 * g - 0.08131 * b + 128] for r, g, b in rgbs])
+        yuv = F.rgb_to_yuv(prim)[:, 0, :].T
+        torch.testing.assert_close(yuv.double(), expect.double(), rtol=0, atol=3e-5)
+        assert yuv[0].tolist() == [0.0, 128.0, 128.0]
+
+    def test_no_clamping(self):
+        img = torch.tensor([-10.0, 300.0, 0.0]).reshape(3, 1, 1)
+        torch.testing.assert_close(F.rgb_to_yuv(img), ref_yuv(img), rtol=1e-6, atol=1e-4)
+
+    def test_numpy_and_strides(self):
+        base = image((2, 3, 40, 50))
+        nchw_last = base.to(memory_format=torch.channels_last)[:, :, 1::2, ::3]
+        assert not nchw_last.is_contiguous()
+        torch.testing.assert_close(F.rgb_to_yuv(nchw_last) / 255, ref_yuv(nchw_last) / 255, rtol=0, atol=1e-5)
+        arr = base.numpy()[0, ::-1]  # BGR view, negative stride
+        got = F.rgb_to_yuv(arr)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32
+        np.testing.assert_allclose(got / 255, ref_yuv(arr.copy()).numpy() / 255, rtol=0, atol=1e-5)
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match=r"3 channels.*got shape \(4, 5, 5\)"):
+            F.rgb_to_yuv(torch.zeros(4, 5, 5, dtype=torch.uint8))
+        with pytest.raises(ValueError, match=r"got shape \(5, 5\)"):
+            F.rgb_to_yuv(torch.zeros(5, 5, dtype=torch.uint8))
+        with pytest.raises(ValueError, match=r"got shape \(1, 1, 3, 5, 5\)"):
+            F.rgb_to_yuv(torch.zeros(1, 1, 3, 5, 5, dtype=torch.uint8))
+        with pytest.raises(TypeError, match="got torch.float64"):
+            F.rgb_to_yuv(torch.zeros(3, 5, 5, dtype=torch.float64))
+        with pytest.raises(TypeError, match="got torch.bfloat16"):
+            F.rgb_to_yuv(torch.zeros(3, 5, 5, dtype=torch.bfloat16))
+        with pytest.raises(TypeError, match="got int32"):
+            F.rgb_to_yuv(np.zeros((3, 5, 5), np.int32))
+        with pytest.raises(TypeError, match="got list"):
+            F.rgb_to_yuv([[[0]]])
+
+    @pytest.mark.parametrize("shape", [(3, 0, 4), (3, 4, 0), (0, 3, 4, 4)])
+    def test_zero_sized(self, shape):
+        assert F.rgb_to_yuv(torch.zeros(shape, dtype=torch.uint8)).shape == shape
+        assert F.yuv_scale(torch.zeros(shape, dtype=torch.uint8)).shape == shape
+        assert F.mask_yuv_scale(torch.zeros(shape, dtype=torch.uint8), 0.5).shape == shape
+
+
+class TestScale:
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    @pytest.mark.parametrize("shape", [(3, 256, 256), (7,), (2, 3, 5, 9), (0, 3)])
+    def test_equals_torch_division(self, dtype, shape):
+        img = image(shape, dtype) if len(shape) >= 3 else torch.randint(0, 256, shape).to(dtype)
+        got = F.scale(img)
+        assert got.dtype == torch.float32
+        assert torch.equal(got, img.float() / 255)  # a true division: bit-exact
+
+    def test_numpy_strided(self):
+        arr = image((3, 30, 40), torch.float32).numpy()[:, ::2, ::-1]
+        got = F.scale(arr)
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, (torch.from_numpy(arr.copy()) / 255).numpy())
+
+    def test_errors(self):
+        with pytest.raises(TypeError, match="uint8 or float32, got torch.int32"):
+            F.scale(torch.zeros(3, dtype=torch.int32))
+        with pytest.raises(TypeError, match="got int"):
+            F.scale(3)
+
+
+class TestYuvScale:
+    @pytest.mark.parametrize("shape", SHAPES)
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    def test_matches_reference_and_unfused(self, shape, dtype):
+        img = image(shape, dtype)
+        got = F.yuv_scale(img)
+        torch.testing.assert_close(got, ref_yuv(img) / 255, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got, F.scale(F.rgb_to_yuv(img)), rtol=0, atol=1e-6)
+
+    def test_half_outputs(self):
+        img = image((2, 3, 16, 16))
+        full = F.yuv_scale(img)
+        for dt in (torch.float16, torch.bfloat16):
+            got = F.yuv_scale(img, dtype=dt)
+            assert got.dtype == dt and torch.equal(got, full.to(dt))
+        got = F.yuv_scale(img.numpy(), dtype=np.float16)
+        assert got.dtype == np.float16
+        with pytest.raises(TypeError, match="dtype must be .*got torch.int8"):
+            F.yuv_scale(img, dtype=torch.int8)
+        with pytest.raises(TypeError, match="dtype must be numpy.float32 or numpy.float16"):
+            F.yuv_scale(img.numpy(), dtype=torch.bfloat16)
+
+    def test_openmp_threads_match_serial(self):
+        img = image((6, 3, 64, 300))
+        old = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            serial = F.yuv_scale(img)
+            scale1 = F.scale(img)
+            masked1 = F.mask_yuv_scale(img, 0.25, seed=4)
+            torch.set_num_threads(2)
+            assert torch.equal(F.yuv_scale(img), serial)
+            assert torch.equal(F.scale(img), scale1)
+            assert torch.equal(F.mask_yuv_scale(img, 0.25, seed=4), masked1)
+        finally:
+            torch.set_num_threads(old)
+
+
+class TestMaskYuvScale:
+    @pytest.mark.parametrize("shape", SHAPES)
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    @pytest.mark.parametrize("ratio", [0.0, 0.25, 0.6, 1.0])
+    def test_equals_unfused(self, shape, dtype, ratio):
+        img = image(shape, dtype, low=1)  # no black pixels: the mask is recoverable
+        got = F.mask_yuv_scale(img, ratio, seed=17)
+        mask = ref_mask(shape[-2], shape[-1], ratio, seed=17)
+        masked = img.clone()
+        masked[..., mask] = 0
+        ref = ref_yuv(masked) / 255
+        torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got, F.scale(F.rgb_to_yuv(F.apply_random_mask(img, ratio, seed=17))),
+                                   rtol=0, atol=1e-6)
+        # masked pixels are exactly (0, 128/255, 128/255)
+        hit = (got[..., 0, :, :] == 0) & (got[..., 1, :, :] == torch.tensor(128.0) / 255) & (
+            got[..., 2, :, :] == torch.tensor(128.0) / 255)
+        assert torch.equal(hit, mask.expand_as(hit))
+
+    def test_fill_and_numpy(self):
+        img = image((3, 20, 30), low=1).numpy()
+        got = F.mask_yuv_scale(img, 0.3, fill=100, seed=2)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32
+        masked = F.apply_random_mask(img, 0.3, fill=100, seed=2)
+        np.testing.assert_allclose(got, (ref_yuv(masked) / 255).numpy(), rtol=0, atol=1e-5)
+
+    def test_reproducible_with_generator(self):
+        img = image((3, 20, 30))
+        a = F.mask_yuv_scale(img, 0.3, torch.Generator().manual_seed(5))
+        assert torch.equal(a, F.mask_yuv_scale(img, 0.3, torch.Generator().manual_seed(5)))
+        torch.manual_seed(5)
+        b = F.mask_yuv_scale(img, 0.3)
+        torch.manual_seed(5)
+        unfused = F.scale(F.rgb_to_yuv(F.apply_random_mask(img, 0.3)))
+        torch.testing.assert_close(b, unfused, rtol=0, atol=1e-6)
+
+    def test_errors(self):
+        img = image((3, 4, 5))
+        with pytest.raises(ValueError, match="ratio must be in"):
+            F.mask_yuv_scale(img, -1)
+        with pytest.raises(ValueError, match="3 channels"):
+            F.mask_yuv_scale(img[:2], 0.5)
+        with pytest.raises(ValueError, match="fill must be an integer"):
+            F.mask_yuv_scale(img, 0.5, fill=-1)
+
+
+def test_two_threads_match_serial():
+    imgs = [image((3, 128, 160), seed=s) for s in range(6)]
+    batch = image((4, 3, 64, 64))
+
+    def run():
+        return ([F.mask_yuv_scale(im, 0.25, seed=i) for i, im in enumerate(imgs)]
+                + [F.rgb_to_yuv(im) for im in imgs] + [F.scale(im) for im in imgs] + [F.yuv_scale(batch)])
+
+    serial = run()
+    results = [None, None]
+
+    def work(k):
+        results[k] = [run() for _ in range(5)]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for per_thread in results:
+        for rep in per_thread:
+            assert all(torch.equal(a, b) for a, b in zip(rep, serial))
