@@ -1,0 +1,448 @@
+"""fastprep.data: datasets, collate_uint8, batch transforms, DevicePrefetcher, make_loader.
+
+Images are tiny (tens of pixels) so DataLoader workers start and finish fast; one test
+uses the spawn start method (slow: each worker re-imports torch).
+"""
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import fastprep.data as D
+from fastprep import io as fio
+from fastprep._decode_transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+CROP = 32
+# (height, width): larger than the crop, equal to it, and smaller (pad_if_needed).
+SIZES = [(40, 56), (48, 37), (32, 32), (24, 44), (61, 33), (35, 70), (50, 50)]
+
+def _write(folder, name, data):
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def jpeg_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jpegs")
+    return [_write(str(root), f"img{i:02d}.jpg", encode_jpeg(photo_like(h, w, seed=i)))
+            for i, (h, w) in enumerate(SIZES)]
+
+
+CORRUPT = {"empty.jpg": b"", "text.jpg": b"not a jpeg at all" * 8}
+
+
+@pytest.fixture(scope="module")
+def folder_with_corrupt(tmp_path_factory, jpeg_files):
+    """root/a: 4 good + 1 corrupt, root/b: 3 good + 1 corrupt."""
+    root = str(tmp_path_factory.mktemp("folder"))
+    for i, path in enumerate(jpeg_files):
+        with open(path, "rb") as f:
+            _write(os.path.join(root, "a" if i < 4 else "b"), f"{i}.jpg", f.read())
+    _write(os.path.join(root, "a"), "empty.jpg", CORRUPT["empty.jpg"])
+    _write(os.path.join(root, "b"), "text.jpg", CORRUPT["text.jpg"])
+    return root
+
+
+# ------------------------------------------------------------------------- references
+
+
+def _yuv_reference(rgb_uint8):
+    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (DESIGN.md formulas)."""
+    r, g, b = rgb_uint8.double()
+    y = 0.299 * r + 0.587 * g + 0.114 * b
+    u = -0.16874 * r - 0.33126 * g + 0.5 * b + 128
+    v = 0.5 * r - 0.41869 * g - 0.08131 * b + 128
+    return (torch.stack([y, u, v]) / 255).float()
+
+
+def _reference_sample(path, crop, mask_transform):
+    """Replay the RNG draws of crop then mask, and build the sample the slow way:
+    full decode -> pad -> crop at that window -> same mask -> YUV -> / 255."""
+    data = fio.read_file(path)
+    pad, (top, left, h, w) = crop.get_params(fio.jpeg_info(data))
+    # The mask transform draws its randomness from torch's RNG independently of the
+    # pixels, so masking an all-255 image reveals the mask it draws at this point.
+    probe = mask_transform(torch.full((3, h, w), 255, dtype=torch.uint8))
+    mask = probe[0] == 0
+    full = fio.decode_jpeg(data)
+    full = torch.nn.functional.pad(full, (pad[0], pad[2], pad[1], pad[3]), value=0)
+    img = full[:, top:top + h, left:left + w].clone()
+    img[:, mask] = 0
+    return _yuv_reference(img), mask
+
+
+def _seed_worker(worker_id):
+    torch.manual_seed(100 + worker_id)
+
+
+# ------------------------------------------------------------------------- datasets
+
+
+class TestJpegDataset:
+    def test_item_is_transform_of_encoded_bytes(self, jpeg_files):
+        seen = []
+
+        def transform(data):
+            seen.append(data)
+            return data.numel()
+
+        ds = D.JpegDataset(jpeg_files, targets=range(len(jpeg_files)), transform=transform)
+        assert len(ds) == len(jpeg_files)
+        value, target = ds[3]
+        assert target == 3
+        assert seen[0].dtype == torch.uint8 and seen[0].dim() == 1
+        assert value == os.path.getsize(jpeg_files[3])
+        raw, t = D.JpegDataset(jpeg_files)[2]
+        assert t == 0  # targets=None
+        assert torch.equal(raw, fio.read_file(jpeg_files[2]))
+
+    def test_decode_crop_transform(self, jpeg_files):
+        ds = D.JpegDataset(jpeg_files, transform=DecodeRandomCrop(CROP, pad_if_needed=True))
+        for i in range(len(ds)):
+            img, _ = ds[i]
+            assert img.shape == (3, CROP, CROP) and img.dtype == torch.uint8
+
+    def test_bad_arguments(self, jpeg_files):
+        with pytest.raises(ValueError, match="one entry per file"):
+            D.JpegDataset(jpeg_files, targets=[0])
+        with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip', got 'ignore'"):
+            D.JpegDataset(jpeg_files, on_error="ignore")
+        with pytest.raises(TypeError, match="single path"):
+            D.JpegDataset(jpeg_files[0])
+
+    @pytest.mark.parametrize("name", sorted(CORRUPT))
+    def test_raise_names_the_file(self, tmp_path, jpeg_files, name):
+        bad = _write(str(tmp_path), name, CORRUPT[name])
+        ds = D.JpegDataset([jpeg_files[0], bad], transform=DecodeRandomCrop(CROP, pad_if_needed=True))
+        with pytest.raises(fio.DecodeError, match=name) as info:
+            ds[1]
+        assert isinstance(info.value.__cause__, fio.DecodeError)
+        assert "index 1" in str(info.value)
+
+    def test_missing_file_raises_decode_error(self, tmp_path):
+        ds = D.JpegDataset([str(tmp_path / "nope.jpg")])
+        with pytest.raises(fio.DecodeError, match="nope.jpg") as info:
+            ds[0]
+        assert isinstance(info.value.__cause__, FileNotFoundError)
+
+    def test_skip_is_deterministic_and_counted(self, tmp_path, jpeg_files):
+        bad = _write(str(tmp_path), "text.jpg", CORRUPT["text.jpg"])
+        files = jpeg_files[:3] + [bad] + jpeg_files[3:]
+        ds = D.JpegDataset(files, targets=range(len(files)), transform=DecodeCenterCrop(CROP), on_error="skip")
+        img, target = ds[3]
+        assert target != 3 and torch.equal(img, ds[target][0])
+        assert ds[3][1] == target  # same substitute every time
+        assert ds.skipped == 2
+        assert ds[0][1] == 0 and ds.skipped == 2
+        ds.reset_skipped()
+        assert ds.skipped == 0
+
+    def test_skip_gives_up(self, tmp_path):
+        bad = [_write(str(tmp_path), f"{i}.jpg", b"junk") for i in range(3)]
+        ds = D.JpegDataset(bad, transform=DecodeCenterCrop(CROP), on_error="skip", max_skip_attempts=4)
+        with pytest.raises(fio.DecodeError, match="no decodable file"):
+            ds[0]
+        assert ds.skipped == 5
+
+    def test_pickles(self, jpeg_files):
+        ds = D.JpegDataset(jpeg_files, transform=DecodeCenterCrop(CROP), on_error="skip")
+        ds2 = pickle.loads(pickle.dumps(ds))
+        assert torch.equal(ds2[1][0], ds[1][0])
+
+
+class TestJpegFolder:
+    def test_imagefolder_conventions(self, folder_with_corrupt):
+        ds = D.JpegFolder(folder_with_corrupt)
+        assert ds.classes == ["a", "b"]
+        assert ds.class_to_idx == {"a": 0, "b": 1}
+        assert len(ds.samples) == len(ds) == len(SIZES) + 2
+        assert [t for _, t in ds.samples] == [0] * 5 + [1] * 4
+        assert ds.samples == sorted(ds.samples)
+        assert ds.targets == [t for _, t in ds.samples]
+
+    def test_nested_and_extensions(self, tmp_path, jpeg_files):
+        with open(jpeg_files[0], "rb") as f:
+            data = f.read()
+        _write(str(tmp_path / "cat" / "deep"), "x.JPEG", data)
+        _write(str(tmp_path / "cat"), "y.jpg", data)
+        _write(str(tmp_path / "cat"), "notes.txt", b"x")
+        _write(str(tmp_path / "dog"), "z.jpg", data)
+        _write(str(tmp_path), "stray.jpg", data)  # ignored, as ImageFolder does
+        ds = D.JpegFolder(tmp_path)
+        names = [os.path.relpath(p, tmp_path) for p, _ in ds.samples]
+        # ImageFolder's order: sorted(os.walk(class folder)), then sorted file names
+        assert names == [os.path.join("cat", "y.jpg"), os.path.join("cat", "deep", "x.JPEG"),
+                         os.path.join("dog", "z.jpg")]
+        assert len(D.JpegFolder(tmp_path, extensions=".jpg")) == 2
+
+    def test_flat_folder_gives_target_zero(self, tmp_path, jpeg_files):
+        for i, p in enumerate(jpeg_files[:3]):
+            with open(p, "rb") as f:
+                _write(str(tmp_path), f"{i}.jpg", f.read())
+        ds = D.JpegFolder(tmp_path, transform=DecodeCenterCrop(CROP))
+        assert ds.classes == [] and ds.class_to_idx == {}
+        assert len(ds) == 3 and all(ds[i][1] == 0 for i in range(3))
+
+    def test_empty_folder(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="no files ending in"):
+            D.JpegFolder(tmp_path)
+        with pytest.raises(FileNotFoundError, match="not a directory"):
+            D.JpegFolder(tmp_path / "missing")
+
+
+# ------------------------------------------------------------------------- collate
+
+
+class TestCollateUint8:
+    def test_stacks(self):
+        imgs = [torch.randint(0, 256, (3, 5, 4), dtype=torch.uint8) for _ in range(3)]
+        images, targets = D.collate_uint8([(img, i + 1) for i, img in enumerate(imgs)])
+        assert images.dtype == torch.uint8 and images.shape == (3, 3, 5, 4) and images.is_contiguous()
+        assert torch.equal(images, torch.stack(imgs))
+        assert targets.dtype == torch.int64 and targets.tolist() == [1, 2, 3]
+        _, t = D.collate_uint8([(imgs[0], torch.tensor(7))])
+        assert t.tolist() == [7]
+
+    def test_errors(self):
+        a = torch.zeros((3, 4, 4), dtype=torch.uint8)
+        with pytest.raises(ValueError, match=r"sample 1 is \(3, 4, 5\)"):
+            D.collate_uint8([(a, 0), (torch.zeros((3, 4, 5), dtype=torch.uint8), 0)])
+        with pytest.raises(ValueError, match="empty batch"):
+            D.collate_uint8([])
+        with pytest.raises(TypeError, match="expects \\(image tensor, target\\) samples, got Tensor"):
+            D.collate_uint8([a, a])
+
+    def test_shared_memory_in_workers(self):
+        ds = TensorDataset(torch.arange(6 * 12, dtype=torch.uint8).view(6, 3, 2, 2), torch.arange(6))
+        loader = DataLoader(ds, batch_size=4, num_workers=1, collate_fn=D.collate_uint8,
+                            multiprocessing_context="fork")
+        batches = list(loader)
+        assert [b[0].shape[0] for b in batches] == [4, 2]
+        assert all(b[0].is_shared() for b in batches)
+        assert torch.equal(torch.cat([b[0] for b in batches]), ds.tensors[0])
+        images, _ = D.collate_uint8([ds[0], ds[1]])
+        assert not images.is_shared()  # main process: plain memory
+
+
+# ------------------------------------------------------------------------- batch transforms
+
+
+def _yuv_batch_reference(x):
+    return torch.stack([_yuv_reference(img.round().to(torch.uint8)) if x.dtype != torch.uint8
+                        else _yuv_reference(img) for img in x])
+
+
+class TestBatchTransforms:
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    def test_yuv_scale_matches_formula(self, dtype):
+        x = torch.randint(0, 256, (3, 3, 9, 13), dtype=torch.uint8)
+        x[:, :, 0, 0] = 0  # a masked pixel
+        out = D.BatchYuvScale()(x.to(dtype))
+        assert out.dtype == torch.float32 and out.shape == x.shape
+        torch.testing.assert_close(out, _yuv_batch_reference(x), rtol=0, atol=1e-6)
+        assert torch.allclose(out[:, :, 0, 0], torch.tensor([0.0, 128 / 255, 128 / 255]), rtol=0, atol=1e-7)
+
+    def test_convert_color_and_scale(self):
+        x = torch.randint(0, 256, (2, 3, 7, 5), dtype=torch.uint8)
+        torch.testing.assert_close(D.BatchConvertColor()(x), _yuv_batch_reference(x) * 255, rtol=0, atol=1e-4)
+        assert torch.equal(D.BatchScale()(x), x.float() / 255)
+        assert torch.equal(D.BatchScale()(x.double()), x.float() / 255)
+
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    def test_low_precision_output(self, dtype):
+        x = torch.randint(0, 256, (2, 3, 6, 6), dtype=torch.uint8)
+        out = D.BatchYuvScale(dtype)(x)
+        assert out.dtype == dtype
+        assert torch.equal(out, D.BatchYuvScale()(x).to(dtype))
+
+    def test_torch_path_matches_cpu_kernels(self):
+        # The CUDA path (plain torch ops) run on the CPU: same result as the Cython path.
+        x = torch.randint(0, 256, (4, 3, 17, 11), dtype=torch.uint8)
+        torch.testing.assert_close(D._yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(D._yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
+
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    def test_cuda_matches_cpu(self):
+        x = torch.randint(0, 256, (4, 3, 17, 11), dtype=torch.uint8)
+        torch.testing.assert_close(D.BatchYuvScale()(x.cuda()).cpu(), D.BatchYuvScale()(x), rtol=0, atol=1e-5)
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match=r"\[N, 3, H, W\], got shape \(3, 4, 4\)"):
+            D.BatchYuvScale()(torch.zeros((3, 4, 4), dtype=torch.uint8))
+        with pytest.raises(ValueError, match="dtype must be"):
+            D.BatchYuvScale(torch.int32)
+        with pytest.raises(TypeError, match="got list"):
+            D.BatchConvertColor()([1, 2])
+
+
+# ------------------------------------------------------------------------- prefetcher
+
+
+def _range_loader(n=10, batch_size=4, **kwargs):
+    ds = TensorDataset(torch.arange(n * 3, dtype=torch.uint8).view(n, 3, 1, 1), torch.arange(n))
+    return DataLoader(ds, batch_size=batch_size, collate_fn=D.collate_uint8, **kwargs)
+
+
+def _check_epoch(pf, n=10, batch_size=4):
+    got = [t.tolist() for _, t in pf]
+    want = [list(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
+    assert got == want  # every batch once, in order, last partial batch included
+    assert len(pf) == len(want)
+
+
+class TestDevicePrefetcher:
+    @pytest.mark.parametrize("kwargs", [
+        {"num_workers": 0},
+        {"num_workers": 2, "multiprocessing_context": "fork"},
+        {"num_workers": 2, "multiprocessing_context": "fork", "persistent_workers": True},
+    ], ids=["main", "fork", "fork-persistent"])
+    def test_every_batch_once_in_order_and_break(self, kwargs):
+        pf = D.DevicePrefetcher(_range_loader(**kwargs), "cpu")
+        _check_epoch(pf)
+        for k, (_, t) in enumerate(pf):  # early break, then a full epoch again
+            if k == 1:
+                break
+        _check_epoch(pf)
+        _check_epoch(pf)
+
+    def test_batch_transform_and_device(self):
+        pf = D.DevicePrefetcher(_range_loader(), torch.device("cpu"), batch_transform=D.BatchYuvScale())
+        images, targets = next(iter(pf))
+        assert images.dtype == torch.float32 and images.device.type == "cpu"
+        assert targets.dtype == torch.int64
+        raw = _range_loader().dataset.tensors[0][:4]
+        torch.testing.assert_close(images, D.BatchYuvScale()(raw))
+
+    def test_any_iterable(self):
+        batches = [(torch.full((1, 3, 2, 2), i, dtype=torch.uint8), torch.tensor([i])) for i in range(3)]
+        pf = D.DevicePrefetcher(batches, "cpu")
+        assert [t.item() for _, t in pf] == [0, 1, 2] and len(pf) == 3
+        assert list(D.DevicePrefetcher([], "cpu")) == []
+
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    def test_cuda(self):
+        pf = D.DevicePrefetcher(_range_loader(num_workers=2, pin_memory=True), "cuda",
+                                batch_transform=D.BatchYuvScale())
+        out = [(x.cpu(), t.cpu()) for x, t in pf]
+        ref = [(D.BatchYuvScale()(x), t) for x, t in _range_loader()]
+        for (a, ta), (b, tb) in zip(out, ref, strict=True):
+            assert torch.equal(ta, tb)
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+# ------------------------------------------------------------------------- make_loader
+
+
+def _replay(files, order_by_rng_stream, crop_size=CROP, ratio=0.25):
+    """Reference samples for ``files``; ``order_by_rng_stream`` is a list of
+    (seed, [file indices in the order that RNG stream processes them])."""
+    crop = DecodeRandomCrop(crop_size, pad_if_needed=True)
+    mask_transform = D._random_mask_class()(ratio)
+    ref = {}
+    for seed, indices in order_by_rng_stream:
+        torch.manual_seed(seed)
+        for i in indices:
+            ref[i] = _reference_sample(files[i], crop, mask_transform)
+    return ref
+
+
+class TestMakeLoader:
+    def test_end_to_end_main_process(self, jpeg_files):
+        bs = 3
+        loader = D.make_loader(jpeg_files, batch_size=bs, num_workers=0, crop_size=CROP, shuffle=False,
+                               device="cpu", generator=torch.Generator().manual_seed(0))
+        assert isinstance(loader, D.DevicePrefetcher) and len(loader) == 3
+        torch.manual_seed(7)
+        batches = list(loader)
+        ref = _replay(jpeg_files, [(7, range(len(jpeg_files)))])
+        self._compare(batches, ref, bs)
+
+    def test_end_to_end_workers(self, jpeg_files):
+        # DataLoader hands batch k to worker k % num_workers; each worker's RNG is seeded
+        # by _seed_worker, so the reference replays each worker's stream in order.
+        bs, workers = 2, 2
+        loader = D.make_loader(jpeg_files, batch_size=bs, num_workers=workers, crop_size=CROP, shuffle=False,
+                               device="cpu", worker_init_fn=_seed_worker, multiprocessing_context="fork")
+        batches = list(loader)
+        n_batches = len(batches)
+        streams = [(100 + w, [i for k in range(w, n_batches, workers)
+                              for i in range(k * bs, min((k + 1) * bs, len(jpeg_files)))])
+                   for w in range(workers)]
+        self._compare(batches, _replay(jpeg_files, streams), bs)
+
+    @staticmethod
+    def _compare(batches, ref, bs):
+        assert sum(x.shape[0] for x, _ in batches) == len(ref)
+        masked_total = 0
+        for k, (images, targets) in enumerate(batches):
+            assert images.dtype == torch.float32 and images.shape[1:] == (3, CROP, CROP)
+            assert targets.dtype == torch.int64 and targets.tolist() == [0] * images.shape[0]
+            for j in range(images.shape[0]):
+                want, mask = ref[k * bs + j]
+                torch.testing.assert_close(images[j], want, rtol=0, atol=1e-5)
+                masked_total += int(mask.sum())
+        assert masked_total > 0  # the masks were really applied
+
+    def test_folder_shuffle_seeded_and_dtype(self, tmp_path, jpeg_files):
+        for i, p in enumerate(jpeg_files):
+            with open(p, "rb") as f:
+                _write(str(tmp_path / ("x" if i % 2 else "y")), f"{i}.jpg", f.read())
+
+        def epoch():
+            torch.manual_seed(3)
+            return list(D.make_loader(str(tmp_path), batch_size=4, num_workers=0, crop_size=(16, 24),
+                                      dtype=torch.bfloat16, device="cpu"))
+
+        a, b = epoch(), epoch()
+        assert len(a) == 2 and [x.shape[0] for x, _ in a] == [4, 3]
+        assert all(x.dtype == torch.bfloat16 and x.shape[1:] == (3, 16, 24) for x, _ in a)
+        assert sorted(torch.cat([t for _, t in a]).tolist()) == [0, 0, 0, 1, 1, 1, 1]
+        for (x1, t1), (x2, t2) in zip(a, b, strict=True):
+            assert torch.equal(x1, x2) and torch.equal(t1, t2)
+
+    def test_no_mask_and_custom_transform(self, jpeg_files):
+        loader = D.make_loader(jpeg_files, batch_size=8, num_workers=0, mask_ratio=0, shuffle=False, device="cpu",
+                               transform=DecodeCenterCrop(CROP))
+        (images, _), = list(loader)
+        for j, path in enumerate(jpeg_files):
+            want = _yuv_reference(DecodeCenterCrop(CROP)(path))
+            torch.testing.assert_close(images[j], want, rtol=0, atol=1e-5)
+
+    def test_bad_source(self):
+        with pytest.raises(TypeError, match="source must be"):
+            D.make_loader(42)
+
+    def test_raise_in_worker_names_file(self, folder_with_corrupt):
+        loader = D.make_loader(folder_with_corrupt, batch_size=4, num_workers=1, crop_size=CROP, device="cpu",
+                               multiprocessing_context="fork", shuffle=False)
+        with pytest.raises(fio.DecodeError, match="empty.jpg"):
+            list(loader)
+
+    def test_skip_in_spawned_persistent_workers(self, folder_with_corrupt):
+        # One spawn test: skips counted across processes via the shared counter, every
+        # batch delivered, a second epoch on the same (persistent) workers.
+        loader = D.make_loader(folder_with_corrupt, batch_size=3, num_workers=2, crop_size=CROP, device="cpu",
+                               multiprocessing_context="spawn", persistent_workers=True, on_error="skip",
+                               generator=torch.Generator().manual_seed(1))
+        ds = loader.loader.dataset
+        n = len(ds)
+        probe = D.JpegFolder(folder_with_corrupt, transform=DecodeCenterCrop(CROP), on_error="skip")
+        for i in range(n):
+            probe[i]
+        per_epoch = probe.skipped  # the substitutes are deterministic, so is the count
+        assert per_epoch >= 2
+        for epoch in (1, 2):
+            batches = list(loader)
+            assert sum(x.shape[0] for x, _ in batches) == n
+            assert all(x.shape[1:] == (3, CROP, CROP) for x, _ in batches)
+            assert ds.skipped == per_epoch * epoch
+        targets = torch.cat([t for _, t in batches]).tolist()
+        assert targets.count(0) + targets.count(1) == n
