@@ -4,12 +4,20 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 #include "jpeg_common.h"
 
 namespace fastprep {
 
 // Decode failures carry this prefix; fastprep/io.py turns them into fastprep.io.DecodeError.
 #define FASTPREP_DECODE_ERROR_PREFIX "fastprep.DecodeError: "
+
+// The calling thread's pending libjpeg warning (corrupt but decodable data). The ops run in
+// the caller's thread; fastprep/io.py takes it right after the call (fastprep._C.take_warning)
+// and issues a Python warning. TORCH_WARN is not used: calls through torch.ops do not route
+// it to Python's warnings and it would print to stderr.
+std::string& thread_warning();
 
 class Decoder {
  public:
@@ -65,8 +73,8 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
     TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));
   const int nwarn = fp_warning_count(dec.get());
   if (nwarn > 0)
-    TORCH_WARN("fastprep: corrupt JPEG data: ", fp_first_warning(dec.get()), " (", nwarn,
-               " libjpeg warning(s); the output may be damaged; pass strict=True to raise instead)");
+    thread_warning() = std::string(fp_first_warning(dec.get())) + " (" + std::to_string(nwarn) +
+                       " libjpeg warning(s); the image may be damaged; strict=True raises instead)";
   return out;
 }
 

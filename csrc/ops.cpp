@@ -2,7 +2,17 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include <string>
+
 #include "jpeg_common.h"
+#include "jpeg_ops.h"
+
+namespace fastprep {
+std::string& thread_warning() {
+  static thread_local std::string pending;
+  return pending;
+}
+}  // namespace fastprep
 
 TORCH_LIBRARY(fastprep, m) {
   // [height, width, components, colour space, progressive, arithmetic, adobe, h0, v0, ... h3, v3]
@@ -13,9 +23,22 @@ TORCH_LIBRARY(fastprep, m) {
       "int max_pixels, bool strict) -> Tensor");
 }
 
+// take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.
+static PyObject* take_warning(PyObject*, PyObject*) {
+  std::string& pending = fastprep::thread_warning();
+  if (pending.empty()) Py_RETURN_NONE;
+  PyObject* out = PyUnicode_DecodeUTF8(pending.data(), (Py_ssize_t)pending.size(), "replace");
+  pending.clear();
+  return out;
+}
+
+static PyMethodDef methods[] = {
+    {"take_warning", take_warning, METH_NOARGS, "Pending libjpeg warning of this thread, cleared."},
+    {nullptr, nullptr, 0, nullptr}};
+
 extern "C" PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "fastprep's compiled ops", -1,
-                                          nullptr};
+                                          methods};
   PyObject* module = PyModule_Create(&module_def);
   if (module != nullptr) PyModule_AddStringConstant(module, "libjpeg_turbo_version", fp_libjpeg_version());
   return module;

@@ -10,7 +10,7 @@ GIL and keep no global state, so any number of threads may decode at once.
 
 Errors: undecodable data raises :class:`DecodeError` carrying libjpeg's message; bad
 arguments raise ``ValueError``/``TypeError``. Corrupt entropy data that libjpeg can decode
-past (it reports a warning) gives a Python ``UserWarning`` and a possibly damaged image, or
+past (it reports a warning) gives a :class:`DecodeWarning` and a possibly damaged image, or
 raises :class:`DecodeError` with ``strict=True``. A truncated file raises when the requested
 window needs bytes past the end (for progressive and multi-scan files every window needs
 every scan, so any truncation raises). Nothing is ever printed to stderr.
@@ -21,17 +21,19 @@ from __future__ import annotations
 import enum
 import operator
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Union
 
 import numpy as np
 import torch
 
-from . import _ops
+from . import _C, _ops
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "DecodeError",
+    "DecodeWarning",
     "ImageReadMode",
     "JpegInfo",
     "decode_jpeg",
@@ -52,6 +54,10 @@ Buffer = Union[torch.Tensor, bytes, bytearray, memoryview, np.ndarray]
 
 class DecodeError(RuntimeError):
     """The data is not a decodable JPEG (the message is libjpeg's or fastprep's reason)."""
+
+
+class DecodeWarning(UserWarning):
+    """libjpeg decoded past corrupt data; the image may be damaged (``strict=True`` raises)."""
 
 
 class ImageReadMode(enum.IntEnum):
@@ -177,13 +183,17 @@ def _max_pixels(max_pixels) -> int:
 
 def _run(op, *args):
     try:
-        return op(*args)
+        out = op(*args)
     except RuntimeError as e:
         msg = str(e)
         at = msg.find(_ERROR_PREFIX)
         if at < 0:
             raise
         raise DecodeError(msg[at + len(_ERROR_PREFIX):].split("\n", 1)[0].strip()) from None
+    warning = _C.take_warning()
+    if warning is not None:
+        warnings.warn(warning, DecodeWarning, stacklevel=3)
+    return out
 
 
 def read_file(path: str | os.PathLike) -> torch.Tensor:
