@@ -1,0 +1,486 @@
+"""The input pipelines the benchmark compares.
+
+Every pipeline turns JPEG files into ``(images float32 [N, 3, S, S] YUV in [0, 1],
+targets int64 [N])`` on the trainer's device, with the same semantics: a random ``S x S``
+crop, a random mask (probability ``mask_ratio``, dilated with the 4-neighbour cross) whose
+pixels become 0 in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``.
+
+* ``reference`` -- what a typical training script does today, written here with plain
+  PIL/torch/scipy: PIL open -> ``PILToTensor`` -> ``RandomCrop`` -> mask dilated with
+  ``scipy.signal.convolve2d`` -> YUV by a 3x3 matmul -> ``/ 255``; ``default_collate``
+  ships float32 batches from the workers; ``.to(device)`` in the training loop.
+* ``reference-optimized`` -- a careful hand-tuned version: ROI decode of only the crop
+  (fastprep's decode op), mask dilated with numpy shifts on uint8, then YUV and scale once
+  per batch inside the collate (still in the worker, still float32 across the boundary).
+* ``fastprep`` -- :func:`fastprep.data.make_loader`: ROI decode, compiled uint8 mask in the
+  worker, uint8 collate into shared memory, :class:`~fastprep.data.DevicePrefetcher`, and
+  YUV + scale as one batch op on the device.
+* ``fastprep-ycbcr`` -- as ``fastprep`` but the decoder outputs JFIF YCbCr directly
+  (``mode="YCbCr"``), skipping the YCbCr->RGB->YCbCr round trip; the mask sets
+  (Y, Cb, Cr) = (0, 128, 128), the YCbCr of RGB black, so masking means the same as in
+  RGB; the device only divides by 255. The values differ from RGB-decode-then-convert by
+  rounding and RGB clamping (mean about 0.2, at most about 20 levels of 255 on a photo),
+  which is why this is an opt-in pipeline and not what ``fastprep`` does.
+
+Each pipeline also exposes its :class:`Parts` (read, per-sample transform, collate, H2D,
+device batch transform) so ``diagnose`` can cache at each stage and ``--profile`` can label
+each one.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import multiprocessing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from .profiling import Labelled, LabelledCompose
+
+__all__ = ["PIPELINES", "Parts", "Pipeline", "PipelineConfig", "get_pipeline"]
+
+# JFIF 1.02 (ITU-T T.871) section 7, BT.601 full range: rows Y, U (Cb), V (Cr).
+YUV_MATRIX = (
+    (0.299, 0.587, 0.114),
+    (-0.16874, -0.33126, 0.5),
+    (0.5, -0.41869, -0.08131),
+)
+YUV_OFFSET = (0.0, 128.0, 128.0)
+CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)
+
+
+@dataclass
+class PipelineConfig:
+    """What every pipeline needs to build a loader."""
+
+    crop_size: int = 256
+    mask_ratio: float = 0.25
+    batch_size: int = 64
+    num_workers: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    seed: int = 0
+    multiprocessing_context: str | None = None
+    labelled: bool = False  # wrap every piece in record_function (for --profile)
+
+    @property
+    def pin_memory(self) -> bool:
+        return self.device.type == "cuda"
+
+    def mp_context(self):
+        if self.num_workers == 0 or self.multiprocessing_context is None:
+            return None
+        return multiprocessing.get_context(self.multiprocessing_context)
+
+
+@dataclass
+class Parts:
+    """A pipeline cut at its stages (used by ``diagnose`` and ``--profile``).
+
+    ``read(path)`` gives the raw input (encoded bytes); ``transform(raw)`` the processed
+    sample; ``collate(list of (sample, target))`` a host batch; ``to_device(batch)`` the
+    batch on the device (``.to()`` only); ``batch_transform(images)`` runs on the device
+    (``None`` for none); ``prefetch`` says whether the loop uses DevicePrefetcher.
+    """
+
+    read: Callable
+    transform: Callable
+    collate: Callable
+    to_device: Callable
+    batch_transform: Callable | None = None
+    prefetch: bool = False
+
+
+# ------------------------------------------------------------------------------------------
+# Reference transforms (plain PIL / torch / numpy / scipy, as users write them today)
+# ------------------------------------------------------------------------------------------
+
+
+def read_bytes(path) -> bytes:
+    """The whole file (what ``PIL.Image.open(path)`` reads anyway)."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_tensor(path) -> torch.Tensor:
+    """The whole file as a uint8 1-D tensor (fastprep's input to decoding transforms)."""
+    from fastprep.io import read_file
+
+    return read_file(path)
+
+
+class PILOpen(torch.nn.Module):
+    """Encoded bytes -> RGB ``PIL.Image`` (decodes the whole image)."""
+
+    def forward(self, data):
+        from PIL import Image
+
+        with Image.open(_io.BytesIO(data)) as im:
+            return im.convert("RGB")
+
+
+class ScipyRandomMask(torch.nn.Module):
+    """RandomMask with ``scipy.signal.convolve2d`` dilation (the DESIGN definition)."""
+
+    def __init__(self, ratio: float = 0.25):
+        super().__init__()
+        self.ratio = float(ratio)
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        from scipy.signal import convolve2d
+
+        mask = (torch.rand(img.shape[-2:]) < self.ratio).numpy()
+        dilated = convolve2d(mask, CROSS, mode="same") > 0
+        return img.masked_fill(torch.from_numpy(dilated), 0)
+
+
+class MatmulConvertColor(torch.nn.Module):
+    """RGB -> YUV (BT.601 full range) of ``[3, H, W]`` by a 3x3 matmul, float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("matrix", torch.tensor(YUV_MATRIX, dtype=torch.float32), persistent=False)
+        self.register_buffer("offset", torch.tensor(YUV_OFFSET, dtype=torch.float32), persistent=False)
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        c, h, w = img.shape
+        yuv = self.matrix @ img.float().reshape(c, h * w)
+        return (yuv + self.offset[:, None]).reshape(c, h, w)
+
+
+class DivideScale(torch.nn.Module):
+    """``x / 255`` as float32."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float() / 255
+
+
+class NumpyRandomMask(torch.nn.Module):
+    """RandomMask on uint8 with a numpy shift-and-OR dilation (hand-optimised reference)."""
+
+    def __init__(self, ratio: float = 0.25):
+        super().__init__()
+        self.ratio = float(ratio)
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        mask = (torch.rand(img.shape[-2:]) < self.ratio).numpy()
+        dil = mask.copy()
+        dil[1:] |= mask[:-1]
+        dil[:-1] |= mask[1:]
+        dil[:, 1:] |= mask[:, :-1]
+        dil[:, :-1] |= mask[:, 1:]
+        out = img.numpy()  # the freshly decoded crop: safe to modify in place
+        out[:, dil] = 0
+        return img
+
+
+class StackYuvScale:
+    """Collate uint8 samples, then YUV (3x3 matmul) and ``/ 255`` once per batch."""
+
+    def __init__(self):
+        self.matrix = torch.tensor(YUV_MATRIX, dtype=torch.float32) / 255
+        self.offset = torch.tensor(YUV_OFFSET, dtype=torch.float32) / 255
+
+    def __call__(self, batch):
+        images, targets = default_collate(batch)
+        n, c, h, w = images.shape
+        x = images.reshape(n, c, h * w).float()
+        yuv = torch.matmul(self.matrix, x).add_(self.offset[:, None])
+        return yuv.reshape(n, c, h, w), targets
+
+
+class ToDevice:
+    """Move an ``(images, targets)`` batch to ``device`` (non-blocking from pinned memory)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+    def __call__(self, batch):
+        images, targets = batch
+        if self.device.type == "cpu":
+            return images, targets
+        return images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+
+
+class YCbCrRandomMask(torch.nn.Module):
+    """RandomMask for a YCbCr image: masked pixels become (0, 128, 128), the YCbCr of RGB 0.
+
+    Same mask (same seed from torch's RNG, compiled kernel) as
+    ``fastprep.functional.apply_random_mask``.
+    """
+
+    def __init__(self, ratio: float = 0.25):
+        super().__init__()
+        self.ratio = float(ratio)
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        from fastprep import functional as F
+
+        seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+        out = torch.empty_like(img)
+        out[:1] = F.apply_random_mask(img[:1], self.ratio, fill=0, seed=seed)
+        out[1:] = F.apply_random_mask(img[1:], self.ratio, fill=128, seed=seed)
+        return out
+
+
+# ------------------------------------------------------------------------------------------
+# Datasets and loops shared by the pipelines
+# ------------------------------------------------------------------------------------------
+
+
+class SampleDataset(Dataset):
+    """``length`` samples cycling over ``items``: ``(transform(read(item)), target)``.
+
+    ``read=None`` means the items are already the raw inputs (cached bytes).
+    """
+
+    def __init__(self, items: Sequence, targets: Sequence[int], read: Callable | None, transform: Callable,
+                 length: int | None = None):
+        if len(items) != len(targets) or not items:
+            raise ValueError(f"need one target per item and at least one item, got {len(items)} items, "
+                             f"{len(targets)} targets")
+        self.items, self.targets = list(items), [int(t) for t in targets]
+        self.read, self.transform = read, transform
+        self.length = len(self.items) if length is None else int(length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        i = index % len(self.items)
+        raw = self.items[i] if self.read is None else self.read(self.items[i])
+        return self.transform(raw), self.targets[i]
+
+
+class FixedSampleDataset(Dataset):
+    """The same processed sample ``length`` times (diagnose rung 3)."""
+
+    def __init__(self, sample: torch.Tensor, target: int, length: int):
+        self.sample, self.target, self.length = sample, int(target), int(length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        return self.sample, self.target
+
+
+class DeviceLoop:
+    """``for images, targets in loader: images.to(device)`` -- the plain training-loop copy,
+    with an optional batch transform after it."""
+
+    def __init__(self, loader, to_device: Callable, batch_transform: Callable | None = None):
+        self.loader, self.to_device, self.batch_transform = loader, to_device, batch_transform
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            images, targets = self.to_device(batch)
+            if self.batch_transform is not None:
+                images = self.batch_transform(images)
+            yield images, targets
+
+
+def data_loader(dataset: Dataset, collate: Callable, cfg: PipelineConfig) -> DataLoader:
+    """The DataLoader every pipeline uses: shuffled with a seeded generator, full batches."""
+    kwargs = {}
+    if cfg.num_workers > 0:
+        kwargs["multiprocessing_context"] = cfg.mp_context()
+    return DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers,
+                      collate_fn=collate, pin_memory=cfg.pin_memory, drop_last=True,
+                      generator=torch.Generator().manual_seed(cfg.seed), **kwargs)
+
+
+def device_iterable(loader, parts: Parts, cfg: PipelineConfig):
+    """Wrap a host loader so it yields device batches as the pipeline does."""
+    if parts.prefetch:
+        from fastprep.data import DevicePrefetcher
+
+        return DevicePrefetcher(loader, cfg.device, batch_transform=parts.batch_transform)
+    return DeviceLoop(loader, parts.to_device, parts.batch_transform)
+
+
+def _maybe_label(parts: Parts, cfg: PipelineConfig, names: Sequence[str], steps: Sequence[Callable]) -> Parts:
+    if cfg.labelled:
+        parts.transform = LabelledCompose(steps, names)
+        parts.read = Labelled(parts.read, "read_file")
+        parts.collate = Labelled(parts.collate, "collate")
+        parts.to_device = Labelled(parts.to_device, "h2d_copy")
+        if parts.batch_transform is not None:
+            parts.batch_transform = Labelled(parts.batch_transform, "batch_transform")
+    else:
+        parts.transform = _Chain(steps)
+    return parts
+
+
+class _Chain(torch.nn.Module):
+    """Plain compose (no labels)."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = list(steps)
+
+    def forward(self, x):
+        for s in self.steps:
+            x = s(x)
+        return x
+
+
+# ------------------------------------------------------------------------------------------
+# Pipelines
+# ------------------------------------------------------------------------------------------
+
+
+class Pipeline:
+    """A named way to get device batches from files."""
+
+    name = ""
+    summary = ""
+
+    def unavailable(self) -> str | None:
+        """Why this pipeline cannot run here, or ``None``."""
+        return None
+
+    def parts(self, cfg: PipelineConfig) -> Parts:
+        raise NotImplementedError
+
+    def loader(self, files: Sequence[str], targets: Sequence[int], length: int, cfg: PipelineConfig):
+        """An iterable of ``length // batch_size`` device batches drawn from ``files``."""
+        parts = self.parts(cfg)
+        dataset = SampleDataset(files, targets, parts.read, parts.transform, length)
+        return device_iterable(data_loader(dataset, parts.collate, cfg), parts, cfg)
+
+
+class Reference(Pipeline):
+    name = "reference"
+    summary = "PIL decode + RandomCrop + scipy mask + matmul YUV + /255 per sample, default_collate"
+
+    def unavailable(self):
+        try:
+            import PIL  # noqa: F401
+            import scipy.signal  # noqa: F401
+            import torchvision  # noqa: F401
+        except ImportError as e:
+            return f"needs Pillow, scipy and torchvision ({e})"
+        return None
+
+    def parts(self, cfg):
+        from torchvision import transforms as T
+
+        steps = [PILOpen(), T.PILToTensor(), T.RandomCrop(cfg.crop_size, pad_if_needed=True),
+                 ScipyRandomMask(cfg.mask_ratio), MatmulConvertColor(), DivideScale()]
+        names = ["PILOpen", "PILToTensor", "RandomCrop", "RandomMask(scipy)", "ConvertColor(matmul)", "Scale"]
+        parts = Parts(read_bytes, None, default_collate, ToDevice(cfg.device))
+        return _maybe_label(parts, cfg, names, steps)
+
+
+class ReferenceOptimized(Pipeline):
+    name = "reference-optimized"
+    summary = "ROI decode op + numpy mask per sample, YUV+scale per batch in collate (float32 IPC)"
+
+    def parts(self, cfg):
+        from fastprep.io import ImageReadMode  # noqa: F401  (ROI decode op loaded)
+        from fastprep._decode_transforms import DecodeRandomCrop
+
+        steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True), NumpyRandomMask(cfg.mask_ratio)]
+        names = ["DecodeRandomCrop", "RandomMask(numpy)"]
+        parts = Parts(read_tensor, None, StackYuvScale(), ToDevice(cfg.device))
+        return _maybe_label(parts, cfg, names, steps)
+
+
+def _fastprep_missing(*names: str) -> str | None:
+    import importlib
+
+    for mod in names:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            return f"{mod} is not available yet ({e})"
+    return None
+
+
+def _fastprep_steps(cfg: PipelineConfig) -> list:
+    """make_loader's per-sample steps: DecodeRandomCrop(pad_if_needed) then uint8 RandomMask."""
+    from fastprep import data as D
+    from fastprep.transforms import DecodeRandomCrop, RandomMask
+
+    steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True)]
+    if cfg.mask_ratio:
+        steps.append(RandomMask(cfg.mask_ratio))
+        warm = getattr(D, "warm_up_kernels", None)  # compile once before workers fork
+        if warm is not None:
+            warm()
+    return steps
+
+
+class Fastprep(Pipeline):
+    name = "fastprep"
+    summary = "fastprep.data.make_loader: ROI decode + compiled uint8 mask, uint8 collate, prefetcher, device YUV+scale"
+
+    def unavailable(self):
+        return _fastprep_missing("fastprep.data", "fastprep.transforms")
+
+    def parts(self, cfg):
+        from fastprep import data as D
+
+        steps = _fastprep_steps(cfg)
+        names = ["DecodeRandomCrop", "RandomMask"][:len(steps)]
+        parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchYuvScale(), prefetch=True)
+        return _maybe_label(parts, cfg, names, steps)
+
+    def loader(self, files, targets, length, cfg):
+        if cfg.labelled:
+            return super().loader(files, targets, length, cfg)
+        from fastprep import data as D
+
+        tf = _Chain(_fastprep_steps(cfg))
+        reps = -(-length // len(files))
+        dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length], transform=tf)
+        return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
+                             shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
+                             multiprocessing_context=cfg.mp_context())
+
+
+class FastprepYCbCr(Pipeline):
+    name = "fastprep-ycbcr"
+    summary = "as fastprep, decoding straight to YCbCr (mask fill 0,128,128), device /255 only"
+
+    def unavailable(self):
+        missing = _fastprep_missing("fastprep.data", "fastprep.functional")
+        if missing:
+            return missing
+        from fastprep import functional as F
+        from fastprep import io as fio
+
+        if not hasattr(fio.ImageReadMode, "YCbCr"):
+            return "fastprep.io has no direct YCbCr decode"
+        if not hasattr(F, "apply_random_mask"):
+            return "fastprep.functional.apply_random_mask is missing"
+        return None
+
+    def parts(self, cfg):
+        from fastprep import data as D
+        from fastprep._decode_transforms import DecodeRandomCrop
+
+        steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True, mode="YCbCr")]
+        names = ["DecodeRandomCrop(YCbCr)"]
+        if cfg.mask_ratio:
+            steps.append(YCbCrRandomMask(cfg.mask_ratio))
+            names.append("RandomMask(YCbCr)")
+        parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchScale(), prefetch=True)
+        return _maybe_label(parts, cfg, names, steps)
+
+
+PIPELINES: dict[str, Pipeline] = {p.name: p for p in (Reference(), ReferenceOptimized(), Fastprep(),
+                                                       FastprepYCbCr())}
+
+
+def get_pipeline(name: str) -> Pipeline:
+    try:
+        return PIPELINES[name]
+    except KeyError:
+        raise ValueError(f"unknown pipeline {name!r}; choose from {', '.join(PIPELINES)}") from None

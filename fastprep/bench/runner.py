@@ -1,0 +1,178 @@
+"""Run one pipeline x workers configuration against a trainer and measure it.
+
+The measured window starts after the warm-up steps and ends when the device has
+finished the last step. Within it:
+
+* ``samples_per_s`` / ``steps_per_s``: measured steps (times batch size) over the window.
+  (A throughput over the window, not a median of per-step periods: with several workers
+  batches arrive in bursts, and the median period would overstate the rate.)
+* ``data_wait_fraction``: time the training loop spent blocked in ``next()`` on the loader,
+  over the window.
+* ``starvation_fraction``: time the device was idle, over the window -- the GPU starvation
+  figure (simulated accelerator: exact; CUDA: from events around each step; CPU: equal to
+  the data wait, as the step is synchronous).
+* ``data_wait_ms_median`` / ``step_period_ms_median``: medians over the measured steps.
+* ``time_to_first_batch_s``: from creating the iterator (workers start) to the first batch.
+* ``worker_cpu_cores`` / ``main_cpu_cores``: CPU seconds per second of window used by the
+  loader's worker processes and by this process (Linux ``/proc``; ``None`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+__all__ = ["ConfigResult", "check_batch", "measure"]
+
+
+@dataclass
+class ConfigResult:
+    pipeline: str
+    workers: int
+    batch_size: int
+    steps: int
+    warmup: int
+    samples_per_s: float | None = None
+    steps_per_s: float | None = None
+    data_wait_fraction: float | None = None
+    starvation_fraction: float | None = None
+    time_to_first_batch_s: float | None = None
+    data_wait_ms_median: float | None = None
+    step_period_ms_median: float | None = None
+    window_s: float | None = None
+    worker_cpu_cores: float | None = None
+    main_cpu_cores: float | None = None
+    speedup_vs_reference: float | None = None
+    skipped: str | None = None
+    error: str | None = None
+    trainer_metrics: dict | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
+
+
+def children_cpu_seconds(parent: int | None = None) -> dict[int, float] | None:
+    """``{pid: user+system CPU seconds}`` of the live child processes (Linux), else None."""
+    parent = os.getpid() if parent is None else parent
+    if not os.path.isdir("/proc/self"):
+        return None
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                raw = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2:].split()  # after "pid (comm) "
+        if len(fields) > 12 and int(fields[1]) == parent:
+            out[int(entry)] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def _cpu_delta(before: dict | None, after: dict | None) -> float | None:
+    if before is None or after is None:
+        return None
+    return sum(after[p] - before.get(p, 0.0) for p in after)
+
+
+def check_batch(images, targets, batch_size: int, crop: int, device: torch.device) -> None:
+    """Every pipeline must deliver float32 ``[N, 3, crop, crop]`` on the device, values in
+    about [0, 1], and int64 targets."""
+    if not isinstance(images, torch.Tensor) or images.dtype != torch.float32:
+        raise TypeError(f"pipeline produced {getattr(images, 'dtype', type(images).__name__)} images, "
+                        "expected float32")
+    if tuple(images.shape) != (batch_size, 3, crop, crop):
+        raise ValueError(f"pipeline produced images of shape {tuple(images.shape)}, "
+                         f"expected {(batch_size, 3, crop, crop)}")
+    if images.device.type != device.type:
+        raise ValueError(f"pipeline produced images on {images.device}, expected {device}")
+    if targets.dtype != torch.int64 or targets.shape != (batch_size,):
+        raise ValueError(f"pipeline produced targets {targets.dtype} {tuple(targets.shape)}, expected int64 "
+                         f"({batch_size},)")
+    lo, hi = float(images.min()), float(images.max())
+    if lo < -1e-3 or hi > 1 + 1e-3:
+        raise ValueError(f"pipeline produced values in [{lo:.3f}, {hi:.3f}], expected [0, 1]")
+
+
+def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup: int, result: ConfigResult,
+            crop: int | None = None, on_step: Callable[[], None] | None = None,
+            check_syncs: bool = False) -> ConfigResult:
+    """Run ``warmup + steps`` steps of ``trainer`` on batches from ``make_iterable()`` and
+    fill ``result`` (see the module doc for the figures)."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    waits, starts = [], []
+    t_create = time.perf_counter()
+    iterable = make_iterable()
+    it = iter(iterable)
+    sync_guard = contextlib.nullcontext()
+    try:
+        for k in range(warmup + steps):
+            if k == warmup:
+                trainer.begin_window()
+                t0 = time.perf_counter()
+                cpu0, main0 = children_cpu_seconds(), time.process_time()
+                if check_syncs and trainer.device.type == "cuda":
+                    sync_guard = _sync_debug_error()
+                    sync_guard.__enter__()
+            a = time.perf_counter()
+            try:
+                images, targets = next(it)
+            except StopIteration:
+                raise RuntimeError(f"the loader ran out after {k} batches; it must yield {warmup + steps}") from None
+            b = time.perf_counter()
+            if k == 0:
+                result.time_to_first_batch_s = b - t_create
+                if crop is not None:
+                    check_batch(images, targets, result.batch_size, crop, trainer.device)
+            trainer.step(images, targets)
+            del images, targets
+            if k >= warmup:
+                waits.append(b - a)
+                starts.append(a)
+            if on_step is not None:
+                on_step()
+        busy, t_end = trainer.end_window()
+        cpu1, main1 = children_cpu_seconds(), time.process_time()
+    finally:
+        sync_guard.__exit__(None, None, None)
+        del it, iterable  # shut the workers down now
+    window = max(t_end - t0, 1e-9)
+    result.window_s = window
+    result.steps_per_s = steps / window
+    result.samples_per_s = steps * result.batch_size / window
+    result.data_wait_fraction = min(1.0, sum(waits) / window)
+    result.starvation_fraction = min(1.0, max(0.0, 1.0 - busy / window))
+    result.data_wait_ms_median = statistics.median(waits) * 1e3
+    periods = [y - x for x, y in zip(starts, starts[1:])] or [window]
+    result.step_period_ms_median = statistics.median(periods) * 1e3
+    workers = _cpu_delta(cpu0, cpu1)
+    result.worker_cpu_cores = None if workers is None or result.workers == 0 else workers / window
+    result.main_cpu_cores = (main1 - main0) / window
+    result.trainer_metrics = trainer.metrics() or None
+    return result
+
+
+@contextlib.contextmanager
+def _sync_debug_error_cm():
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+
+
+def _sync_debug_error():
+    return _sync_debug_error_cm()
