@@ -274,7 +274,30 @@ class TestBatchTransforms:
         x = torch.randint(0, 256, (4, 3, 17, 11), dtype=torch.uint8)
         torch.testing.assert_close(D.BatchYuvScale()(x.cuda()).cpu(), D.BatchYuvScale()(x), rtol=0, atol=1e-5)
 
+    def test_buffer_reuse_never_overwrites_a_live_batch(self):
+        f = D.BatchYuvScale(num_threads=1)
+        x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+        y = torch.zeros_like(x)
+        a = f(x)
+        ptr = a.data_ptr()
+        view = a[1, 0]
+        del a
+        b = f(y)  # the view still holds a's storage: a new buffer
+        assert b.data_ptr() != ptr
+        torch.testing.assert_close(view, D.BatchYuvScale()(x)[1, 0], rtol=0, atol=0)
+        del view
+        c = f(x)  # now a's buffer is free again
+        assert c.data_ptr() == ptr
+        assert torch.equal(b, D.BatchYuvScale(reuse_buffers=0)(y))
+        kept = [f(x) for _ in range(5)]  # more live batches than the pool holds: all distinct
+        assert len({t.data_ptr() for t in kept + [b, c]}) == 7
+        assert all(torch.equal(t, c) for t in kept)
+        g = pickle.loads(pickle.dumps(f))
+        assert torch.equal(g(x), c)
+
     def test_errors(self):
+        with pytest.raises(ValueError, match="num_threads must be"):
+            D.BatchYuvScale(num_threads=0)
         with pytest.raises(ValueError, match=r"\[N, 3, H, W\], got shape \(3, 4, 4\)"):
             D.BatchYuvScale()(torch.zeros((3, 4, 4), dtype=torch.uint8))
         with pytest.raises(ValueError, match="dtype must be"):
