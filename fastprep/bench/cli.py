@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "every transform, collate, H2D copy and train step labelled) under DIR")
     p.add_argument("--profile-steps", type=_positive(int), default=4, help="steps recorded by --profile")
     p.add_argument("--itt", action="store_true", help="emit the same labelled ranges through torch.profiler.itt "
-                   "(Intel VTune) while benchmarking, when available")
+                   "(Intel VTune): a labelled pass per pipeline as --profile does, when available")
     p.add_argument("--check-syncs", action="store_true", help="CUDA only: fail on any host-device synchronisation "
                    "during the measured steps (torch.cuda.set_sync_debug_mode('error'))")
     return p
@@ -167,7 +167,7 @@ def run(args) -> int:
 
     from . import report
     from .pipelines import PipelineConfig, get_pipeline
-    from .profiling import itt_available, itt_ranges
+    from .profiling import itt_available
     from .runner import ConfigResult, measure
     from .trainer import make_trainer
 
@@ -206,31 +206,30 @@ def run(args) -> int:
     results = []
     failed = False
     length = (args.warmup + args.steps) * args.batch_size
-    with itt_ranges(args.itt):
-        for pipe, w, reason in configs:
-            res = ConfigResult(pipe.name, w, args.batch_size, args.steps, args.warmup)
-            if reason:
-                res.skipped = reason
-                results.append(res.as_dict())
-                continue
-            bar.set_description(f"{pipe.name}, {w} workers")
-            cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
-                                 num_workers=w, device=probe.device, seed=args.seed,
-                                 multiprocessing_context=args.mp_context)
-            trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
-            torch.manual_seed(args.seed)
-            done_before = bar.n
-            try:
-                measure(lambda: pipe.loader(data.files, data.targets, length, cfg), trainer, steps=args.steps,
-                        warmup=args.warmup, result=res, crop=args.crop_size, on_step=bar.update,
-                        check_syncs=args.check_syncs)
-            except Exception as e:  # noqa: BLE001 - report it, run the rest, exit non-zero
-                failed = True
-                res.error = f"{type(e).__name__}: {e}"
-                bar.clear()
-                print(f"{pipe.name} with {w} workers failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-                bar.update(args.warmup + args.steps - (bar.n - done_before))
+    for pipe, w, reason in configs:
+        res = ConfigResult(pipe.name, w, args.batch_size, args.steps, args.warmup)
+        if reason:
+            res.skipped = reason
             results.append(res.as_dict())
+            continue
+        bar.set_description(f"{pipe.name}, {w} workers")
+        cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
+                             num_workers=w, device=probe.device, seed=args.seed,
+                             multiprocessing_context=args.mp_context)
+        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+        torch.manual_seed(args.seed)
+        done_before = bar.n
+        try:
+            measure(lambda: pipe.loader(data.files, data.targets, length, cfg), trainer, steps=args.steps,
+                    warmup=args.warmup, result=res, crop=args.crop_size, on_step=bar.update,
+                    check_syncs=args.check_syncs)
+        except Exception as e:  # noqa: BLE001 - report it, run the rest, exit non-zero
+            failed = True
+            res.error = f"{type(e).__name__}: {e}"
+            bar.clear()
+            print(f"{pipe.name} with {w} workers failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            bar.update(args.warmup + args.steps - (bar.n - done_before))
+        results.append(res.as_dict())
     bar.close()
 
     refs = {r["workers"]: r["samples_per_s"] for r in results if r["pipeline"] == "reference" and r["samples_per_s"]}
@@ -250,14 +249,14 @@ def run(args) -> int:
             f"{p} {r['samples_per_s'] / ref:.2f}x ({r['workers']} workers)" for p, r in best.items()
             if p != "reference"))
 
-    if args.profile:
+    if args.profile or args.itt:
         from .profiling import profile_pipelines
 
-        paths = profile_pipelines(args, data, [p for p, w, r in configs if not r and w == args.workers[0]]
-                                  or [get_pipeline(n) for n in args.pipelines if not get_pipeline(n).unavailable()],
-                                  make_trainer)
-        for p in paths:
-            print(f"Profile trace: {p}")
+        runnable = list(dict.fromkeys(p for p, _, reason in configs if not reason))
+        print(f"Profiling {', '.join(p.name for p in runnable)} ({args.profile_steps} labelled steps each, 0 workers)"
+              + (", emitting ITT ranges" if args.itt else ""), flush=True)
+        for path in profile_pipelines(args, data, runnable, make_trainer):
+            print(f"Profile trace: {path}")
 
     elapsed = time.perf_counter() - started
     out = {

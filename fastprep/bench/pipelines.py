@@ -296,8 +296,12 @@ def data_loader(dataset: Dataset, collate: Callable, cfg: PipelineConfig) -> Dat
 
 
 def device_iterable(loader, parts: Parts, cfg: PipelineConfig):
-    """Wrap a host loader so it yields device batches as the pipeline does."""
-    if parts.prefetch:
+    """Wrap a host loader so it yields device batches as the pipeline does.
+
+    With ``cfg.labelled`` the plain loop replaces DevicePrefetcher so the H2D copy gets its
+    own label (the prefetcher's copy happens inside it); on the CPU the two are the same.
+    """
+    if parts.prefetch and not cfg.labelled:
         from fastprep.data import DevicePrefetcher
 
         return DevicePrefetcher(loader, cfg.device, batch_transform=parts.batch_transform)

@@ -111,3 +111,49 @@ def trace_path(directory: str | os.PathLike, pipeline: str) -> str:
     sub = os.path.join(os.fspath(directory), pipeline)
     os.makedirs(sub, exist_ok=True)
     return os.path.join(sub, f"{socket.gethostname()}_{os.getpid()}.pt.trace.json")
+
+
+def _labelled_steps(pipe, data, cfg, trainer, steps: int, warmup: int = 1) -> None:
+    """Run ``warmup + steps`` labelled steps in this process (workers=0)."""
+    length = (warmup + steps) * cfg.batch_size
+    it = iter(pipe.loader(data.files, data.targets, length, cfg))
+    try:
+        for _ in range(warmup + steps):
+            with record_function("data_wait"):
+                images, targets = next(it)
+            with record_function("train_step"):
+                trainer.step(images, targets)
+        trainer.begin_window()
+        trainer.end_window()  # wait for the device to finish the last step
+    finally:
+        del it
+
+
+def profile_pipelines(args, data, pipelines, make_trainer) -> list[str]:
+    """``--profile DIR`` / ``--itt``: per pipeline, a few steps with ``num_workers=0`` and every
+    piece labelled (read_file, each transform, collate, h2d_copy, batch_transform,
+    data_wait, train_step), recorded by torch.profiler into ``DIR/<pipeline>/`` and/or
+    emitted as ITT ranges. Returns the trace paths written."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .pipelines import PipelineConfig
+
+    paths = []
+    for pipe in pipelines:
+        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+        cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
+                             num_workers=0, device=trainer.device, seed=args.seed, labelled=True)
+        torch.manual_seed(args.seed)
+        if getattr(args, "itt", False):
+            with itt_ranges(True):
+                _labelled_steps(pipe, data, cfg, trainer, args.profile_steps)
+        if getattr(args, "profile", None):
+            activities = [ProfilerActivity.CPU]
+            if trainer.device.type == "cuda":
+                activities.append(ProfilerActivity.CUDA)
+            with profile(activities=activities) as prof:
+                _labelled_steps(pipe, data, cfg, trainer, args.profile_steps)
+            path = trace_path(args.profile, pipe.name)
+            prof.export_chrome_trace(path)
+            paths.append(path)
+    return paths
