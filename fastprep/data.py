@@ -540,18 +540,20 @@ class DevicePrefetcher:
         return staged, event
 
     def _iter_cuda(self, it):
-        with torch.cuda.device(self.device):
-            stream = torch.cuda.Stream(self.device)
-            nxt = self._next(it, stream)
-            while nxt is not _END:
-                staged, event = nxt
-                nxt = self._next(it, stream)  # issue the next copy before handing this one out
-                consumer = torch.cuda.current_stream(self.device)
-                consumer.wait_event(event)
-                for t in _tensors(staged):
-                    if t.device.type == "cuda":
-                        t.record_stream(consumer)
-                yield staged
+        # No device context held across ``yield``: the consumer's current device is its own.
+        stream = torch.cuda.Stream(self.device)
+        nxt = self._next(it, stream)
+        while nxt is not _END:
+            staged, event = nxt
+            nxt = self._next(it, stream)  # issue the next copy before handing this one out
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(event)
+            for t in _tensors(staged):
+                if t.device.type == "cuda":
+                    # allocated on the side stream, used on the consumer's: keep the
+                    # allocator from reusing the memory before the consumer's work is done
+                    t.record_stream(consumer)
+            yield staged
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, batch_transform={self.batch_transform!r})"
