@@ -1,1 +1,13 @@
-"""``python -m fastprep.bench``: input-pipeline benchmark and bottleneck finder."""
+"""``python -m fastprep.bench``: input-pipeline benchmark and bottleneck finder.
+
+Run ``python -m fastprep.bench`` for the table (reference, reference-optimized, fastprep,
+fastprep-ycbcr x DataLoader workers, fed to a toy CNN or a simulated accelerator),
+``python -m fastprep.bench diagnose`` for the caching ladder, and ``--help`` for options.
+
+Modules: :mod:`~fastprep.bench.cli` (command line), :mod:`~fastprep.bench.dataset`
+(built-in cached JPEGs, user folders), :mod:`~fastprep.bench.pipelines`,
+:mod:`~fastprep.bench.trainer` (ToyNet, SimulatedAccelerator), :mod:`~fastprep.bench.runner`
+(measurement), :mod:`~fastprep.bench.diagnose`, :mod:`~fastprep.bench.profiling`
+(:class:`~fastprep.bench.profiling.LabelledCompose` for your own traces),
+:mod:`~fastprep.bench.report`, :mod:`~fastprep.bench.synthetic` (photo-like images).
+"""
