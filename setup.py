@@ -79,9 +79,34 @@ def _openmp_flags():
     return ["-fopenmp"], ["-fopenmp"]
 
 
+def _build_ext_class():
+    """torch's BuildExtension for the C++ op; plain setuptools for the Cython modules.
+
+    BuildExtension compiles every source with the C++ compiler and adds C++-only flags,
+    which breaks Cython's C output, so only ``fastprep._C`` goes through it.
+    """
+    from setuptools.command.build_ext import build_ext as plain_build_ext
+    from torch.utils.cpp_extension import BuildExtension
+
+    class build_ext(BuildExtension.with_options(use_ninja=True)):
+        def build_extensions(self):
+            all_exts = self.extensions
+            torch_exts = [e for e in all_exts if e.name == "fastprep._C"]
+            for ext in all_exts:
+                if ext not in torch_exts:
+                    plain_build_ext.build_extension(self, ext)
+            self.extensions = torch_exts
+            try:
+                super().build_extensions()
+            finally:
+                self.extensions = all_exts
+
+    return build_ext
+
+
 def main():
     from Cython.Build import cythonize
-    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    from torch.utils.cpp_extension import CppExtension
 
     include_dirs, library_dirs, version = _find_libjpeg()
     omp_compile, omp_link = _openmp_flags()
@@ -112,7 +137,7 @@ def main():
                              "cdivision": True, "initializedcheck": False},
         quiet=True,
     )
-    setup(ext_modules=[cpp_ext] + cython_exts, cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})
+    setup(ext_modules=[cpp_ext] + cython_exts, cmdclass={"build_ext": _build_ext_class()})
 
 
 if __name__ == "__main__":
