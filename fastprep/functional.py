@@ -30,6 +30,8 @@ import numbers
 import numpy as np
 import torch
 
+from ._kernels import _color
+
 __all__ = [
     "random_mask",
     "dilate4",
@@ -47,13 +49,15 @@ MASK_PROBABILITY_RESOLUTION = 2.0**-16
 ``2**-17`` (7.7e-6) of ``ratio``, exactly ``ratio`` for multiples of ``2**-16`` such as
 0, 0.25, 0.5 and 1."""
 
-_SUPPORTED = (np.dtype(np.uint8), np.dtype(np.float32))
+_F32 = np.dtype(np.float32)
+_SUPPORTED = (np.dtype(np.uint8), _F32)
 _MASK_DTYPES = (np.dtype(np.bool_), np.dtype(np.uint8))
 _TORCH_DTYPE = {
     np.dtype(np.uint8): torch.uint8,
     np.dtype(np.float32): torch.float32,
     np.dtype(np.bool_): torch.bool,
 }
+_TORCH_DTYPES = {dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES)}
 _mask_module = None
 
 
@@ -69,8 +73,6 @@ def _mask_kernels():
 
 
 def _color_kernels():
-    from ._kernels import _color
-
     return _color
 
 
@@ -111,11 +113,15 @@ def _draw_seed(generator, seed):
 def _to_numpy(img, name="img", dtypes=_SUPPORTED):
     """(numpy view, is_tensor) of a CPU tensor or ndarray whose dtype is in ``dtypes``."""
     if isinstance(img, torch.Tensor):
+        if img.dtype not in _TORCH_DTYPES[dtypes]:
+            raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
         if img.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU, got device {img.device}")
-        if img.dtype not in [_TORCH_DTYPE[d] for d in dtypes]:
-            raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
-        return img.detach().as_subclass(torch.Tensor).numpy(), True
+        if img.requires_grad:
+            img = img.detach()
+        if type(img) is not torch.Tensor:
+            img = img.as_subclass(torch.Tensor)
+        return img.numpy(), True
     if isinstance(img, np.ndarray):
         if img.dtype not in dtypes:
             raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
@@ -137,14 +143,15 @@ def _image4d(img, channels=None, name="img"):
             f"{name} must have {channels} channels at dim -3 (RGB), got shape {tuple(arr.shape)}"
         )
     shape = arr.shape
-    arr4 = arr.reshape((1,) + shape) if arr.ndim == 3 else arr
-    return np.ascontiguousarray(arr4), shape, is_tensor
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return (arr.reshape((1,) + shape) if arr.ndim == 3 else arr), shape, is_tensor
 
 
 def _new(shape, dtype, is_tensor):
     """Output of the caller's type and its numpy view."""
     if is_tensor:
-        t = torch.empty(shape, dtype=_TORCH_DTYPE[np.dtype(dtype)])
+        t = torch.empty(shape, dtype=_TORCH_DTYPE[dtype])
         return t, t.numpy()
     a = np.empty(shape, dtype=dtype)
     return a, a
@@ -293,7 +300,7 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
 
 def _yuv(validated, gain, out_dtype=None, mask_args=None):
     arr, shape, is_tensor = validated
-    out, out_np = _new(shape, np.float32, is_tensor)
+    out, out_np = _new(shape, _F32, is_tensor)
     if arr.size and mask_args is None:
         n = arr.shape[0]
         _color_kernels().yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, _num_threads())
@@ -354,7 +361,7 @@ def scale(img):
     """
     arr, is_tensor = _to_numpy(img)
     src = np.ascontiguousarray(arr).reshape(-1)
-    out, out_np = _new(arr.shape, np.float32, is_tensor)
+    out, out_np = _new(arr.shape, _F32, is_tensor)
     _color_kernels().scale(src, out_np.reshape(-1), _num_threads())
     return out
 
