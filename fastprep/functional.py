@@ -72,10 +72,6 @@ def _mask_kernels():
     return _mask_module
 
 
-def _color_kernels():
-    return _color
-
-
 def _num_threads():
     # torch sets 1 inside DataLoader workers; the Cython kernels then skip OpenMP.
     return max(1, torch.get_num_threads())
@@ -303,12 +299,12 @@ def _yuv(validated, gain, out_dtype=None, mask_args=None):
     out, out_np = _new(shape, _F32, is_tensor)
     if arr.size and mask_args is None:
         n = arr.shape[0]
-        _color_kernels().yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, _num_threads())
+        _color.yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, _num_threads())
     elif arr.size:
         m, f, s = mask_args
         buf, buf64 = _scratch_mask(shape[-2], shape[-1])
         _mask_kernels().random_dilated_mask(s, m, shape[-2], shape[-1], buf64)
-        _color_kernels().mask_yuv(arr, buf, out_np.reshape(arr.shape), float(f), gain, _num_threads())
+        _color.mask_yuv(arr, buf, out_np.reshape(arr.shape), float(f), gain, _num_threads())
     return _cast(out, out_dtype, is_tensor)
 
 
@@ -362,7 +358,7 @@ def scale(img):
     arr, is_tensor = _to_numpy(img)
     src = np.ascontiguousarray(arr).reshape(-1)
     out, out_np = _new(arr.shape, _F32, is_tensor)
-    _color_kernels().scale(src, out_np.reshape(-1), _num_threads())
+    _color.scale(src, out_np.reshape(-1), _num_threads())
     return out
 
 

@@ -80,17 +80,13 @@ def random_bits(seed, m, height, width):
             else:
                 for i in range(n):
                     flat[i] &= _mix(base + np.uint64(i + 1) * _GOLDEN)
-    tail = width % 64
-    if tail and n:
-        keep = (_ONE << np.uint64(tail)) - _ONE
-        for r in range(height):
-            words[r, nw - 1] &= keep
+    _trim(words, width)
     return words
 
 
 @njit(nogil=True, cache=True)
-def dilate_bits(words):
-    """4-neighbour (cross) dilation of a packed mask, zero padding outside."""
+def dilate_bits(words, width):
+    """4-neighbour (cross) dilation of a packed mask of ``width`` columns, zero padding."""
     height, nw = words.shape
     out = np.empty_like(words)
     for r in range(height):
@@ -109,11 +105,13 @@ def dilate_bits(words):
             if r + 1 < height:
                 v |= words[r + 1, w]
             out[r, w] = v
+    _trim(out, width)  # << 1 may have set column `width`
     return out
 
 
 @njit(nogil=True, cache=True)
 def _trim(words, width):
+    """Clear the bits past column ``width`` in the last word of every row."""
     tail = width % 64
     if tail:
         nw = words.shape[1]
@@ -137,9 +135,7 @@ def unpack_bits(words, out64):
 def random_dilated_mask(seed, m, height, width, out64):
     """Random mask, cross-dilated, unpacked into ``out64`` (see :func:`unpack_bits`)."""
     words = random_bits(seed, m, height, width)
-    dil = dilate_bits(words)
-    _trim(dil, width)
-    unpack_bits(dil, out64)
+    unpack_bits(dilate_bits(words, width), out64)
 
 
 @njit(nogil=True, cache=True)
