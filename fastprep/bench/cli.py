@@ -76,6 +76,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--step-ms", type=float, default=None,
                    help="simulated accelerator's time per batch (default: the toy CNN's FLOPs at an assumed "
                         "6 TFLOP/s mid-range GPU; 49 ms for batch 64 at 256x256)")
+    g.add_argument("--threads", type=_positive(int), default=None,
+                   help="torch threads in this (the training) process; default 1 with the simulated accelerator "
+                        "(like DataLoader workers; tiny multithreaded ops only contend with the workers), "
+                        "torch's default otherwise")
     g = p.add_argument_group("measurement")
     g.add_argument("--steps", type=_positive(int), help=f"measured steps per configuration (default "
                    f"{DEFAULTS['steps']}, --quick {QUICK['steps']})")
@@ -138,6 +142,14 @@ def _resolve(args) -> None:
         args.pipelines = list(PIPELINES)
 
 
+def _set_threads(args, trainer) -> None:
+    import torch
+
+    threads = args.threads if args.threads is not None else (1 if trainer.simulated else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
 def _load_data(args):
     from .dataset import builtin_dataset, folder_dataset
 
@@ -185,6 +197,7 @@ def run(args) -> int:
     data = _load_data(args)
     probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
     device_name = "sim" if probe.simulated else str(probe.device)
+    _set_threads(args, probe)
     print(f"Data: {data.description}")
     print(_trainer_line(probe, args))
     capacity = args.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
@@ -260,14 +273,15 @@ def run(args) -> int:
 
     elapsed = time.perf_counter() - started
     out = {
-        "command": "python -m fastprep.bench " + " ".join(sys.argv[1:]) if sys.argv else "",
+        "command": " ".join(["python -m fastprep.bench", *args.argv]),
         "settings": {"data": data.description, "data_root": data.root, "num_images": len(data.files),
                      "batch_size": args.batch_size, "crop_size": args.crop_size, "mask_ratio": args.mask_ratio,
                      "steps": args.steps, "warmup": args.warmup, "workers": args.workers,
                      "pipelines": args.pipelines, "device": device_name,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,
                      "accelerator_capacity_samples_per_s": capacity, "seed": args.seed,
-                     "mp_context": args.mp_context, "quick": args.quick},
+                     "mp_context": args.mp_context, "quick": args.quick,
+                     "main_process_threads": torch.get_num_threads()},
         "machine": report.machine_info(str(probe.device)),
         "results": results,
         "diagnosis": diag,
@@ -303,7 +317,7 @@ def run_diagnose(args) -> int:
         print(line)
     elapsed = time.perf_counter() - started
     if args.json:
-        report.write_json(args.json, {"command": "python -m fastprep.bench " + " ".join(sys.argv[1:]),
+        report.write_json(args.json, {"command": " ".join(["python -m fastprep.bench", *args.argv]),
                                       "machine": report.machine_info(args.device), "ladders": ladders,
                                       "diagnosis": lines, "elapsed_s": elapsed})
         print(f"JSON: {args.json}")
@@ -312,9 +326,17 @@ def run_diagnose(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (non-zero when a configuration failed)."""
+    import torch
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "diagnose":
-        return run_diagnose(build_diagnose_parser().parse_args(argv[1:]))
-    if argv and argv[0] == "run":
-        argv = argv[1:]
-    return run(build_parser().parse_args(argv))
+        args, command = build_diagnose_parser().parse_args(argv[1:]), run_diagnose
+    else:
+        args, command = build_parser().parse_args(argv[1:] if argv and argv[0] == "run" else argv), run
+    args.argv = argv
+    threads = torch.get_num_threads()
+    try:
+        return command(args)
+    finally:
+        torch.set_num_threads(threads)  # callers in the same process keep their setting

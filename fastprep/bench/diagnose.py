@@ -151,10 +151,13 @@ def diagnose_pipelines(args, data):
     ``(ladders, explanation lines, trainer description)``."""
     from tqdm import tqdm
 
-    from .cli import _trainer_line
+    from .cli import _trainer_line  # noqa: PLC0415
     from .trainer import make_trainer
 
+    from .cli import _set_threads  # noqa: PLC0415
+
     probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+    _set_threads(args, probe)
     pipes = []
     lines = []
     for name in args.pipelines:

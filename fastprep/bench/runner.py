@@ -123,7 +123,7 @@ def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup:
                 trainer.begin_window()
                 t0 = time.perf_counter()
                 cpu0, main0 = children_cpu_seconds(), time.process_time()
-                if check_syncs and trainer.device.type == "cuda":
+                if check_syncs and trainer.device.type == "cuda" and k > 0:
                     sync_guard = _sync_debug_error()
                     sync_guard.__enter__()
             a = time.perf_counter()
@@ -135,7 +135,10 @@ def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup:
             if k == 0:
                 result.time_to_first_batch_s = b - t_create
                 if crop is not None:
-                    check_batch(images, targets, result.batch_size, crop, trainer.device)
+                    check_batch(images, targets, result.batch_size, crop, trainer.device)  # may sync
+                if check_syncs and trainer.device.type == "cuda" and warmup == 0:
+                    sync_guard = _sync_debug_error()
+                    sync_guard.__enter__()
             trainer.step(images, targets)
             del images, targets
             if k >= warmup:
