@@ -1,0 +1,154 @@
+"""ROI JPEG decode benchmark: fastprep.io.decode_jpeg_roi vs whole-image decoders + slice.
+
+Per sample: a 256x256 window drawn at random from a 533x800 q90 photo-like JPEG (4:2:0,
+then 4:4:4), one thread. Methods run round-robin on the same windows so machine noise hits
+all of them alike; the table gives the median per-sample time over --runs samples and the
+ratio to fastprep's ROI decode measured in the same run.
+
+    python bench/bench_decode.py [--runs 300] [--json out.json]
+"""
+
+import argparse
+import io
+import json
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import fastprep.io as fio
+from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+
+def make_methods(data: bytes, info):
+    tensor = fio._as_tensor(data)
+    methods = {
+        "fastprep decode_jpeg_roi": lambda t, l, h, w: fio.decode_jpeg_roi(tensor, t, l, h, w),
+        "fastprep decode_jpeg + slice": lambda t, l, h, w: fio.decode_jpeg(tensor)[:, t:t + h, l:l + w].contiguous(),
+    }
+    from PIL import Image
+    from torchvision.transforms.functional import pil_to_tensor
+
+    def pil(t, l, h, w):
+        img = Image.open(io.BytesIO(data))
+        return pil_to_tensor(img)[:, t:t + h, l:l + w].contiguous()
+
+    methods["Pillow open + PILToTensor + crop"] = pil
+    import torchvision.io
+
+    methods["torchvision.io.decode_jpeg + slice"] = (
+        lambda t, l, h, w: torchvision.io.decode_jpeg(tensor)[:, t:t + h, l:l + w].contiguous())
+    try:
+        import simplejpeg
+
+        methods["simplejpeg + slice"] = (
+            lambda t, l, h, w: torch.from_numpy(simplejpeg.decode_jpeg(data)[t:t + h, l:l + w]).permute(2, 0, 1)
+            .contiguous())
+    except ImportError:
+        pass
+    dali = _dali_method(data)
+    if dali is not None:
+        methods["DALI CPU decoders.image_crop"] = dali
+    return methods
+
+
+def _dali_method(data: bytes):
+    """NVIDIA DALI's CPU ROI decoder (optional: pip install nvidia-dali-cuda130)."""
+    try:
+        import nvidia.dali.fn as fn
+        import nvidia.dali.types as types
+        from nvidia.dali import pipeline_def
+    except ImportError:
+        return None
+    buf = np.frombuffer(data, np.uint8)
+    window = {"v": (0, 0, 1, 1)}
+
+    def source():
+        return [buf]
+
+    def crop_pos():
+        t, l, _, _ = window["v"]
+        return [np.array([t, l], np.int32)]
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1, exec_async=False,
+                  exec_pipelined=False)
+    def pipe():
+        enc = fn.external_source(source=source, dtype=types.UINT8)
+        anchor = fn.external_source(source=crop_pos, dtype=types.INT32)
+        return fn.decoders.image_crop(enc, device="cpu", output_type=types.RGB, crop=(256, 256),
+                                      crop_pos_x=0.0, crop_pos_y=0.0, roi_start=anchor) \
+            if False else fn.decoders.image_slice(enc, anchor, np.array([256, 256], np.int32), device="cpu",
+                                                  axes=[0, 1], output_type=types.RGB)
+
+    try:
+        p = pipe()
+        p.build()
+    except Exception:  # noqa: BLE001 - DALI raises many types; report as unavailable
+        return None
+
+    def run(t, l, h, w):
+        window["v"] = (t, l, h, w)
+        (out,) = p.run()
+        return torch.from_numpy(np.array(out.as_tensor())[0]).permute(2, 0, 1)
+
+    return run
+
+
+def bench(subsampling: str, runs: int, seed: int = 0):
+    rgb = photo_like(533, 800, seed=1)
+    data = encode_jpeg(rgb, quality=90, subsampling=subsampling)
+    info = fio.jpeg_info(data)
+    methods = make_methods(data, info)
+    g = torch.Generator().manual_seed(seed)
+    windows = [(int(torch.randint(0, 533 - 256 + 1, (1,), generator=g)),
+                int(torch.randint(0, 800 - 256 + 1, (1,), generator=g)), 256, 256) for _ in range(runs)]
+    ref = fio.decode_jpeg(data)
+    for name, fn in methods.items():  # warm-up and a correctness check
+        t, l, h, w = windows[0]
+        out = fn(t, l, h, w)
+        if name.startswith("fastprep") and not torch.equal(out, ref[:, t:t + h, l:l + w]):
+            raise AssertionError(f"{name} is not exact")
+    times = {name: [] for name in methods}
+    for win in windows:
+        for name, fn in methods.items():
+            t0 = time.perf_counter()
+            fn(*win)
+            times[name].append(time.perf_counter() - t0)
+    base = statistics.median(times["fastprep decode_jpeg_roi"])
+    rows = []
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        rows.append({
+            "method": name, "median_ms": med * 1e3, "time_vs_fastprep_roi": med / base,
+            "window_mpix_s": 256 * 256 / med / 1e6, "image_mpix_s": 533 * 800 / med / 1e6,
+        })
+    return {"subsampling": subsampling, "bytes": len(data), "runs": runs, "rows": rows}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=300, help="samples (windows) per method")
+    ap.add_argument("--json", help="write the figures to this file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    results = {"machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+                           "libjpeg_turbo": fio._ops.libjpeg_turbo_version}, "tables": []}
+    for subsampling in ("4:2:0", "4:4:4"):
+        res = bench(subsampling, args.runs)
+        results["tables"].append(res)
+        print(f"\n533x800 q90 {subsampling} ({res['bytes'] // 1024} KiB), 256x256 random window, "
+              f"1 thread, median of {res['runs']} samples")
+        print("| method | ms/sample | time vs ROI | window MPix/s | image MPix/s |")
+        print("|---|---:|---:|---:|---:|")
+        for r in res["rows"]:
+            print(f"| {r['method']} | {r['median_ms']:.3f} | {r['time_vs_fastprep_roi']:.2f}x | "
+                  f"{r['window_mpix_s']:.1f} | {r['image_mpix_s']:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
