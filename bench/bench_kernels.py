@@ -136,10 +136,11 @@ def first_call_times():
     import fastprep (with torchvision), first apply_random_mask (Numba import and compile or
     cache load), first mask_yuv_scale."""
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache,
+                   PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
         out = {}
         for state in ("cold", "warm"):
-            proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True,
+            proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, cwd=cache, capture_output=True,
                                   text=True, check=True)
             out[state] = dict(zip(("import_torch", "import_fastprep", "first_mask", "first_fused"),
                                   (float(x) for x in proc.stdout.split())))

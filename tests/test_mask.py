@@ -316,9 +316,12 @@ json.dump(out, sys.stdout)
 """
 
 
-def test_numba_kernels_interpreted_match_compiled():
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    proc = subprocess.run([sys.executable, "-W", "error", "-c", _INTERPRETED], env=env,
+def test_numba_kernels_interpreted_match_compiled(tmp_path):
+    # cwd=tmp_path: `python -c` puts the cwd first on sys.path, which must not shadow the
+    # fastprep under test (e.g. an unbuilt source checkout)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1",
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", _INTERPRETED], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     interpreted = json.loads(proc.stdout)
