@@ -180,7 +180,7 @@ def run(args) -> int:
     from . import report
     from .pipelines import PipelineConfig, get_pipeline
     from .profiling import itt_available
-    from .runner import ConfigResult, measure
+    from .runner import ConfigResult, measure, slack_batches
     from .trainer import make_trainer
 
     _resolve(args)
@@ -218,7 +218,6 @@ def run(args) -> int:
     bar = tqdm(total=total, unit="step", disable=args.no_progress, leave=False, dynamic_ncols=True)
     results = []
     failed = False
-    length = (args.warmup + args.steps) * args.batch_size
     for pipe, w, reason in configs:
         res = ConfigResult(pipe.name, w, args.batch_size, args.steps, args.warmup)
         if reason:
@@ -231,6 +230,7 @@ def run(args) -> int:
                              multiprocessing_context=args.mp_context)
         trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
         torch.manual_seed(args.seed)
+        length = (args.warmup + args.steps + slack_batches(w)) * args.batch_size
         done_before = bar.n
         try:
             measure(lambda: pipe.loader(data.files, data.targets, length, cfg), trainer, steps=args.steps,
@@ -259,7 +259,7 @@ def run(args) -> int:
     if "reference" in best and len(best) > 1:
         ref = best["reference"]["samples_per_s"]
         print("Best vs best reference: " + ", ".join(
-            f"{p} {r['samples_per_s'] / ref:.2f}x ({r['workers']} workers)" for p, r in best.items()
+            f"{p} {r['samples_per_s'] / ref:.2f}x ({report.workers_text(r['workers'])})" for p, r in best.items()
             if p != "reference"))
 
     if args.profile or args.itt:

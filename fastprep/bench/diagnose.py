@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .pipelines import FixedSampleDataset, PipelineConfig, SampleDataset, data_loader, device_iterable, get_pipeline
-from .runner import ConfigResult, measure
+from .runner import ConfigResult, measure, slack_batches
 
 __all__ = ["RUNGS", "diagnose_pipelines", "format_ladder", "ladder"]
 
@@ -59,7 +59,7 @@ def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup:
     """The five rungs for one pipeline, each a :class:`ConfigResult` dict plus ``rung``."""
     parts = pipe.parts(cfg)
     n = warmup + steps
-    length = n * cfg.batch_size
+    length = (n + slack_batches(cfg.num_workers)) * cfg.batch_size
     torch.manual_seed(cfg.seed)
     host = _host_batch(parts, data, cfg)
     sample = parts.transform(parts.read(data.files[0]))
@@ -68,7 +68,7 @@ def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup:
         images, targets = parts.to_device(host)
         if parts.batch_transform is not None:
             images = parts.batch_transform(images)
-        return _Repeat((images, targets), n)
+        return _Repeat((images, targets), n + 1)
 
     raws = None
 
@@ -81,7 +81,7 @@ def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup:
 
     makers = [
         device_batch,
-        lambda: device_iterable(_Repeat(host, n), parts, cfg),
+        lambda: device_iterable(_Repeat(host, n + 1), parts, cfg),
         lambda: device_iterable(data_loader(FixedSampleDataset(sample, data.targets[0], length), parts.collate, cfg),
                                 parts, cfg),
         bytes_cached,

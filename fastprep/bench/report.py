@@ -70,6 +70,10 @@ def machine_info(device: str | None = None) -> dict:
     return info
 
 
+def workers_text(n: int) -> str:
+    return f"{n} worker" + ("" if n == 1 else "s")
+
+
 def _fmt(v, spec, none="-"):
     return none if v is None else format(v, spec)
 
@@ -146,11 +150,11 @@ def diagnosis(results: list[dict], capacity_samples_per_s: float | None = None) 
     parts = []
     if starved(base) > 10:
         parts.append(f"with {base['pipeline']} the accelerator starves {starved(base):.0f}% of the time even at "
-                     f"its best ({base['workers']} workers, {base['samples_per_s']:.0f} of the "
+                     f"its best ({workers_text(base['workers'])}, {base['samples_per_s']:.0f} of the "
                      f"~{cap(base):.0f} samples/s it could take): input-bound")
     else:
         parts.append(f"{base['pipeline']} keeps the accelerator busy ({starved(base):.0f}% starved at "
-                     f"{base['workers']} workers): compute-bound, a faster input pipeline will not help")
+                     f"{workers_text(base['workers'])}): compute-bound, a faster input pipeline will not help")
     if top is not base:
         gain = top["samples_per_s"] / base["samples_per_s"]
         if starved(top) <= 10:

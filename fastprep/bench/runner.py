@@ -86,6 +86,13 @@ def _cpu_delta(before: dict | None, after: dict | None) -> float | None:
     return sum(after[p] - before.get(p, 0.0) for p in after)
 
 
+def slack_batches(workers: int) -> int:
+    """Batches a loader should hold beyond the measured ones so it is not exhausted (and its
+    workers not shut down, taking their CPU counters with them) before the window ends:
+    what the workers and a prefetcher keep in flight, plus one."""
+    return 2 + 2 * workers
+
+
 def check_batch(images, targets, batch_size: int, crop: int, device: torch.device) -> None:
     """Every pipeline must deliver float32 ``[N, 3, crop, crop]`` on the device, values in
     about [0, 1], and int64 targets."""
