@@ -111,7 +111,7 @@ def _to_numpy(img, name="img", dtypes=_SUPPORTED):
     if isinstance(img, torch.Tensor):
         if img.dtype not in _TORCH_DTYPES[dtypes]:
             raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
-        if img.device.type != "cpu":
+        if not img.is_cpu:
             raise ValueError(f"{name} must be on the CPU, got device {img.device}")
         if img.requires_grad:
             img = img.detach()
