@@ -91,6 +91,8 @@ class TestRgbToYuv:
             F.rgb_to_yuv(np.zeros((3, 5, 5), np.int32))
         with pytest.raises(TypeError, match="got list"):
             F.rgb_to_yuv([[[0]]])
+        with pytest.raises(ValueError, match="must be on the CPU, got device meta"):
+            F.rgb_to_yuv(torch.zeros(3, 5, 5, dtype=torch.uint8, device="meta"))
 
     @pytest.mark.parametrize("shape", [(3, 0, 4), (3, 4, 0), (0, 3, 4, 4)])
     def test_zero_sized(self, shape):
