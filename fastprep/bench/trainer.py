@@ -59,8 +59,8 @@ def default_step_ms(batch_size: int = 64, size: int = 256) -> float:
 
 class _Trainer:
     """Interface: ``step`` consumes a batch; ``begin_window``/``end_window`` bracket the
-    measured steps and ``end_window`` returns ``(busy_seconds, end_time)`` after waiting
-    for all submitted work."""
+    measured steps: ``begin_window`` waits for the warm-up work to finish, ``end_window``
+    waits for all submitted work and returns ``(busy_seconds, end_time)``."""
 
     device: torch.device
     simulated = False
@@ -111,9 +111,13 @@ class SimulatedAccelerator(_Trainer):
             self._busy += self.step_s
 
     def begin_window(self):
+        # Let the device finish the warm-up steps first, so every measured step lies wholly
+        # inside the window (the loader keeps producing meanwhile).
         now = time.perf_counter()
-        self._window_start = now
-        self._busy = max(0.0, self._busy_until - now)  # the tail of a warm-up step
+        if self._busy_until > now:
+            time.sleep(self._busy_until - now)
+        self._window_start = time.perf_counter()
+        self._busy = 0.0
 
     def end_window(self):
         now = time.perf_counter()
@@ -169,6 +173,8 @@ class RealTrainer(_Trainer):
             self._busy += time.perf_counter() - t0
 
     def begin_window(self):
+        if self._cuda:
+            torch.cuda.synchronize(self.device)  # warm-up work finishes before the window
         self._events = []
         self._busy = 0.0
 
