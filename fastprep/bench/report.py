@@ -194,8 +194,8 @@ def plot_results(path: str | os.PathLike, results: list[dict], title: str = "",
         xs = [i + (j - (len(workers) - 1) / 2) * width for i in range(len(pipelines))]
         sps = [lookup[(p, w)]["samples_per_s"] if (p, w) in lookup else 0 for p in pipelines]
         stv = [100 * (lookup[(p, w)]["starvation_fraction"] or 0) if (p, w) in lookup else 0 for p in pipelines]
-        axes[0].bar(xs, sps, width, label=f"{w} workers")
-        axes[1].bar(xs, stv, width, label=f"{w} workers")
+        axes[0].bar(xs, sps, width, label=workers_text(w))
+        axes[1].bar(xs, stv, width, label=workers_text(w))
     if capacity_samples_per_s:
         axes[0].axhline(capacity_samples_per_s, color="k", ls="--", lw=1, label="accelerator capacity")
     axes[0].set_ylabel("samples / s (higher is better)")
