@@ -22,7 +22,10 @@ from fastprep.bench.profiling import Labelled, LabelledCompose
 from fastprep.bench.runner import ConfigResult, measure
 from fastprep.bench.trainer import RealTrainer, SimulatedAccelerator, ToyNet, default_step_ms, train_step_flops
 
-ROOT = Path(__file__).resolve().parents[1]
+import fastprep
+
+# The subprocess imports the same fastprep as this process (installed or built in place).
+FASTPREP_PARENT = Path(fastprep.__file__).resolve().parents[1]
 SMALL = BuiltinSpec(height=96, width=128)  # fast to generate; crops of 64
 
 
@@ -238,7 +241,7 @@ def test_labelled_compose_records_ranges_and_pickles():
 
 def test_cli_quick_json_and_plot(cache, tmp_path):
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
-    env = {**os.environ, "FASTPREP_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "FASTPREP_CACHE": str(cache), "PYTHONPATH": str(FASTPREP_PARENT)}
     proc = subprocess.run(
         [sys.executable, "-m", "fastprep.bench", "--quick", "--num-images", "8", "--batch-size", "4", "--steps", "2",
          "--warmup", "1", "--workers", "0,1", "--json", str(out), "--plot", str(plot)],
