@@ -2,9 +2,9 @@
 // in a frame that calls setjmp, because libjpeg's error path longjmps back to it.
 //
 // ROI decoding is exact (bit-identical to a full decode, sliced): the decoder is asked
-// for a window padded by one iMCU on every side that is not an image edge, so that fancy
-// upsampling at the window's edges sees the same neighbours as in a full decode, and rows
-// are skipped only up to an iMCU-row boundary one iMCU row above the window (libjpeg-turbo
+// for a window aligned to the iMCU grid and padded so that the crop's first and last
+// columns and the first row after the skip -- where fancy upsampling lacks neighbours --
+// are never needed pixels, and rows are skipped only in whole iMCU rows (libjpeg-turbo
 // 2.1's jpeg_skip_scanlines returns wrong context when a skip does not end on a row-group
 // boundary). Rows below the window are never decoded (jpeg_abort_decompress).
 
@@ -318,10 +318,11 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   const int64_t mcu_w = cinfo->num_components == 1 ? scaled : (int64_t)scaled * cinfo->max_h_samp_factor;
   const int64_t mcu_h = cinfo->num_components == 1 ? scaled : (int64_t)scaled * cinfo->max_v_samp_factor;
 
-  // Horizontal: one spare iMCU on each side that is not an image edge.
-  int64_t x0 = (left / mcu_w) * mcu_w;
-  x0 = x0 >= mcu_w ? x0 - mcu_w : 0;
-  int64_t x1 = ((left + width + mcu_w - 1) / mcu_w) * mcu_w + mcu_w;
+  // Horizontal: fancy upsampling treats the crop's first and last columns as image edges,
+  // so neither may be a needed column unless it is one in the full image too. Widen to
+  // the iMCU grid around [left - 1, left + width + 1).
+  int64_t x0 = ((left > 0 ? left - 1 : 0) / mcu_w) * mcu_w;
+  int64_t x1 = ((left + width + 1 + mcu_w - 1) / mcu_w) * mcu_w;
   if (x1 > full_w) x1 = full_w;
   if (x0 > 0 || x1 < full_w) {
     JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
@@ -332,15 +333,17 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   if (col < 0 || col + width > (int64_t)cinfo->output_width)
     fp_fail(dec, "internal error: crop window does not cover the requested columns");
 
-  // Vertical: skip whole iMCU rows, stopping one iMCU row above the window.
-  int64_t y0 = (top / mcu_h) * mcu_h;
-  y0 = y0 >= mcu_h ? y0 - mcu_h : 0;
+  // Vertical: likewise the first row after a skip lacks its upsampling context, and skips
+  // must end on an iMCU-row boundary (libjpeg-turbo 2.1 bug): skip whole iMCU rows up to
+  // the one holding row top - 1.
+  int64_t y0 = ((top > 0 ? top - 1 : 0) / mcu_h) * mcu_h;
   if (y0 > 0) {
     JDIMENSION skipped = jpeg_skip_scanlines(cinfo, (JDIMENSION)y0);
     if ((int64_t)skipped != y0) fp_fail(dec, "internal error: jpeg_skip_scanlines skipped too few rows");
   }
 
-  const int rows_per_call = cinfo->rec_outbuf_height > 0 ? cinfo->rec_outbuf_height : 1;
+  // Up to an iMCU row per call (libjpeg returns at most a row group; fewer calls).
+  const int rows_per_call = (int)(mcu_h > cinfo->rec_outbuf_height ? mcu_h : cinfo->rec_outbuf_height);
   JSAMPARRAY buf = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
                                                (JDIMENSION)(cinfo->output_width * nc),
                                                (JDIMENSION)rows_per_call);

@@ -48,13 +48,19 @@ class TestJpegInfo:
 
 
 def _windows(h, w):
-    """Every top offset; left offsets around iMCU boundaries and edges; several sizes."""
+    """Every top offset; left offsets around iMCU boundaries and edges; several sizes,
+    including windows that end exactly on the 8/16/32-pixel grid (iMCU edges)."""
     lefts = sorted({0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, w // 2, w - 17, w - 16, w - 9, w - 8, w - 2, w - 1} &
                    set(range(w)))
+    def to_grid(start, size, grid):  # a length that ends the window on the next grid line
+        return min((start // grid + 1) * grid - start, size - start)
+
     for top in range(h):
         for left in lefts:
-            for hh, ww in ((1, 1), (h - top, w - left), (min(9, h - top), min(21, w - left)),
-                           (min(33, h - top), 1), (1, w - left)):
+            shapes = {(1, 1), (h - top, w - left), (min(9, h - top), min(21, w - left)), (min(33, h - top), 1),
+                      (1, w - left)}
+            shapes |= {(to_grid(top, h, g), to_grid(left, w, g)) for g in (8, 16, 32)}
+            for hh, ww in sorted(shapes):
                 yield top, left, hh, ww
 
 
