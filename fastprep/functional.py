@@ -153,6 +153,17 @@ def _new(shape, dtype, is_tensor):
     return a, a
 
 
+def _fill_values(fill, dtype, channels):
+    """Per-channel fill values as a 1-D array of ``dtype``: a scalar for every channel, or
+    a sequence with one value per channel."""
+    if isinstance(fill, (list, tuple, np.ndarray, torch.Tensor)):
+        values = [v.item() if hasattr(v, "item") else v for v in (fill.tolist() if hasattr(fill, "tolist") else fill)]
+        if len(values) != channels:
+            raise ValueError(f"fill must be a scalar or have one value per channel ({channels}), got {len(values)} values")
+        return np.array([_fill_scalar(v, dtype) for v in values], dtype=dtype)
+    return np.full(channels, _fill_scalar(fill, dtype), dtype=dtype)
+
+
 def _fill_scalar(fill, dtype):
     if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
         raise TypeError(f"fill must be a real number, got {fill!r} ({type(fill).__name__})")
@@ -247,14 +258,15 @@ def apply_mask(img, mask, fill=0):
         img (torch.Tensor | numpy.ndarray): ``(C, H, W)`` or ``(N, C, H, W)``, uint8 or
             float32, any channel count.
         mask (torch.Tensor | numpy.ndarray): ``(H, W)`` bool or uint8 (nonzero is True).
-        fill (int | float): value for masked pixels; an integer in [0, 255] for uint8.
+        fill (int | float | sequence): value for masked pixels, or one value per channel
+            (e.g. ``(0, 128, 128)``, the YCbCr of RGB black); integers in [0, 255] for uint8.
 
     Returns:
         Same type, shape and dtype as ``img``.
     """
     arr, shape, is_tensor = _image4d(img)
     m = _mask2d(mask, shape[-2], shape[-1])
-    f = _fill_scalar(fill, arr.dtype)
+    f = _fill_values(fill, arr.dtype, arr.shape[1])
     out, out_np = _new(shape, arr.dtype, is_tensor)
     if arr.size:
         _mask_kernels().apply_mask(arr, m, f, out_np.reshape(arr.shape))
@@ -273,7 +285,8 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
             float32, any channel count.
         ratio (float): probability in [0, 1] that a pixel seeds the mask (see
             :func:`random_mask`).
-        fill (int | float): value for masked pixels; an integer in [0, 255] for uint8.
+        fill (int | float | sequence): value for masked pixels, or one value per channel;
+            integers in [0, 255] for uint8.
         generator (torch.Generator, optional): source of the seed; default torch RNG.
         seed (int, optional): use this seed instead of drawing one.
 
@@ -282,7 +295,7 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
     """
     arr, shape, is_tensor = _image4d(img)
     m = _mask_kernels().probability_numerator(_check_ratio(ratio))
-    f = _fill_scalar(fill, arr.dtype)
+    f = _fill_values(fill, arr.dtype, arr.shape[1])
     s = _draw_seed(generator, seed)
     out, out_np = _new(shape, arr.dtype, is_tensor)
     if arr.size:

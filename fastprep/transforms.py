@@ -101,7 +101,14 @@ class _MaskParams:
 
     def _init_mask(self, ratio, fill):
         self.ratio = F._check_ratio(ratio)
-        F._fill_scalar(fill, np.float32)  # type and finiteness; the uint8 range is checked per image
+        # type and finiteness; the uint8 range and the channel count are checked per image
+        if isinstance(fill, (list, tuple)):
+            if isinstance(self, MaskYUVScale):
+                raise TypeError(f"MaskYUVScale takes a scalar fill, got {fill!r}")
+            F._fill_values(fill, np.float32, len(fill))
+            fill = tuple(fill)
+        else:
+            F._fill_scalar(fill, np.float32)
         self.fill = fill
 
     @staticmethod
@@ -127,8 +134,9 @@ class RandomMask(_MaskParams, _KernelTransform):
 
     Args:
         ratio (float): probability in [0, 1] that a pixel seeds the mask. Default 0.25.
-        fill (int | float): value of masked pixels; an integer in [0, 255] for uint8
-            images. Default 0.
+        fill (int | float | sequence): value of masked pixels, or one value per channel
+            (e.g. ``(0, 128, 128)`` for a YCbCr image); integers in [0, 255] for uint8
+            images. Default 0. (:class:`Compose` fuses only scalar fills.)
 
     Input/output: ``(*, C, H, W)`` (up to one batch dim) uint8 or float32 tensor or
     ``tv_tensors.Image``, or a PIL image; same type, shape and dtype out.
@@ -205,7 +213,7 @@ def _fuse(transforms):
     plan, i, n = [], 0, len(transforms)
     kinds = [type(t) for t in transforms]
     while i < n:
-        if kinds[i : i + 3] == [RandomMask, ConvertColor, Scale]:
+        if kinds[i : i + 3] == [RandomMask, ConvertColor, Scale] and not isinstance(transforms[i].fill, tuple):
             plan.append(MaskYUVScale(transforms[i].ratio, transforms[i].fill))
             i += 3
         elif kinds[i : i + 2] == [ConvertColor, Scale]:

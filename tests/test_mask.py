@@ -336,3 +336,54 @@ def test_numba_kernels_interpreted_match_compiled(tmp_path):
                                       F.apply_random_mask(img, ratio, fill=9, seed=seed))
         np.testing.assert_array_equal(np.array(got["fused"], dtype=np.float32).reshape(3, h, w),
                                       F.mask_yuv_scale(img, ratio, seed=seed))
+
+
+class TestPerChannelFill:
+    """fill may give one value per channel (e.g. (0, 128, 128): RGB black in YCbCr)."""
+
+    def test_apply_mask_per_channel(self):
+        g = torch.Generator().manual_seed(3)
+        img = torch.randint(0, 256, (2, 3, 17, 23), dtype=torch.uint8, generator=g)
+        mask = torch.rand(17, 23, generator=g) < 0.3
+        out = F.apply_mask(img, mask, fill=(0, 128, 255))
+        ref = img.clone()
+        for c, v in enumerate((0, 128, 255)):
+            ref[:, c][:, mask] = v
+        assert torch.equal(out, ref)
+
+    def test_apply_random_mask_matches_scalar_fills(self):
+        img = torch.randint(0, 256, (3, 40, 50), dtype=torch.uint8, generator=torch.Generator().manual_seed(4))
+        out = F.apply_random_mask(img, 0.25, fill=(0, 128, 128), seed=99)
+        y = F.apply_random_mask(img, 0.25, fill=0, seed=99)
+        c = F.apply_random_mask(img, 0.25, fill=128, seed=99)
+        assert torch.equal(out[0], y[0]) and torch.equal(out[1:], c[1:])
+
+    def test_float_and_numpy(self):
+        img = np.random.default_rng(0).random((3, 8, 9), dtype=np.float32)
+        mask = np.zeros((8, 9), bool)
+        mask[2, 3] = True
+        out = F.apply_mask(img, mask, fill=[1.5, -2.0, 7.0])
+        assert isinstance(out, np.ndarray) and list(out[:, 2, 3]) == [1.5, -2.0, 7.0]
+        assert np.array_equal(np.delete(out.reshape(3, -1), 2 * 9 + 3, axis=1),
+                              np.delete(img.reshape(3, -1), 2 * 9 + 3, axis=1))
+
+    def test_errors(self):
+        img = torch.zeros(3, 4, 4, dtype=torch.uint8)
+        with pytest.raises(ValueError, match="one value per channel"):
+            F.apply_mask(img, torch.ones(4, 4, dtype=torch.bool), fill=(0, 128))
+        with pytest.raises(ValueError, match=r"\[0, 255\]"):
+            F.apply_mask(img, torch.ones(4, 4, dtype=torch.bool), fill=(0, 128, 300))
+
+    def test_transform_and_compose(self):
+        from fastprep import transforms as T
+
+        t = T.RandomMask(0.5, fill=(0, 128, 128))
+        img = torch.full((3, 16, 16), 77, dtype=torch.uint8)
+        torch.manual_seed(0)
+        out = t(img)
+        masked = out[0] == 0
+        assert masked.any() and bool((out[1:, masked] == 128).all()) and bool((out[:, ~masked] == 77).all())
+        pipe = T.Compose([T.RandomMask(0.5, fill=(0, 128, 128)), T.ConvertColor(), T.Scale()])
+        assert not any(isinstance(x, T.MaskYUVScale) for x in pipe.fused_transforms)
+        with pytest.raises(TypeError, match="scalar fill"):
+            T.MaskYUVScale(0.5, fill=(0, 128, 128))

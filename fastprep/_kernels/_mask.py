@@ -158,16 +158,18 @@ def dilate4(mask, out):
 
 @njit(nogil=True, cache=True)
 def apply_mask(img, mask, fill, out):
-    """``out = where(mask, fill, img)`` for img/out[N, C, H, W] and mask uint8[H, >=W].
+    """``out = where(mask, fill[c], img)`` for img/out[N, C, H, W] and mask uint8[H, >=W].
 
-    ``fill`` is a scalar of img's dtype (np.uint8 / np.float32) so the select stays typed.
+    ``fill`` is a 1-D array of img's dtype (np.uint8 / np.float32), one value per channel,
+    so the select stays typed.
     """
     n, ch, height, width = img.shape
     for i in range(n):
         for c in range(ch):
+            f = fill[c]
             for r in range(height):
                 for x in range(width):
-                    out[i, c, r, x] = fill if mask[r, x] else img[i, c, r, x]
+                    out[i, c, r, x] = f if mask[r, x] else img[i, c, r, x]
 
 
 @njit(nogil=True, cache=True)

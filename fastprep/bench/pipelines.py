@@ -219,10 +219,7 @@ class YCbCrRandomMask(torch.nn.Module):
         from fastprep import functional as F
 
         seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
-        out = torch.empty_like(img)
-        out[:1] = F.apply_random_mask(img[:1], self.ratio, fill=0, seed=seed)
-        out[1:] = F.apply_random_mask(img[1:], self.ratio, fill=128, seed=seed)
-        return out
+        return F.apply_random_mask(img, self.ratio, fill=(0, 128, 128), seed=seed)
 
 
 # ------------------------------------------------------------------------------------------
