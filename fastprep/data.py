@@ -337,14 +337,37 @@ class BatchConvertColor(torch.nn.Module):
 
 
 class BatchScale(torch.nn.Module):
-    """``x / 255`` of a batch (any shape, uint8 or float, any device) as float32."""
+    """``x / 255`` of a batch (any shape, uint8 or float, any device) as float32.
+
+    Args:
+        num_threads: threads of the CPU kernel; ``None``: ``torch.get_num_threads()``.
+        reuse_buffers: CPU only: recycle up to this many output buffers once no tensor
+            refers to them any more (as :class:`BatchYuvScale`). 0 disables.
+    """
+
+    def __init__(self, *, num_threads: int | None = None, reuse_buffers: int = 3):
+        super().__init__()
+        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
+                                        or num_threads < 1):
+            raise ValueError(f"num_threads must be None or a positive int, got {num_threads!r}")
+        self.num_threads = num_threads
+        self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"expected a tensor, got {type(x).__name__}")
         if x.device.type != "cpu" or x.dtype not in (torch.uint8, torch.float32):
             return x.float() / 255
-        return F.scale(x)
+        x = x.contiguous()
+        out = self._pool.get(tuple(x.shape))
+        if out.numel():
+            # fastprep.functional.scale's kernel (a true division), writing into ``out``
+            _color_kernels().scale(x.view(-1).numpy(), out.view(-1).numpy(),
+                                   self.num_threads or torch.get_num_threads())
+        return out
+
+    def extra_repr(self) -> str:
+        return f"num_threads={self.num_threads}"
 
 
 class _BufferPool:

@@ -295,6 +295,19 @@ class TestBatchTransforms:
         g = pickle.loads(pickle.dumps(f))
         assert torch.equal(g(x), c)
 
+    def test_batch_scale_buffer_reuse(self):
+        f = D.BatchScale(num_threads=1)
+        x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+        a = f(x)
+        ptr = a.data_ptr()
+        b = f(x)  # a is alive: a different buffer
+        assert b.data_ptr() != ptr and torch.equal(a, x.float() / 255) and torch.equal(b, a)
+        del a
+        assert f(x.flip(0)).data_ptr() == ptr  # a's buffer is free again
+        assert torch.equal(b, x.float() / 255)
+        with pytest.raises(ValueError, match="num_threads must be"):
+            D.BatchScale(num_threads=0)
+
     def test_errors(self):
         with pytest.raises(ValueError, match="num_threads must be"):
             D.BatchYuvScale(num_threads=0)
