@@ -333,7 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "diagnose":
         args, command = build_diagnose_parser().parse_args(argv[1:]), run_diagnose
     else:
-        args, command = build_parser().parse_args(argv[1:] if argv and argv[0] == "run" else argv), run
+        parser = build_parser()
+        args, command = parser.parse_args(argv[1:] if argv and argv[0] == "run" else argv), run
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                parser.error("--plot needs matplotlib: pip install matplotlib (or fastprep[bench])")
     args.argv = argv
     threads = torch.get_num_threads()
     try:
