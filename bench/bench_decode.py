@@ -6,7 +6,8 @@ for all) so machine noise hits all of them alike; the table gives the median per
 time over --runs samples and the
 ratio to fastprep's ROI decode measured in the same run. "image MPix/s" counts the whole
 image's pixels per second of a sample (throughput as if the whole image were delivered);
-"max diff" is the largest difference from fastprep's full decode on the first window.
+"max diff" is the largest difference from fastprep's full decode, checked on the first
+window of each table (fastprep's own exactness is tested on every window in tests/).
 
     python bench/bench_decode.py [--runs 300] [--json out.json]
 """

@@ -29,7 +29,8 @@ struct fp_error_mgr {
 
 struct fp_source_mgr {
   struct jpeg_source_mgr pub;
-  int eof_hit;  // the decoder asked for bytes past the end of the buffer
+  int eof_hit;              // the decoder asked for bytes past the end of the buffer
+  JDIMENSION eof_imcu_row;  // the iMCU row being entropy-decoded when that first happened
 };
 
 struct fp_decoder {
@@ -69,7 +70,10 @@ static void fp_output_message(j_common_ptr cinfo) { (void)cinfo; }
 static void fp_emit_message(j_common_ptr cinfo, int msg_level) {
   if (msg_level >= 0) return;  // trace messages
   fp_decoder* dec = decoder_of(cinfo);
-  if (cinfo->err->msg_code == JWRN_HIT_MARKER && dec->src.eof_hit)
+  // Past the end of the buffer: Huffman decoding needed bits that are not there, or a
+  // restart marker is missing.
+  if ((cinfo->err->msg_code == JWRN_HIT_MARKER || cinfo->err->msg_code == JWRN_MUST_RESYNC) &&
+      dec->src.eof_hit)
     fp_fail(dec, "truncated JPEG data: the requested window needs data past the end of the buffer");
   if (dec->strict) {
     char buf[JMSG_LENGTH_MAX];
@@ -86,6 +90,7 @@ static void fp_init_source(j_decompress_ptr cinfo) { (void)cinfo; }
 // feed a fake EOI so libjpeg stops, and remember that it happened.
 static boolean fp_fill_input_buffer(j_decompress_ptr cinfo) {
   struct fp_source_mgr* src = (struct fp_source_mgr*)cinfo->src;
+  if (!src->eof_hit) src->eof_imcu_row = cinfo->input_iMCU_row;
   src->eof_hit = 1;
   src->pub.next_input_byte = fp_fake_eoi;
   src->pub.bytes_in_buffer = 2;
@@ -358,8 +363,14 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
       scatter_row(buf[r] + col * nc, nc, mode, dec->info.adobe, width, out + (y - top) * width, plane);
     }
   }
-  if (dec->src.eof_hit && (dec->strict || jpeg_has_multiple_scans(cinfo)))
-    fp_fail(dec, "truncated JPEG data: the file ends before its EOI marker");
+  // The data ended before the decoder was done with the rows we returned. Huffman
+  // decoding reads ahead, so running out within the last iMCU row is harmless unless bits
+  // were missing (caught above); anything earlier means missing rows. Arithmetic decoding
+  // pads silently, and multi-scan files need every scan for every row: both always raise.
+  if (dec->src.eof_hit &&
+      (dec->strict || jpeg_has_multiple_scans(cinfo) || cinfo->arith_code ||
+       (int64_t)dec->src.eof_imcu_row + 1 < (int64_t)cinfo->total_iMCU_rows))
+    fp_fail(dec, "truncated JPEG data: the file ends before the data the window needs");
   jpeg_abort_decompress(cinfo);
   return FP_OK;
 }

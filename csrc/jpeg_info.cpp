@@ -5,15 +5,18 @@
 
 namespace fastprep {
 
-std::vector<int64_t> jpeg_info(const at::Tensor& data) {
+at::Tensor jpeg_info(const at::Tensor& data) {
   check_data(data);
   Decoder dec(false);
   const fp_info info = read_header(dec, data);
-  std::vector<int64_t> out = {info.height, info.width, info.components, info.color_space,
-                              info.progressive, info.arithmetic, info.adobe};
+  at::Tensor out = at::empty({15}, at::kLong);
+  int64_t* v = out.data_ptr<int64_t>();
+  const int64_t head[7] = {info.height, info.width, info.components, info.color_space,
+                           info.progressive, info.arithmetic, info.adobe};
+  for (int i = 0; i < 7; i++) v[i] = head[i];
   for (int c = 0; c < 4; c++) {
-    out.push_back(info.h_samp[c]);
-    out.push_back(info.v_samp[c]);
+    v[7 + 2 * c] = info.h_samp[c];
+    v[8 + 2 * c] = info.v_samp[c];
   }
   return out;
 }

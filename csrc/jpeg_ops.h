@@ -38,7 +38,7 @@ inline void check_data(const at::Tensor& data) {
                    data.scalar_type());
   TORCH_CHECK_VALUE(data.dim() == 1, "data must be a 1-D tensor, got ", data.dim(), " dimensions");
   TORCH_CHECK_VALUE(data.device().is_cpu(), "data must be on the CPU, got ", data.device());
-  TORCH_CHECK_VALUE(data.is_contiguous(), "data must be contiguous");
+  TORCH_CHECK_VALUE(data.is_contiguous(), "data must be contiguous, got strides ", data.strides());
 }
 
 inline void check_mode(int64_t mode) {
@@ -63,6 +63,7 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
   TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
               info.height, "x", info.width, " = ", pixels, " pixels, more than max_pixels=",
               max_pixels);
+  thread_warning().clear();  // a warning left by a direct torch.ops call must not leak into this one
   const int channels = fp_output_channels(&info, (int)mode);
   TORCH_CHECK(channels > 0, FASTPREP_DECODE_ERROR_PREFIX, "cannot decode a JPEG with ",
               info.components, " components (libjpeg colour space ", info.color_space,

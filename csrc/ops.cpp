@@ -15,8 +15,9 @@ std::string& thread_warning() {
 }  // namespace fastprep
 
 TORCH_LIBRARY(fastprep, m) {
-  // [height, width, components, colour space, progressive, arithmetic, adobe, h0, v0, ... h3, v3]
-  m.def("jpeg_info(Tensor data) -> int[]");
+  // int64 [15]: height, width, components, colour space, progressive, arithmetic, adobe,
+  // then h, v sampling factors of components 0..3 (a tensor, so fake kernels can describe it)
+  m.def("jpeg_info(Tensor data) -> Tensor");
   m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict) -> Tensor");
   m.def(
       "decode_jpeg_roi(Tensor data, int top, int left, int height, int width, int mode, "

@@ -17,27 +17,32 @@ from . import io as fio
 __all__ = ["DecodeCenterCrop", "DecodeRandomCrop"]
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def _size_pair(size, name="size") -> tuple[int, int]:
-    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
-        size = (int(size), int(size))
-    elif isinstance(size, Sequence) and len(size) == 1:
-        size = (int(size[0]), int(size[0]))
-    elif isinstance(size, Sequence) and len(size) == 2:
-        size = (int(size[0]), int(size[1]))
+    given = size
+    if _is_int(size):
+        size = (size, size)
+    elif isinstance(size, Sequence) and not isinstance(size, str) and len(size) in (1, 2) \
+            and all(_is_int(v) for v in size):
+        size = (size[0], size[-1])
     else:
-        raise ValueError(f"{name} must be an int or a sequence of 1 or 2 ints, got {size!r}")
+        raise ValueError(f"{name} must be an int or a sequence of 1 or 2 ints, got {given!r}")
     if size[0] <= 0 or size[1] <= 0:
-        raise ValueError(f"{name} must be positive, got {size}")
-    return size
+        raise ValueError(f"{name} must be positive, got {given!r}")
+    return int(size[0]), int(size[1])
 
 
 def _padding_ltrb(padding) -> tuple[int, int, int, int]:
     if padding is None:
         return (0, 0, 0, 0)
-    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
+    if _is_int(padding):
         p = int(padding)
         out = (p, p, p, p)
-    elif isinstance(padding, Sequence) and len(padding) in (1, 2, 4):
+    elif isinstance(padding, Sequence) and not isinstance(padding, str) and len(padding) in (1, 2, 4) \
+            and all(_is_int(v) for v in padding):
         p = [int(v) for v in padding]
         out = tuple(p * 4) if len(p) == 1 else (tuple(p * 2) if len(p) == 2 else tuple(p))
     else:
@@ -54,6 +59,15 @@ def _encoded(inpt):
     return inpt
 
 
+def _filled(channels: int, height: int, width: int, mode, fill: int) -> torch.Tensor:
+    """Padding pixels: gray level ``fill`` in every channel; in YCbCr mode its YCbCr,
+    ``(fill, 128, 128)``, so padding means the same colour whatever the mode."""
+    out = torch.full((channels, height, width), fill, dtype=torch.uint8)
+    if fio._mode(mode) == fio.ImageReadMode.YCbCr:
+        out[1:] = 128
+    return out
+
+
 def _decode_padded(data, info: fio.JpegInfo, mode, window, pad_ltrb, fill) -> torch.Tensor:
     """Decode ``window = (top, left, height, width)`` of the image padded by ``pad_ltrb``
     (constant ``fill``), decoding only the part that overlaps the real image."""
@@ -66,9 +80,9 @@ def _decode_padded(data, info: fio.JpegInfo, mode, window, pad_ltrb, fill) -> to
         return fio.decode_jpeg_roi(data, y0, x0, height, width, mode)
     if y1 <= y0 or x1 <= x0:  # all padding: decode one pixel only for the channel count
         channels = fio.decode_jpeg_roi(data, 0, 0, 1, 1, mode).shape[0]
-        return torch.full((channels, height, width), fill, dtype=torch.uint8)
+        return _filled(channels, height, width, mode, fill)
     inner = fio.decode_jpeg_roi(data, y0, x0, y1 - y0, x1 - x0, mode)
-    out = torch.full((inner.shape[0], height, width), fill, dtype=torch.uint8)
+    out = _filled(inner.shape[0], height, width, mode, fill)
     oy, ox = y0 - (top - pt), x0 - (left - pl)
     out[:, oy:oy + inner.shape[1], ox:ox + inner.shape[2]] = inner
     return out
@@ -86,7 +100,8 @@ class DecodeRandomCrop(torch.nn.Module):
         padding: optional padding on each border (int, or 2 or 4 ints as in torchvision).
         pad_if_needed: pad an image smaller than ``size`` (as torchvision does) instead of
             raising ``ValueError``.
-        fill: constant value of padded pixels (0-255).
+        fill: gray level of padded pixels (0-255); in ``mode="YCbCr"`` padding is its
+            YCbCr, ``(fill, 128, 128)``.
         mode: decode mode, see :class:`fastprep.io.ImageReadMode` (default ``"RGB"``).
 
     Input: a path, encoded bytes (bytes, bytearray, memoryview, numpy uint8) or an encoded
@@ -148,6 +163,8 @@ class DecodeCenterCrop(torch.nn.Module):
         self.mode = mode
 
     def get_params(self, info: fio.JpegInfo):
+        """``(pad_ltrb, (top, left, height, width))`` for an image with header ``info``, as
+        ``torchvision.transforms.CenterCrop`` computes them (no randomness)."""
         h, w = info.height, info.width
         th, tw = self.size
         pad = (0, 0, 0, 0)

@@ -25,6 +25,11 @@ def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, stri
     return data.new_empty((_channels_or_dynamic(mode), height, width))
 
 
+@torch.library.register_fake("fastprep::jpeg_info")
+def _jpeg_info_fake(data):
+    return data.new_empty((15,), dtype=torch.int64)
+
+
 @torch.library.register_fake("fastprep::decode_jpeg")
 def _decode_jpeg_fake(data, mode, max_pixels, strict):
     ctx = torch.library.get_ctx()

@@ -354,6 +354,7 @@ class BatchScale(torch.nn.Module):
         self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x / 255`` as float32, same shape and device."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"expected a tensor, got {type(x).__name__}")
         if x.device.type != "cpu" or x.dtype not in (torch.uint8, torch.float32):
@@ -433,6 +434,7 @@ class BatchYuvScale(torch.nn.Module):
         self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, 3, H, W]`` RGB (uint8, or float on the 0-255 scale) -> YUV / 255 in ``dtype``."""
         _check_batch(x)
         if x.device.type != "cpu":
             out = _yuv_torch(x, 255.0)

@@ -156,6 +156,8 @@ def _new(shape, dtype, is_tensor):
 def _fill_values(fill, dtype, channels):
     """Per-channel fill values as a 1-D array of ``dtype``: a scalar for every channel, or
     a sequence with one value per channel."""
+    if isinstance(fill, (np.ndarray, torch.Tensor)) and fill.ndim == 0:
+        fill = fill.item()
     if isinstance(fill, (list, tuple, np.ndarray, torch.Tensor)):
         values = [v.item() if hasattr(v, "item") else v for v in (fill.tolist() if hasattr(fill, "tolist") else fill)]
         if len(values) != channels:

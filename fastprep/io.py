@@ -130,7 +130,7 @@ def _as_tensor(data: Buffer) -> torch.Tensor:
     if isinstance(data, (bytes, bytearray, memoryview)):
         view = memoryview(data)
         if not view.c_contiguous:
-            raise ValueError("data memoryview must be C-contiguous")
+            raise ValueError(f"data memoryview must be C-contiguous, got strides {view.strides}")
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         if view.nbytes == 0:
@@ -207,7 +207,7 @@ def jpeg_info(data: Buffer) -> JpegInfo:
     Raises:
         DecodeError: the headers are missing or invalid.
     """
-    v = _run(torch.ops.fastprep.jpeg_info, _as_tensor(data))
+    v = _run(torch.ops.fastprep.jpeg_info, _as_tensor(data)).tolist()
     ncomp = v[2]
     factors = tuple((v[7 + 2 * c], v[8 + 2 * c]) for c in range(min(ncomp, 4)))
     subsampling = None

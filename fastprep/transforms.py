@@ -63,11 +63,13 @@ def _chw_to_pil(arr, like):
 class _KernelTransform(v2.Transform):
     """A v2 transform whose body is one functional call, ``self._kernel(image, params)``."""
 
-    _transformed_types = (tv_tensors.Image, PIL.Image.Image, _is_pure_tensor)
+    _transformed_types = (tv_tensors.Image, PIL.Image.Image, _is_pure_tensor, np.ndarray)
     _keeps_pil = False  # True when the output has the input's dtype and may stay PIL
     _needs_rgb = False
 
     def forward(self, *inputs):
+        """Transform the image(s) in ``inputs`` (a tensor, ``tv_tensors.Image``, PIL image,
+        numpy array, or a structure of them with v2's rules); other entries pass through."""
         # Fast path for the common single image; same result as v2's structured path.
         if len(inputs) == 1:
             x = inputs[0]
@@ -249,6 +251,7 @@ class Compose(torch.nn.Module):
         self.fused_transforms = _fuse(self.transforms)
 
     def forward(self, *inputs):
+        """Run the (fused) transforms in order on ``inputs``; returns what the last returns."""
         if len(inputs) == 1:
             x = inputs[0]
             for t in self.fused_transforms:

@@ -301,3 +301,12 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "unknown pipeline" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["--workers", "-1"])
+
+
+def test_real_trainer_takes_more_than_ten_classes():
+    from fastprep.bench.trainer import make_trainer
+
+    trainer = make_trainer("cpu", None, 4, 32, num_classes=13)
+    images = torch.rand(4, 3, 32, 32)
+    trainer.step(images, torch.tensor([0, 5, 12, 3]))
+    assert trainer.metrics()["accuracy"] >= 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fastprep.io as fio
-from conftest import make_jpeg
+from conftest import ENCODINGS, make_jpeg
 
 PHOTO = make_jpeg("420", 120, 160, seed=4)
 PROGRESSIVE = make_jpeg("420-progressive", 120, 160, seed=4)
@@ -122,15 +122,22 @@ class TestTruncation:
         with pytest.raises(fio.DecodeError, match="truncated"):
             fio.decode_jpeg(cut, strict=True)
 
-    def test_every_cut_point_terminates(self):
-        """Any prefix of the file gives an image or DecodeError: no hang, no crash."""
-        small = make_jpeg("422-progressive", 24, 40, seed=1)
-        for data in (make_jpeg("420", 24, 40, seed=1), small):
-            for cut in range(0, len(data), 3):
+    @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+    def test_every_cut_point(self, encoding):
+        """Every prefix of a file, full decode and a bottom and top window: DecodeError, or
+        exactly the pixels of the complete file -- never silently wrong, never a hang."""
+        data = make_jpeg(encoding, 40, 56, seed=1)
+        full = fio.decode_jpeg(data, "UNCHANGED")
+        windows = [(0, 0, 40, 56), (32, 40, 8, 16), (0, 8, 9, 20)]
+        for cut in range(0, len(data) - 1, 5 if "progressive" in encoding else 3):
+            for t, l, h, w in windows:
                 try:
-                    fio.decode_jpeg(data[:cut])
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", fio.DecodeWarning)
+                        out = fio.decode_jpeg_roi(data[:cut], t, l, h, w, "UNCHANGED")
                 except fio.DecodeError:
-                    pass
+                    continue
+                assert torch.equal(out, full[:, t:t + h, l:l + w]), (encoding, cut, (t, l, h, w))
 
 
 class TestCorruptEntropyData:
@@ -143,6 +150,13 @@ class TestCorruptEntropyData:
             fio.decode_jpeg(bad, strict=True)
         with pytest.raises(fio.DecodeError, match="strict"):
             fio.decode_jpeg_roi(bad, 0, 0, 120, 160, strict=True)
+
+    def test_no_stale_warning_after_a_direct_op_call(self):
+        bad = fio._as_tensor(warning_flip(PHOTO))
+        torch.ops.fastprep.decode_jpeg(bad, 3, 0, False)  # leaves its warning pending
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fio.decode_jpeg(PHOTO)  # a good file must not report the previous call's warning
 
 
 class TestLimits:

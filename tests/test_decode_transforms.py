@@ -124,3 +124,19 @@ def test_dataloader_workers_reproducible_and_distinct():
     assert torch.equal(a, b)  # DataLoader seeds workers from its generator
     # Samples 0 and 4 are the same file; different draws give different crops (almost surely).
     assert not all(torch.equal(a[i], a[i + 4]) for i in range(4))
+
+
+def test_ycbcr_padding_is_the_ycbcr_of_the_fill():
+    t = DecodeRandomCrop(100, pad_if_needed=True, fill=0, mode="YCbCr")  # image is 70x90
+    torch.manual_seed(0)
+    out = t(PHOTO)
+    torch.manual_seed(0)
+    rgb = DecodeRandomCrop(100, pad_if_needed=True, fill=0)(PHOTO)
+    pad = (rgb == 0).all(0) & (out[0] == 0)  # padded pixels (and any black ones)
+    assert pad.sum() > 100 and bool((out[1:, pad] == 128).all())
+
+
+@pytest.mark.parametrize("size", ["ab", (8.7, 9), (True, 3), None])
+def test_size_errors_name_the_value(size):
+    with pytest.raises(ValueError, match="got"):
+        DecodeRandomCrop(size)

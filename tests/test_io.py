@@ -220,6 +220,8 @@ class TestTorchLibrary:
         data = fio._as_tensor(photo_420)
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 64, 48, 3, 0, False))
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 0, 0, 5, 5, 1, 0, True))
+        torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False))
+        torch.library.opcheck(torch.ops.fastprep.jpeg_info.default, (data,))
 
     def test_compile(self, photo_420):
         data = fio._as_tensor(photo_420)

@@ -387,3 +387,18 @@ class TestPerChannelFill:
         assert not any(isinstance(x, T.MaskYUVScale) for x in pipe.fused_transforms)
         with pytest.raises(TypeError, match="scalar fill"):
             T.MaskYUVScale(0.5, fill=(0, 128, 128))
+
+
+def test_numpy_image_inside_a_structure_is_masked():
+    from fastprep import transforms as T
+
+    img = np.full((3, 8, 8), 9, np.uint8)
+    out, label = T.RandomMask(1.0)((img, 1))
+    assert label == 1 and isinstance(out, np.ndarray) and not out.any()
+
+
+def test_zero_dim_fill_is_a_scalar():
+    img = torch.full((3, 4, 4), 9, dtype=torch.uint8)
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    assert bool((F.apply_mask(img, mask, fill=torch.tensor(3)) == 3).all())
+    assert bool((F.apply_mask(img, mask, fill=np.array(5)) == 5).all())

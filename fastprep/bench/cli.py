@@ -157,6 +157,8 @@ def _load_data(args):
         data = folder_dataset(args.data, args.num_images)
     else:
         data = builtin_dataset(args.num_images, progress=not args.no_progress)
+    # the real trainer's classifier needs an output per class of the user's folders
+    args.num_classes = max(10, max(data.targets, default=0) + 1)
     return data
 
 
@@ -195,7 +197,8 @@ def run(args) -> int:
 
     started = time.perf_counter()
     data = _load_data(args)
-    probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+    probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
+                                 getattr(args, "num_classes", 10))
     device_name = "sim" if probe.simulated else str(probe.device)
     _set_threads(args, probe)
     print(f"Data: {data.description}")
@@ -228,7 +231,8 @@ def run(args) -> int:
         cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
                              num_workers=w, device=probe.device, seed=args.seed,
                              multiprocessing_context=args.mp_context)
-        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
+                                 getattr(args, "num_classes", 10))
         torch.manual_seed(args.seed)
         length = (args.warmup + args.steps + slack_batches(w)) * args.batch_size
         done_before = bar.n

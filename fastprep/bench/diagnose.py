@@ -156,7 +156,8 @@ def diagnose_pipelines(args, data):
 
     from .cli import _set_threads  # noqa: PLC0415
 
-    probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+    probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
+                                 getattr(args, "num_classes", 10))
     _set_threads(args, probe)
     pipes = []
     lines = []
@@ -176,7 +177,8 @@ def diagnose_pipelines(args, data):
                              num_workers=args.workers, device=probe.device, seed=args.seed,
                              multiprocessing_context=args.mp_context)
         ladders[pipe.name] = ladder(
-            pipe, data, cfg, lambda: make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size),
+            pipe, data, cfg, lambda: make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
+                                 getattr(args, "num_classes", 10)),
             steps=args.steps, warmup=args.warmup, crop=args.crop_size, on_step=bar.update)
     bar.close()
     lines = [explain(name, rungs) for name, rungs in ladders.items()] + lines

@@ -140,7 +140,8 @@ def profile_pipelines(args, data, pipelines, make_trainer) -> list[str]:
 
     paths = []
     for pipe in pipelines:
-        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size)
+        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
+                                 getattr(args, "num_classes", 10))
         cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
                              num_workers=0, device=trainer.device, seed=args.seed, labelled=True)
         torch.manual_seed(args.seed)

@@ -136,11 +136,11 @@ class RealTrainer(_Trainer):
     the end); on the CPU the step is synchronous, so busy time is its wall time.
     """
 
-    def __init__(self, device, size: int = 256, lr: float = 0.01, seed: int = 0):
+    def __init__(self, device, size: int = 256, lr: float = 0.01, seed: int = 0, num_classes: int = 10):
         self.device = torch.device(device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.model = ToyNet(size).to(self.device)
+            self.model = ToyNet(size, num_classes=num_classes).to(self.device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
         self.loss_fn = nn.CrossEntropyLoss()
         self.loss_sum = torch.zeros((), device=self.device)
@@ -193,9 +193,10 @@ class RealTrainer(_Trainer):
         return {"mean_loss": float(self.loss_sum) / self.seen, "accuracy": int(self.correct) / self.seen}
 
 
-def make_trainer(device: str, step_ms: float | None, batch_size: int, size: int) -> _Trainer:
+def make_trainer(device: str, step_ms: float | None, batch_size: int, size: int,
+                 num_classes: int = 10) -> _Trainer:
     """``device``: ``"sim"`` (simulated accelerator), ``"cpu"``, ``"cuda[:i]"`` or ``"auto"``
-    (CUDA when available, else simulated)."""
+    (CUDA when available, else simulated); ``num_classes``: outputs of the real model."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "sim"
     if device == "sim":
@@ -203,4 +204,4 @@ def make_trainer(device: str, step_ms: float | None, batch_size: int, size: int)
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: CUDA is not available here; use --device sim or cpu")
-    return RealTrainer(dev, size)
+    return RealTrainer(dev, size, num_classes=num_classes)
