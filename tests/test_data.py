@@ -6,6 +6,7 @@ uses the spawn start method (slow: each worker re-imports torch).
 
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -348,6 +349,20 @@ class TestDevicePrefetcher:
                 break
         _check_epoch(pf)
         _check_epoch(pf)
+
+    def test_early_break_stops_the_workers(self):
+        import multiprocessing
+
+        before = set(multiprocessing.active_children())
+        pf = D.DevicePrefetcher(_range_loader(num_workers=2), "cpu")
+        for k, _ in enumerate(pf):
+            if k == 0:
+                assert len(set(multiprocessing.active_children()) - before) == 2
+                break
+        deadline = time.monotonic() + 10
+        while set(multiprocessing.active_children()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not set(multiprocessing.active_children()) - before
 
     def test_batch_transform_and_device(self):
         pf = D.DevicePrefetcher(_range_loader(), torch.device("cpu"), batch_transform=D.BatchYuvScale())
