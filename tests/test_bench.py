@@ -310,3 +310,16 @@ def test_real_trainer_takes_more_than_ten_classes():
     images = torch.rand(4, 3, 32, 32)
     trainer.step(images, torch.tensor([0, 5, 12, 3]))
     assert trainer.metrics()["accuracy"] >= 0
+
+
+def test_folder_dataset_skips_files_that_are_not_jpegs(tmp_path, capsys):
+    from fastprep.bench.dataset import folder_dataset
+    from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+    for k in range(2):
+        (tmp_path / f"c{k}").mkdir()
+        (tmp_path / f"c{k}" / "a.jpg").write_bytes(encode_jpeg(photo_like(20, 30, k)))
+    (tmp_path / "c1" / "broken.jpg").write_bytes(b"not a jpeg")
+    data = folder_dataset(tmp_path)
+    assert [os.path.basename(f) for f in data.files] == ["a.jpg", "a.jpg"] and data.targets == [0, 1]
+    assert "c1/broken.jpg" in capsys.readouterr().out
