@@ -336,6 +336,13 @@ class BatchConvertColor(torch.nn.Module):
         return batch_rgb_to_yuv(x, scale=False)
 
 
+def _check_num_threads(num_threads):
+    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
+                                    or num_threads < 1):
+        raise ValueError(f"num_threads must be None or a positive int, got {num_threads!r}")
+    return num_threads
+
+
 class BatchScale(torch.nn.Module):
     """``x / 255`` of a batch (any shape, uint8 or float, any device) as float32.
 
@@ -347,10 +354,7 @@ class BatchScale(torch.nn.Module):
 
     def __init__(self, *, num_threads: int | None = None, reuse_buffers: int = 3):
         super().__init__()
-        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
-                                        or num_threads < 1):
-            raise ValueError(f"num_threads must be None or a positive int, got {num_threads!r}")
-        self.num_threads = num_threads
+        self.num_threads = _check_num_threads(num_threads)
         self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -427,10 +431,7 @@ class BatchYuvScale(torch.nn.Module):
                  reuse_buffers: int = 3):
         super().__init__()
         self.dtype = _check_dtype(dtype)
-        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
-                                        or num_threads < 1):
-            raise ValueError(f"num_threads must be None or a positive int, got {num_threads!r}")
-        self.num_threads = num_threads
+        self.num_threads = _check_num_threads(num_threads)
         self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
