@@ -32,6 +32,7 @@ import numbers
 import os
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
@@ -239,13 +240,17 @@ def _empty(shape, dtype, shared: bool) -> torch.Tensor:
     return torch.empty((), dtype=dtype).set_(storage, 0, shape)
 
 
-def collate_uint8(batch):
+def collate_uint8(batch, out=None):
     """Stack ``(image, target)`` samples into ``(images [N, C, H, W], targets int64 [N])``.
 
     A ``collate_fn`` for uint8 images (any dtype works, it is kept): the images are written
     into one preallocated tensor -- one allocation per batch -- which, inside a DataLoader
     worker, is allocated in shared memory (as ``default_collate`` does) so sending it to the
     main process copies nothing more. Targets may be ints or 0-d tensors.
+
+    Args:
+        batch: a list of ``(image, target)`` samples.
+        out: optional ``[N, C, H, W]`` tensor to write the images into.
 
     Raises:
         TypeError: a sample is not an ``(image tensor, target)`` pair.
@@ -261,7 +266,9 @@ def collate_uint8(batch):
     elem = first[0]
     shape, dtype = tuple(elem.shape), elem.dtype
     in_worker = get_worker_info() is not None
-    images = _empty((n,) + shape, dtype, in_worker)
+    if out is not None and (tuple(out.shape) != (n,) + shape or out.dtype != dtype):
+        raise ValueError(f"collate_uint8: out must be {(n,) + shape} {dtype}, got {tuple(out.shape)} {out.dtype}")
+    images = out if out is not None else _empty((n,) + shape, dtype, in_worker)
     targets = torch.empty(n, dtype=torch.int64)
     for i, sample in enumerate(batch):
         img, target = sample
@@ -271,6 +278,86 @@ def collate_uint8(batch):
         images[i].copy_(img)
         targets[i] = int(target)
     return images, targets
+
+
+class _PooledBatch(NamedTuple):
+    """A batch written into a reusable shared-memory buffer; ``slot`` names the buffer
+    (-1: a one-off buffer). :class:`DevicePrefetcher` releases the slot once it is done
+    with the images."""
+
+    images: torch.Tensor
+    targets: torch.Tensor
+    slot: int
+
+
+class PooledCollate:
+    """:func:`collate_uint8` into shared-memory buffers that each worker reuses.
+
+    A fresh shared-memory batch is zero-filled by the kernel page by page on first write:
+    measured 8.5 ms per 64x3x256x256 batch, 0.13 ms per sample -- about a tenth of a
+    worker's time per sample. Each worker keeps ``slots`` buffers and writes a batch into
+    one the consumer has released; :class:`DevicePrefetcher` releases a buffer as soon as
+    the batch has been copied or converted out of it. If none is free (the consumer still
+    holds them, or a loop was broken off with batches in flight) the worker falls back to a
+    new buffer, so it never waits. Outside workers it is :func:`collate_uint8`.
+
+    Only for loaders consumed by :class:`DevicePrefetcher` with a device copy or a batch
+    transform (as :func:`make_loader` builds them): anything else that keeps a batch
+    would see its memory reused.
+
+    Args:
+        num_workers: the DataLoader's ``num_workers``.
+        slots: buffers per worker; ``prefetch_factor + 2`` covers the batches in flight.
+    """
+
+    def __init__(self, num_workers: int, slots: int = 4):
+        self.slots = int(slots)
+        n = max(int(num_workers), 1) * self.slots
+        self.busy = torch.zeros(n, dtype=torch.uint8).share_memory_()
+        #: buffers allocated per worker (fresh ones included), for tests and diagnostics
+        self.allocations = torch.zeros(max(int(num_workers), 1), dtype=torch.int64).share_memory_()
+        self._buffers = {}
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_buffers"] = {}
+        return state
+
+    def release(self, slot: int) -> None:
+        if slot >= 0:
+            self.busy[slot] = 0
+
+    def reset(self) -> None:
+        """Mark every buffer free (only while no worker runs)."""
+        self.busy.zero_()
+
+    def __call__(self, batch):
+        info = get_worker_info()
+        if info is None:
+            return collate_uint8(batch)
+        slot, out = self._acquire(info.id, batch)
+        images, targets = collate_uint8(batch, out=out)
+        return _PooledBatch(images, targets, slot)
+
+    def _acquire(self, worker: int, batch):
+        """``(slot, view of a pooled buffer)`` for ``batch``, or ``(-1, None)``: a fresh one."""
+        first = batch[0][0] if batch and isinstance(batch[0], (tuple, list)) and batch[0] else None
+        if not isinstance(first, torch.Tensor):
+            return -1, None
+        shape = (len(batch),) + tuple(first.shape)
+        for j in range(self.slots):
+            slot = worker * self.slots + j
+            if slot >= self.busy.numel() or self.busy[slot]:
+                continue
+            buf = self._buffers.get(j)
+            if buf is None or buf.dtype != first.dtype or buf.shape[1:] != shape[1:] or buf.shape[0] < shape[0]:
+                buf = _empty(shape, first.dtype, True)
+                self._buffers[j] = buf
+                self.allocations[min(worker, self.allocations.numel() - 1)] += 1
+            self.busy[slot] = 1
+            return slot, buf[: shape[0]]
+        self.allocations[min(worker, self.allocations.numel() - 1)] += 1
+        return -1, None
 
 
 # --------------------------------------------------------------------------------------
@@ -528,15 +615,30 @@ class DevicePrefetcher:
         return len(self.loader)
 
     def _stage(self, batch):
+        pooled = batch if isinstance(batch, _PooledBatch) else None
+        if pooled is not None:
+            batch = (pooled.images, pooled.targets)
         batch = _to_device(batch, self.device, self.non_blocking)
         if self.batch_transform is not None:
             if isinstance(batch, (tuple, list)) and batch:
                 batch = type(batch)([self.batch_transform(batch[0]), *batch[1:]])
             else:
                 batch = self.batch_transform(batch)
+        if pooled is not None and pooled.slot >= 0:
+            staged = batch[0]
+            # Release the worker's buffer once the images were copied or converted out of
+            # it (never when the yielded tensor still is that buffer).
+            if staged.device.type != "cpu" or \
+                    staged.untyped_storage().data_ptr() != pooled.images.untyped_storage().data_ptr():
+                collate = getattr(self.loader, "collate_fn", None)
+                if isinstance(collate, PooledCollate):
+                    collate.release(pooled.slot)
         return batch
 
     def __iter__(self):
+        collate = getattr(self.loader, "collate_fn", None)
+        if isinstance(collate, PooledCollate) and not getattr(self.loader, "persistent_workers", False):
+            collate.reset()  # new workers, new buffers: slots left busy by a broken-off loop are free
         it = iter(self.loader)
         try:
             if self.device.type == "cuda":
@@ -712,8 +814,10 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
                       worker_init_fn=worker_init_fn)
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
+    # Workers reuse their shared-memory batch buffers (the prefetcher below releases them).
+    collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2) if num_workers > 0 else collate_uint8
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                        collate_fn=collate_uint8, pin_memory=pin_memory, drop_last=drop_last,
+                        collate_fn=collate, pin_memory=pin_memory, drop_last=drop_last,
                         generator=generator, **kwargs)
     # With workers on the same CPU cores, OpenMP threads in the main process only contend
     # with them (and spin): the CPU path converts serially then.
@@ -721,4 +825,4 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
     return DevicePrefetcher(loader, device, batch_transform=BatchYuvScale(dtype, num_threads=threads))
 
 
-__all__ += ["default_transform", "warm_up_kernels"]
+__all__ += ["PooledCollate", "default_transform", "warm_up_kernels"]

@@ -497,3 +497,56 @@ class TestMakeLoader:
             assert ds.skipped == per_epoch * epoch
         targets = torch.cat([t for _, t in batches]).tolist()
         assert targets.count(0) + targets.count(1) == n
+
+
+class TestPooledCollate:
+    """Workers reuse their shared-memory batch buffers once the prefetcher released them."""
+
+    def _batches(self, pf):
+        return [(x.clone(), t.clone()) for x, t in pf]
+
+    def test_make_loader_same_batches_and_buffers_reused(self, jpeg_files):
+        files = jpeg_files * 6
+        kw = dict(batch_size=4, num_workers=2, crop_size=32, device="cpu", shuffle=True,
+                  multiprocessing_context="fork")
+        pooled = D.make_loader(files, generator=torch.Generator().manual_seed(1), **kw)
+        assert isinstance(pooled.loader.collate_fn, D.PooledCollate)
+        plain = D.make_loader(files, generator=torch.Generator().manual_seed(1), **kw)
+        plain.loader.collate_fn = D.collate_uint8
+        for _ in range(2):  # two epochs, new workers each time
+            got, want = self._batches(pooled), self._batches(plain)
+            assert len(got) == len(want) == -(-len(files) // 4)
+            for (a, ta), (b, tb) in zip(got, want):
+                assert torch.equal(ta, tb) and torch.equal(a, b)
+        # 12 batches per epoch over 2 workers, 4 buffers each: reuse happened
+        assert int(pooled.loader.collate_fn.allocations.sum()) <= 2 * 2 * 4
+
+    def test_buffers_held_by_the_consumer_are_never_reused(self, jpeg_files):
+        ds = D.JpegDataset(jpeg_files * 4, transform=D.default_transform(16, 0.0))
+        kw = dict(batch_size=2, num_workers=2, multiprocessing_context="fork")
+        held = [b for b in DataLoader(ds, collate_fn=D.PooledCollate(2),  # nobody releases
+                                      generator=torch.Generator().manual_seed(2), **kw)]
+        want = list(DataLoader(ds, collate_fn=D.collate_uint8, generator=torch.Generator().manual_seed(2), **kw))
+        assert len(held) == len(want)
+        for (a, ta, slot), (b, tb) in zip(held, want):
+            assert torch.equal(a, b) and torch.equal(ta, tb)
+
+    def test_prefetcher_without_transform_keeps_its_buffers(self, jpeg_files):
+        ds = D.JpegDataset(jpeg_files * 4, transform=D.default_transform(16, 0.0))
+        kw = dict(batch_size=2, num_workers=2, multiprocessing_context="fork")
+        loader = DataLoader(ds, collate_fn=D.PooledCollate(2), generator=torch.Generator().manual_seed(3), **kw)
+        got = [x for x, _ in D.DevicePrefetcher(loader, "cpu")]  # yields the buffers themselves
+        want = [x for x, _ in DataLoader(ds, collate_fn=D.collate_uint8, generator=torch.Generator().manual_seed(3),
+                                         **kw)]
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+    def test_early_break_then_full_epoch(self, jpeg_files):
+        pf = D.make_loader(jpeg_files * 4, batch_size=2, num_workers=2, crop_size=16, device="cpu",
+                           shuffle=False, multiprocessing_context="fork")
+        for k, _ in enumerate(pf):
+            if k == 1:
+                break
+        ref = D.make_loader(jpeg_files * 4, batch_size=2, num_workers=0, crop_size=16, device="cpu",
+                            shuffle=False, mask_ratio=0)
+        assert len(self._batches(pf)) == len(self._batches(ref))
+        assert not bool(pf.loader.collate_fn.busy.any())  # all released after a full epoch
