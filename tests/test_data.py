@@ -550,3 +550,17 @@ class TestPooledCollate:
                             shuffle=False, mask_ratio=0)
         assert len(self._batches(pf)) == len(self._batches(ref))
         assert not bool(pf.loader.collate_fn.busy.any())  # all released after a full epoch
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_make_loader_cuda_pooled_matches_cpu(jpeg_files):
+    kw = dict(batch_size=4, num_workers=2, crop_size=32, shuffle=True, multiprocessing_context="fork")
+    cuda = D.make_loader(jpeg_files * 6, device="cuda", generator=torch.Generator().manual_seed(4), **kw)
+    cpu = D.make_loader(jpeg_files * 6, device="cpu", generator=torch.Generator().manual_seed(4), **kw)
+    for _ in range(2):
+        got = [(x.cpu(), t.cpu()) for x, t in cuda]
+        want = [(x.clone(), t) for x, t in cpu]
+        assert len(got) == len(want)
+        for (a, ta), (b, tb) in zip(got, want):
+            assert torch.equal(ta, tb)
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
