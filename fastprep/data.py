@@ -301,9 +301,10 @@ class PooledCollate:
     holds them, or a loop was broken off with batches in flight) the worker falls back to a
     new buffer, so it never waits. Outside workers it is :func:`collate_uint8`.
 
-    Only for loaders consumed by :class:`DevicePrefetcher` with a device copy or a batch
-    transform (as :func:`make_loader` builds them): anything else that keeps a batch
-    would see its memory reused.
+    Only for loaders consumed by :class:`DevicePrefetcher` (as :func:`make_loader` builds
+    them), one iteration at a time: the prefetcher releases a buffer only when the batch it
+    yields no longer lives in it, but two iterations of the same loader at once would share
+    the release flags.
 
     Args:
         num_workers: the DataLoader's ``num_workers``.
