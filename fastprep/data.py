@@ -39,7 +39,9 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from . import functional as F
 from . import io as fio
+from ._kernels import _color
 from ._decode_transforms import DecodeRandomCrop
+from .transforms import RandomMask
 
 __all__ = [
     "BatchConvertColor",
@@ -455,7 +457,7 @@ class BatchScale(torch.nn.Module):
         out = self._pool.get(tuple(x.shape))
         if out.numel():
             # fastprep.functional.scale's kernel (a true division), writing into ``out``
-            _color_kernels().scale(x.view(-1).numpy(), out.view(-1).numpy(),
+            _color.scale(x.view(-1).numpy(), out.view(-1).numpy(),
                                    self.num_threads or torch.get_num_threads())
         return out
 
@@ -537,18 +539,12 @@ class BatchYuvScale(torch.nn.Module):
             threads = self.num_threads or torch.get_num_threads()
             # fastprep.functional.yuv_scale's kernel, writing into ``out``; x is checked
             # and contiguous here.
-            _color_kernels().yuv(x.view(n, 3, h * w).numpy(), out.view(n, 3, h * w).numpy(), 1.0 / 255.0,
+            _color.yuv(x.view(n, 3, h * w).numpy(), out.view(n, 3, h * w).numpy(), 1.0 / 255.0,
                                  threads)
         return out if self.dtype == torch.float32 else out.to(self.dtype)
 
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, num_threads={self.num_threads}"
-
-
-def _color_kernels():
-    from ._kernels import _color  # noqa: PLC0415  (compiled; loaded on first use)
-
-    return _color
 
 
 # --------------------------------------------------------------------------------------
@@ -699,26 +695,6 @@ _warm_lock = threading.Lock()
 _warmed = False
 
 
-class _RandomMaskFallback(torch.nn.Module):
-    """Minimal stand-in for ``fastprep.transforms.RandomMask`` (same functional call)."""
-
-    def __init__(self, ratio=0.25):
-        super().__init__()
-        self.ratio = ratio
-
-    def forward(self, img):
-        return F.apply_random_mask(img, self.ratio)
-
-
-def _random_mask_class():
-    """The uint8 RandomMask transform of :mod:`fastprep.transforms` (fallback if absent)."""
-    try:
-        from .transforms import RandomMask  # noqa: PLC0415
-    except ImportError:
-        return _RandomMaskFallback
-    return RandomMask
-
-
 def warm_up_kernels() -> None:
     """Compile (or load from Numba's on-disk cache) the mask kernels in this process.
 
@@ -740,7 +716,7 @@ class _SampleTransform(torch.nn.Module):
     def __init__(self, crop_size, mask_ratio):
         super().__init__()
         self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True)
-        self.mask = None if not mask_ratio else _random_mask_class()(mask_ratio)
+        self.mask = None if not mask_ratio else RandomMask(mask_ratio)
 
     def forward(self, data):
         img = self.crop(data)

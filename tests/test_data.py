@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import fastprep.data as D
+from fastprep.transforms import RandomMask
 from fastprep import io as fio
 from fastprep._decode_transforms import DecodeCenterCrop, DecodeRandomCrop
 from fastprep.bench.synthetic import encode_jpeg, photo_like
@@ -396,7 +397,7 @@ def _replay(files, order_by_rng_stream, crop_size=CROP, ratio=0.25):
     """Reference samples for ``files``; ``order_by_rng_stream`` is a list of
     (seed, [file indices in the order that RNG stream processes them])."""
     crop = DecodeRandomCrop(crop_size, pad_if_needed=True)
-    mask_transform = D._random_mask_class()(ratio)
+    mask_transform = RandomMask(ratio)
     ref = {}
     for seed, indices in order_by_rng_stream:
         torch.manual_seed(seed)
