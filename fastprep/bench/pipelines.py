@@ -204,24 +204,6 @@ class ToDevice:
         return images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
 
 
-class YCbCrRandomMask(torch.nn.Module):
-    """RandomMask for a YCbCr image: masked pixels become (0, 128, 128), the YCbCr of RGB 0.
-
-    Same mask (same seed from torch's RNG, compiled kernel) as
-    ``fastprep.functional.apply_random_mask``.
-    """
-
-    def __init__(self, ratio: float = 0.25):
-        super().__init__()
-        self.ratio = float(ratio)
-
-    def forward(self, img: torch.Tensor) -> torch.Tensor:
-        from fastprep import functional as F
-
-        seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
-        return F.apply_random_mask(img, self.ratio, fill=(0, 128, 128), seed=seed)
-
-
 # ------------------------------------------------------------------------------------------
 # Datasets and loops shared by the pipelines
 # ------------------------------------------------------------------------------------------
@@ -470,7 +452,10 @@ class FastprepYCbCr(Pipeline):
         steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True, mode="YCbCr")]
         names = ["DecodeRandomCrop(YCbCr)"]
         if cfg.mask_ratio:
-            steps.append(YCbCrRandomMask(cfg.mask_ratio))
+            from fastprep.transforms import RandomMask
+
+            # masked pixels become (0, 128, 128): the YCbCr of RGB black, as RGB pipelines mask to 0
+            steps.append(RandomMask(cfg.mask_ratio, fill=(0, 128, 128)))
             names.append("RandomMask(YCbCr)")
         parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchScale(), prefetch=True)
         return _maybe_label(parts, cfg, names, steps)
