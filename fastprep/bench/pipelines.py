@@ -375,17 +375,6 @@ class ReferenceOptimized(Pipeline):
         return _maybe_label(parts, cfg, names, steps)
 
 
-def _fastprep_missing(*names: str) -> str | None:
-    import importlib
-
-    for mod in names:
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            return f"{mod} is not available yet ({e})"
-    return None
-
-
 def _fastprep_steps(cfg: PipelineConfig) -> list:
     """make_loader's per-sample steps: DecodeRandomCrop(pad_if_needed) then uint8 RandomMask."""
     from fastprep import data as D
@@ -394,18 +383,13 @@ def _fastprep_steps(cfg: PipelineConfig) -> list:
     steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True)]
     if cfg.mask_ratio:
         steps.append(RandomMask(cfg.mask_ratio))
-        warm = getattr(D, "warm_up_kernels", None)  # compile once before workers fork
-        if warm is not None:
-            warm()
+        D.warm_up_kernels()  # compile (or load) once before workers fork
     return steps
 
 
 class Fastprep(Pipeline):
     name = "fastprep"
     summary = "fastprep.data.make_loader: ROI decode + compiled uint8 mask, uint8 collate, prefetcher, device YUV+scale"
-
-    def unavailable(self):
-        return _fastprep_missing("fastprep.data", "fastprep.transforms")
 
     def parts(self, cfg):
         from fastprep import data as D
@@ -431,19 +415,6 @@ class Fastprep(Pipeline):
 class FastprepYCbCr(Pipeline):
     name = "fastprep-ycbcr"
     summary = "as fastprep, decoding straight to YCbCr (mask fill 0,128,128), device /255 only"
-
-    def unavailable(self):
-        missing = _fastprep_missing("fastprep.data", "fastprep.functional")
-        if missing:
-            return missing
-        from fastprep import functional as F
-        from fastprep import io as fio
-
-        if not hasattr(fio.ImageReadMode, "YCbCr"):
-            return "fastprep.io has no direct YCbCr decode"
-        if not hasattr(F, "apply_random_mask"):
-            return "fastprep.functional.apply_random_mask is missing"
-        return None
 
     def parts(self, cfg):
         from fastprep import data as D
