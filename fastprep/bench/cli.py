@@ -1,24 +1,28 @@
-"""Command line: ``python -m fastprep.bench [options]`` and ``python -m fastprep.bench diagnose``."""
+"""Command line: ``python -m fastprep.bench [options]`` and ``python -m fastprep.bench diagnose``.
+
+The parsers turn the command line into a :class:`~fastprep.bench.config.BenchConfig`;
+:func:`run` and :func:`run_diagnose` take that config (call them from Python with one you
+build). Exit status: 0 when every configuration ran, 1 when one failed, 2 for bad
+arguments or data that cannot be benchmarked (one line on stderr, no traceback).
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-import traceback
 
-__all__ = ["main"]
+from fastprep._platform import describe
 
-QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
-DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
+from . import report
+from .config import DEFAULTS, ON_ERROR, QUICK, BenchConfig, trainer_line, usable_cores
+from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset
+from .pipelines import PIPELINES, get_pipeline
 
+__all__ = ["build_diagnose_parser", "build_parser", "config_from_args", "load_data", "main", "run", "run_diagnose"]
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+#: Skipped files listed by name before the list is cut short (the JSON has them all).
+MAX_LISTED = 20
 
 
 def _int_list(text: str) -> list[int]:
@@ -32,8 +36,6 @@ def _int_list(text: str) -> list[int]:
 
 
 def _pipeline_list(text: str) -> list[str]:
-    from .pipelines import PIPELINES
-
     names = [v.strip() for v in text.split(",") if v.strip()]
     if names == ["all"]:
         return list(PIPELINES)
@@ -60,9 +62,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "$FASTPREP_CACHE (default ~/.cache/fastprep)")
     g.add_argument("--num-images", type=_positive(int), metavar="N",
                    help=f"images to use (default {DEFAULTS['num_images']}, --quick {QUICK['num_images']})")
+    g.add_argument("--on-error", choices=ON_ERROR, default="skip",
+                   help="--data files that a pipeline cannot read (damaged, empty, PNG, CMYK for YCbCr "
+                        "decoding): skip leaves them out and lists them once; raise stops at the first")
     g = p.add_argument_group("pipelines")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
-                   help="comma-separated: reference, reference-optimized, fastprep, fastprep-ycbcr (default all)")
+                   help=f"comma-separated, from: {', '.join(PIPELINES)} (default all)")
     g.add_argument("--batch-size", type=_positive(int), default=64)
     g.add_argument("--crop-size", type=_positive(int), default=256)
     g.add_argument("--mask-ratio", type=float, default=0.25)
@@ -127,125 +132,141 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _resolve(args) -> None:
+def config_from_args(args: argparse.Namespace, argv: list[str], diagnose: bool = False) -> BenchConfig:
+    """The :class:`BenchConfig` for parsed arguments (presets filled in).
+
+    Raises:
+        ValueError: a setting is out of range.
+    """
     preset = QUICK if args.quick else DEFAULTS
-    for key, value in preset.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.warmup < 0:
-        raise SystemExit(f"--warmup must be >= 0, got {args.warmup}")
-    if not 0 <= args.mask_ratio <= 1:
-        raise SystemExit(f"--mask-ratio must be in [0, 1], got {args.mask_ratio}")
-    if args.pipelines is None:
-        from .pipelines import PIPELINES
-
-        args.pipelines = list(PIPELINES)
-
-
-def _set_threads(args, trainer) -> None:
-    import torch
-
-    threads = args.threads if args.threads is not None else (1 if trainer.simulated else None)
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
-def _load_data(args):
-    from .dataset import builtin_dataset, folder_dataset
-
-    if args.data:
-        data = folder_dataset(args.data, args.num_images)
+    value = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in preset.items()}
+    if diagnose:
+        workers = (args.workers if args.workers is not None else usable_cores(),)
     else:
-        data = builtin_dataset(args.num_images, progress=not args.no_progress)
+        workers = args.workers if args.workers is not None else list(dict.fromkeys([0, 1, usable_cores()]))
+    return BenchConfig(
+        data=args.data, num_images=value["num_images"], pipelines=args.pipelines, workers=workers,
+        batch_size=args.batch_size, crop_size=args.crop_size, mask_ratio=args.mask_ratio, seed=args.seed,
+        mp_context=args.mp_context, device=args.device, step_ms=args.step_ms, threads=args.threads,
+        steps=value["steps"], warmup=value["warmup"], on_error=args.on_error, progress=not args.no_progress,
+        json_path=args.json, plot_path=getattr(args, "plot", None), profile_dir=getattr(args, "profile", None),
+        profile_steps=getattr(args, "profile_steps", 4), itt=getattr(args, "itt", False),
+        check_syncs=getattr(args, "check_syncs", False), quick=args.quick,
+        command=" ".join(["python -m fastprep.bench", *argv]))
+
+
+def load_data(cfg: BenchConfig) -> BenchData:
+    """The built-in set, or ``cfg.data`` checked file by file against the runnable pipelines.
+
+    Raises:
+        BenchDataError: no usable file, or a bad one with ``cfg.on_error == "raise"``.
+    """
+    if not cfg.data:
+        return builtin_dataset(cfg.num_images, progress=cfg.progress)
+    checks: dict = {}
+    for name in cfg.pipelines:
+        pipe = get_pipeline(name)
+        if not pipe.unavailable():
+            checks.setdefault(pipe.check_key, (pipe.check, []))[1].append(name)
+    return folder_dataset(cfg.data, cfg.num_images, checks=checks, on_error=cfg.on_error, progress=cfg.progress)
+
+
+def _print_skipped(data: BenchData) -> None:
+    """The files left out, once, with the reason for each."""
+    import os
+
+    if not data.skipped:
+        return
+    n = len(data.skipped)
+    print(f"Left out {n} file{'s' if n != 1 else ''} that the pipelines cannot use (--on-error skip; "
+          f"--on-error raise stops at the first):")
+    for path, why in data.skipped[:MAX_LISTED]:
+        print(f"  {os.path.relpath(path, data.root)}: {why}")
+    if n > MAX_LISTED:
+        print(f"  ... and {n - MAX_LISTED} more (all of them in --json)")
+
+
+def _header(cfg: BenchConfig, data: BenchData, trainer) -> None:
+    print(describe())
+    _print_skipped(data)
+    print(f"Data: {data.description}")
+    print(trainer_line(cfg, trainer), flush=True)
+
+
+def _num_classes(data: BenchData) -> int:
     # the real trainer's classifier needs an output per class of the user's folders
-    args.num_classes = max(10, max(data.targets, default=0) + 1)
-    return data
+    return max(10, max(data.targets, default=0) + 1)
 
 
-def _trainer_line(trainer, args) -> str:
-    from .trainer import ASSUMED_GPU_TFLOPS, train_step_flops
-
-    if trainer.simulated:
-        gflop = train_step_flops(args.batch_size, args.crop_size) / 1e9
-        how = ("set by --step-ms" if args.step_ms is not None else
-               f"toy CNN at batch {args.batch_size}, {args.crop_size}x{args.crop_size}: {gflop:.0f} GFLOP per "
-               f"training step at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s, a mid-range GPU in fp32")
-        cap = args.batch_size / trainer.step_s
-        return (f"Trainer: simulated accelerator, {trainer.step_s * 1e3:.0f} ms/step ({how}); it can take at most "
-                f"{cap:.0f} samples/s")
-    return f"Trainer: ToyNet on {trainer.device} (CrossEntropy, SGD momentum 0.9)"
+def _data_settings(data: BenchData) -> dict:
+    return {"data": data.description, "data_root": data.root, "num_images": len(data.files),
+            "skipped_files": [{"path": p, "reason": why} for p, why in data.skipped]}
 
 
-def run(args) -> int:
+def run(cfg: BenchConfig) -> int:
+    """The throughput table for ``cfg.pipelines`` x ``cfg.workers``; returns the exit status.
+
+    Raises:
+        BenchDataError: see :func:`load_data`.
+    """
     import torch
+    from tqdm import tqdm
 
-    from . import report
-    from .pipelines import PipelineConfig, get_pipeline
-    from .profiling import itt_available
-    from .runner import ConfigResult, measure, slack_batches
-    from .trainer import make_trainer
+    from .profiling import itt_available, profile_pipelines
+    from .runner import ConfigResult, measure, one_line_error, slack_batches
 
-    _resolve(args)
-    if args.workers is None:
-        args.workers = list(dict.fromkeys([0, 1, _usable_cores()]))
-    if args.check_syncs and not (args.device.startswith("cuda") or (args.device == "auto"
-                                                                    and torch.cuda.is_available())):
+    if cfg.check_syncs and not (cfg.device.startswith("cuda") or (cfg.device == "auto"
+                                                                  and torch.cuda.is_available())):
         print("--check-syncs: needs a CUDA device; ignored on this run", flush=True)
-    if args.itt and not itt_available():
+    itt = cfg.itt and itt_available()
+    if cfg.itt and not itt:
         print("--itt: torch.profiler.itt is not available in this build; ignored", flush=True)
-        args.itt = False
 
     started = time.perf_counter()
-    data = _load_data(args)
-    probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
-                                 getattr(args, "num_classes", 10))
+    data = load_data(cfg)
+    num_classes = _num_classes(data)
+    probe = cfg.make_trainer(num_classes)
     device_name = "sim" if probe.simulated else str(probe.device)
-    _set_threads(args, probe)
-    print(f"Data: {data.description}")
-    print(_trainer_line(probe, args))
-    capacity = args.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
-    print(f"Measuring {args.steps} steps after {args.warmup} warm-up steps, batch {args.batch_size}, crop "
-          f"{args.crop_size}, mask ratio {args.mask_ratio}, workers {', '.join(map(str, args.workers))}", flush=True)
+    cfg.set_threads(probe)
+    _header(cfg, data, probe)
+    capacity = cfg.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
+    print(f"Measuring {cfg.steps} steps after {cfg.warmup} warm-up steps, batch {cfg.batch_size}, crop "
+          f"{cfg.crop_size}, mask ratio {cfg.mask_ratio}, workers {', '.join(map(str, cfg.workers))}", flush=True)
 
     configs = []
-    for name in args.pipelines:
+    for name in cfg.pipelines:
         pipe = get_pipeline(name)
         reason = pipe.unavailable()
         if reason:
             print(f"Skipping {name}: {reason}", flush=True)
-        for w in args.workers:
-            configs.append((pipe, w, reason))
-    from tqdm import tqdm
+        configs.extend((pipe, w, reason) for w in cfg.workers)
 
-    total = sum(args.warmup + args.steps for _, _, r in configs if not r)
-    bar = tqdm(total=total, unit="step", disable=args.no_progress, leave=False, dynamic_ncols=True)
+    total = sum(cfg.warmup + cfg.steps for _, _, r in configs if not r)
+    bar = tqdm(total=total, unit="step", disable=not cfg.progress, leave=False, dynamic_ncols=True)
     results = []
     failed = False
     for pipe, w, reason in configs:
-        res = ConfigResult(pipe.name, w, args.batch_size, args.steps, args.warmup)
-        if reason:
-            res.skipped = reason
+        res = ConfigResult(pipe.name, w, cfg.batch_size, cfg.steps, cfg.warmup)
+        if reason or (failed and cfg.on_error == "raise"):
+            res.skipped = reason or "not run: an earlier configuration failed (--on-error raise)"
             results.append(res.as_dict())
             continue
         bar.set_description(f"{pipe.name}, {w} workers")
-        cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
-                             num_workers=w, device=probe.device, seed=args.seed,
-                             multiprocessing_context=args.mp_context)
-        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
-                                 getattr(args, "num_classes", 10))
-        torch.manual_seed(args.seed)
-        length = (args.warmup + args.steps + slack_batches(w)) * args.batch_size
+        pcfg = cfg.pipeline_config(w, probe.device)
+        trainer = cfg.make_trainer(num_classes)
+        torch.manual_seed(cfg.seed)
+        length = (cfg.warmup + cfg.steps + slack_batches(w)) * cfg.batch_size
         done_before = bar.n
         try:
-            measure(lambda: pipe.loader(data.files, data.targets, length, cfg), trainer, steps=args.steps,
-                    warmup=args.warmup, result=res, crop=args.crop_size, on_step=bar.update,
-                    check_syncs=args.check_syncs)
-        except Exception as e:  # noqa: BLE001 - report it, run the rest, exit non-zero
+            measure(lambda: pipe.loader(data.files, data.targets, length, pcfg), trainer, steps=cfg.steps,
+                    warmup=cfg.warmup, result=res, crop=cfg.crop_size, on_step=bar.update,
+                    check_syncs=cfg.check_syncs)
+        except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
             failed = True
-            res.error = f"{type(e).__name__}: {e}"
+            res.error = one_line_error(e)
             bar.clear()
-            print(f"{pipe.name} with {w} workers failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-            bar.update(args.warmup + args.steps - (bar.n - done_before))
+            print(f"{pipe.name} with {w} workers failed: {res.error}", file=sys.stderr, flush=True)
+            bar.update(cfg.warmup + cfg.steps - (bar.n - done_before))
         results.append(res.as_dict())
     bar.close()
 
@@ -266,87 +287,105 @@ def run(args) -> int:
             f"{p} {r['samples_per_s'] / ref:.2f}x ({report.workers_text(r['workers'])})" for p, r in best.items()
             if p != "reference"))
 
-    if args.profile or args.itt:
-        from .profiling import profile_pipelines
-
-        runnable = list(dict.fromkeys(p for p, _, reason in configs if not reason))
-        print(f"Profiling {', '.join(p.name for p in runnable)} ({args.profile_steps} labelled steps each, 0 workers)"
-              + (", emitting ITT ranges" if args.itt else ""), flush=True)
-        for path in profile_pipelines(args, data, runnable, make_trainer):
+    if (cfg.profile_dir or itt) and best:
+        runnable = [get_pipeline(p) for p in best]
+        print(f"Profiling {', '.join(p.name for p in runnable)} ({cfg.profile_steps} labelled steps each, 0 workers)"
+              + (", emitting ITT ranges" if itt else ""), flush=True)
+        for path in profile_pipelines(runnable, data, cfg.pipeline_config(0, probe.device),
+                                      lambda: cfg.make_trainer(num_classes), steps=cfg.profile_steps,
+                                      directory=cfg.profile_dir, itt=itt, seed=cfg.seed):
             print(f"Profile trace: {path}")
 
     elapsed = time.perf_counter() - started
     out = {
-        "command": " ".join(["python -m fastprep.bench", *args.argv]),
-        "settings": {"data": data.description, "data_root": data.root, "num_images": len(data.files),
-                     "batch_size": args.batch_size, "crop_size": args.crop_size, "mask_ratio": args.mask_ratio,
-                     "steps": args.steps, "warmup": args.warmup, "workers": args.workers,
-                     "pipelines": args.pipelines, "device": device_name,
+        "command": cfg.command,
+        "platform": describe(),
+        "settings": {**_data_settings(data),
+                     "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
+                     "steps": cfg.steps, "warmup": cfg.warmup, "workers": list(cfg.workers),
+                     "pipelines": list(cfg.pipelines), "device": device_name, "on_error": cfg.on_error,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,
-                     "accelerator_capacity_samples_per_s": capacity, "seed": args.seed,
-                     "mp_context": args.mp_context, "quick": args.quick,
+                     "accelerator_capacity_samples_per_s": capacity, "seed": cfg.seed,
+                     "mp_context": cfg.mp_context, "quick": cfg.quick,
                      "main_process_threads": torch.get_num_threads()},
         "machine": report.machine_info(str(probe.device)),
         "results": results,
         "diagnosis": diag,
         "elapsed_s": elapsed,
     }
-    if args.json:
-        report.write_json(args.json, out)
-        print(f"JSON: {args.json}")
-    if args.plot:
-        report.plot_results(args.plot, results, capacity_samples_per_s=capacity,
-                            title=f"{data.description}; {_trainer_line(probe, args).split(' (')[0]}")
-        print(f"Plot: {args.plot}")
+    if cfg.json_path:
+        report.write_json(cfg.json_path, out)
+        print(f"JSON: {cfg.json_path}")
+    if cfg.plot_path:
+        if best:
+            report.plot_results(cfg.plot_path, results, capacity_samples_per_s=capacity,
+                                title=f"{data.description}; {trainer_line(cfg, probe).split(' (')[0]}")
+            print(f"Plot: {cfg.plot_path}")
+        else:
+            print("Plot: not written, no configuration ran")
     print(f"Total time {elapsed:.0f} s")
     return 1 if failed else 0
 
 
-def run_diagnose(args) -> int:
-    from . import report
+def run_diagnose(cfg: BenchConfig) -> int:
+    """The caching ladder (see :mod:`fastprep.bench.diagnose`); returns the exit status.
+
+    Raises:
+        BenchDataError: see :func:`load_data`.
+    """
     from .diagnose import diagnose_pipelines, format_ladder
 
-    _resolve(args)
-    if args.workers is None:
-        args.workers = _usable_cores()
     started = time.perf_counter()
-    data = _load_data(args)
-    print(f"Data: {data.description}")
-    ladders, lines, trainer_line = diagnose_pipelines(args, data)
-    print(trainer_line)
+    data = load_data(cfg)
+    num_classes = _num_classes(data)
+    print(describe())
+    _print_skipped(data)
+    print(f"Data: {data.description}", flush=True)
+    ladders, lines, trainer_text = diagnose_pipelines(cfg, data, num_classes)
+    print(trainer_text)
     print()
     print(format_ladder(ladders))
     print()
     for line in lines:
         print(line)
     elapsed = time.perf_counter() - started
-    if args.json:
-        report.write_json(args.json, {"command": " ".join(["python -m fastprep.bench", *args.argv]),
-                                      "machine": report.machine_info(args.device), "ladders": ladders,
-                                      "diagnosis": lines, "elapsed_s": elapsed})
-        print(f"JSON: {args.json}")
+    if cfg.json_path:
+        report.write_json(cfg.json_path, {"command": cfg.command, "platform": describe(),
+                                          "settings": {**_data_settings(data), "workers": cfg.workers[0],
+                                                       "steps": cfg.steps, "warmup": cfg.warmup},
+                                          "machine": report.machine_info(cfg.device), "ladders": ladders,
+                                          "diagnosis": lines, "elapsed_s": elapsed})
+        print(f"JSON: {cfg.json_path}")
     print(f"Total time {elapsed:.0f} s")
     return 1 if any(r.get("error") for rungs in ladders.values() for r in rungs) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (non-zero when a configuration failed)."""
+    """Entry point; returns the exit status (0 all ran, 1 a configuration failed, 2 bad
+    arguments or unusable data)."""
     import torch
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "diagnose":
-        args, command = build_diagnose_parser().parse_args(argv[1:]), run_diagnose
+        parser = build_diagnose_parser()
+        args, command, diagnose = parser.parse_args(argv[1:]), run_diagnose, True
     else:
         parser = build_parser()
-        args, command = parser.parse_args(argv[1:] if argv and argv[0] == "run" else argv), run
+        args, command, diagnose = parser.parse_args(argv[1:] if argv and argv[0] == "run" else argv), run, False
         if args.plot:
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
                 parser.error("--plot needs matplotlib: pip install matplotlib (or fastprep[bench])")
-    args.argv = argv
+    try:
+        cfg = config_from_args(args, argv, diagnose)
+    except ValueError as e:
+        parser.error(str(e))
     threads = torch.get_num_threads()
     try:
-        return command(args)
+        return command(cfg)
+    except BenchDataError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
+        return 2
     finally:
         torch.set_num_threads(threads)  # callers in the same process keep their setting

@@ -1,5 +1,5 @@
 """The benchmark's data: a built-in synthetic JPEG set, generated once and cached, or a
-folder of the user's own JPEGs.
+folder of the user's own JPEGs (checked file by file; unusable ones are left out and listed).
 
 Built-in images are ``photo_like`` frames (see :mod:`fastprep.bench.synthetic`) encoded
 with Pillow. Image ``i`` depends only on ``i`` and the generation parameters, so the cache
@@ -14,17 +14,18 @@ import hashlib
 import json
 import multiprocessing
 import os
-from dataclasses import asdict, dataclass
+import stat
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .synthetic import encode_jpeg, photo_like
 
-__all__ = ["BuiltinSpec", "BenchData", "builtin_dataset", "cache_root", "folder_dataset"]
+__all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file",
+           "folder_dataset"]
 
 #: Bumped whenever the generator's output changes, so stale caches are not reused.
 GENERATOR_VERSION = 1
 NUM_CLASSES = 10
-JPEG_SUFFIXES = (".jpg", ".jpeg", ".JPG", ".JPEG")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class BenchData:
     targets: list[int]
     description: str
     root: str
+    #: ``(path, reason)`` of every file examined and left out.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def cache_root() -> Path:
@@ -121,56 +124,163 @@ def builtin_dataset(num_images: int, spec: BuiltinSpec = BuiltinSpec(), *, proce
     return BenchData(files, [i % NUM_CLASSES for i in range(num_images)], desc, str(root))
 
 
-def folder_dataset(root: str | os.PathLike, num_images: int | None = None) -> BenchData:
-    """JPEGs of a folder: ImageFolder layout (one sub-folder per class, sorted) or flat.
+class BenchDataError(ValueError):
+    """The data cannot be benchmarked (no usable file, or a bad file with ``on_error="raise"``);
+    the message is one line naming the folder or file."""
 
-    In a flat folder every target is 0. ``num_images`` keeps the first files in sorted order.
+
+#: Files the folder scan examines (case-insensitive); other files (notes, labels) are ignored.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".ppm",
+                  ".pgm")
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"), (b"II*\x00", "TIFF"),
+          (b"MM\x00*", "TIFF"), (b"P5", "PGM"), (b"P6", "PPM"))
+
+
+def _sniff(head: bytes) -> str | None:
+    """The image format of data that does not start with a JPEG SOI marker, when known."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WebP"
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1].strip()}" if lines else type(e).__name__
+
+
+def check_file(path: str, checks: dict | None = None) -> str | None:
+    """Why the benchmark cannot use the file at ``path``, or ``None`` when it can.
+
+    Args:
+        path: a file.
+        checks: ``{key: (check, names)}``: ``check(data: bytes)`` raises when the pipelines
+            ``names`` cannot use the file. ``None``: only the JPEG header is checked.
+
+    Returns:
+        ``None``, or one line: ``"empty file"``, ``"PNG data, not a JPEG"``, the header
+        error, or which pipelines fail and why.
     """
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise ValueError(f"--data must be a folder of JPEG files, got {str(root)!r}")
+    from fastprep import io as fio
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return "not a regular file"
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    if not data:
+        return "empty file"
+    if not data.startswith(b"\xff\xd8"):
+        fmt = _sniff(data[:16])
+        return f"{fmt} data, not a JPEG" if fmt else "not a JPEG (no SOI marker at the start)"
+    try:
+        fio.jpeg_info(data)
+    except Exception as e:  # noqa: BLE001 - any failure makes the file unusable; say why
+        return _one_line(e)
+    checks = checks or {}
+    failures = []
+    for check, names in checks.values():
+        try:
+            check(data)
+        except Exception as e:  # noqa: BLE001
+            failures.append((list(names), _one_line(e)))
+    if not failures:
+        return None
+    by_reason: dict[str, list[str]] = {}
+    for names, why in failures:
+        by_reason.setdefault(why, []).extend(names)
+    if len(failures) == len(checks) and len(by_reason) == 1:
+        return failures[0][1]  # every pipeline, for the same reason
+    return "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
+
+
+def _candidates(root: Path) -> tuple[list[str], list[int], list[str]]:
+    """Image files of ``root`` in sorted order: flat files (target 0), then one class per
+    sub-folder (ImageFolder layout, searched recursively). Returns files, targets, classes."""
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    files, targets = [], []
-    for name in sorted(p.name for p in root.iterdir() if p.is_file() and p.suffix in JPEG_SUFFIXES):
-        files.append(str(root / name))
-        targets.append(0)
+
+    def image(name):
+        return not name.startswith(".") and name.lower().endswith(IMAGE_SUFFIXES)
+
+    files = [str(root / n) for n in sorted(p.name for p in root.iterdir() if not p.is_dir() and image(p.name))]
+    targets = [0] * len(files)
     for k, c in enumerate(classes):
         for dirpath, dirnames, filenames in sorted(os.walk(root / c)):
             dirnames.sort()
             for name in sorted(filenames):
-                if name.endswith(JPEG_SUFFIXES):
+                if image(name):
                     files.append(os.path.join(dirpath, name))
                     targets.append(k)
+    return files, targets, classes
+
+
+def folder_dataset(root: str | os.PathLike, num_images: int | None = None, *, checks: dict | None = None,
+                   on_error: str = "skip", progress: bool = False) -> BenchData:
+    """The usable JPEGs of a folder: ImageFolder layout (one sub-folder per class, sorted) or flat.
+
+    Image files (by suffix, see :data:`IMAGE_SUFFIXES`) are examined in sorted order by
+    :func:`check_file` until ``num_images`` usable ones are found. Zero-byte files, PNG and
+    other non-JPEG data, damaged JPEGs and files a pipeline's check refuses (e.g. CMYK for
+    a YCbCr decoder) are left out and listed in :attr:`BenchData.skipped`, so every pipeline
+    runs on the same files. In a flat folder every target is 0.
+
+    Args:
+        root: the folder.
+        num_images: how many usable files to keep (``None``: all).
+        checks: see :func:`check_file`.
+        on_error: ``"skip"`` (default) or ``"raise"``: raise at the first unusable file.
+        progress: show a bar while checking.
+
+    Raises:
+        BenchDataError: ``root`` is not a folder, has no usable file, or (``on_error="raise"``)
+            has an unusable one.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm import tqdm
+
+    if on_error not in ("skip", "raise"):
+        raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise BenchDataError(f"--data must be a folder of JPEG files, got {str(root)!r}")
+    candidates, labels, classes = _candidates(root)
+    if not candidates:
+        raise BenchDataError(f"no image files (*.jpg, *.jpeg, ...) found in {str(root)!r}")
+    want = len(candidates) if num_images is None else num_images
+    files, targets, skipped = [], [], []
+    bar = tqdm(total=min(want, len(candidates)), desc=f"checking files in {root}", unit="file",
+               disable=not progress, leave=False)
+    chunk = max(16, 4 * _usable_cores())
+    with ThreadPoolExecutor(max_workers=_usable_cores()) as pool:  # the decoders release the GIL
+        for start in range(0, len(candidates), chunk):
+            if len(files) >= want:
+                break
+            batch = candidates[start:start + chunk]
+            for path, target, why in zip(batch, labels[start:start + chunk],
+                                         pool.map(lambda f: check_file(f, checks), batch)):
+                if len(files) >= want:
+                    break
+                if why is None:
+                    files.append(path)
+                    targets.append(target)
+                    bar.update()
+                elif on_error == "raise":
+                    bar.close()
+                    raise BenchDataError(f"{path}: {why} (--on-error skip leaves unusable files out)")
+                else:
+                    skipped.append((path, why))
+    bar.close()
     if not files:
-        raise ValueError(f"no JPEG files (*.jpg, *.jpeg) found in {str(root)!r}")
-    if num_images is not None:
-        files, targets = files[:num_images], targets[:num_images]
-    files, targets, bad = _readable_jpegs(files, targets)
-    if bad:
-        shown = ", ".join(f"{os.path.relpath(f, root)} ({why})" for f, why in bad[:3])
-        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        print(f"Skipping {len(bad)} file(s) whose JPEG headers do not parse: {shown}{more}", flush=True)
-    if not files:
-        raise ValueError(f"no decodable JPEG files in {str(root)!r}")
+        first = f"; first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        raise BenchDataError(f"no usable JPEG files in {str(root)!r}: all {len(skipped)} image files left "
+                             f"out{first}")
     layout = f"{len(classes)} classes" if classes else "flat"
-    return BenchData(files, targets, f"{root}: {len(files)} JPEGs ({layout})", str(root))
-
-
-def _readable_jpegs(files, targets):
-    """Drop files whose headers do not parse (about 10 us a file: headers only, so a file
-    damaged later in its data still fails the run, with its name)."""
-    from fastprep import io as fio
-
-    keep_f, keep_t, bad = [], [], []
-    for f, t in zip(files, targets):
-        try:
-            fio.jpeg_info(fio.read_file(f))
-        except (fio.DecodeError, OSError) as e:
-            bad.append((f, str(e)))
-            continue
-        keep_f.append(f)
-        keep_t.append(t)
-    return keep_f, keep_t, bad
+    return BenchData(files, targets, f"{root}: {len(files)} JPEGs ({layout})", str(root), skipped)
 
 
 def _usable_cores() -> int:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from .pipelines import FixedSampleDataset, PipelineConfig, SampleDataset, data_loader, device_iterable, get_pipeline
-from .runner import ConfigResult, measure, slack_batches
+from .config import BenchConfig, trainer_line
+from .pipelines import FixedSampleDataset, PipelineConfig, SampleDataset, device_iterable, get_pipeline
+from .runner import ConfigResult, measure, one_line_error, slack_batches
 
-__all__ = ["RUNGS", "diagnose_pipelines", "format_ladder", "ladder"]
+__all__ = ["NOISE_TOLERANCE", "RUNGS", "diagnose_pipelines", "explain", "format_ladder", "inversions", "ladder"]
 
 RUNGS = ("device batch", "host batch", "sample cached", "bytes cached", "full")
 STAGES = ("host-to-device copy + device batch transform", "collate + worker-to-main transfer",
@@ -54,9 +55,32 @@ def _host_batch(parts, data, cfg):
     return batch
 
 
+#: A later rung may be this much faster than an earlier one before the ladder calls it noise.
+NOISE_TOLERANCE = 0.05
+
+
+def inversions(rungs: list[dict], tolerance: float = NOISE_TOLERANCE) -> list[tuple[int, int]]:
+    """``(earlier, later)`` rung indices where the later rung, which adds a stage, is more
+    than ``tolerance`` faster than the earlier one: impossible without noise."""
+    out = []
+    for j in range(len(rungs)):
+        for k in range(j + 1, len(rungs)):
+            a, b = rungs[j].get("samples_per_s"), rungs[k].get("samples_per_s")
+            if a and b and b > a * (1 + tolerance):
+                out.append((j, k))
+    return out
+
+
 def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup: int, crop: int,
-           on_step=None) -> list[dict]:
-    """The five rungs for one pipeline, each a :class:`ConfigResult` dict plus ``rung``."""
+           on_step=None, tolerance: float = NOISE_TOLERANCE) -> list[dict]:
+    """The five rungs for one pipeline, each a :class:`ConfigResult` dict plus ``rung``,
+    ``remeasured`` and ``samples_per_s_runs``.
+
+    Each rung adds a stage, so throughput cannot rise from one rung to a later one; when a
+    measurement says it does (see :func:`inversions`), the rungs involved are measured once
+    more and each keeps its faster run (interference from other processes only slows a
+    run down). Inversions that survive are reported by :func:`explain`.
+    """
     parts = pipe.parts(cfg)
     n = warmup + steps
     length = (n + slack_batches(cfg.num_workers)) * cfg.batch_size
@@ -76,27 +100,37 @@ def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup:
         nonlocal raws
         if raws is None:
             raws = [parts.read(f) for f in data.files]
-        return device_iterable(data_loader(SampleDataset(raws, data.targets, None, parts.transform, length),
-                                           parts.collate, cfg), parts, cfg)
+        return pipe.loader_from(SampleDataset(raws, data.targets, None, parts.transform, length, names=data.files),
+                                parts, cfg)
 
     makers = [
         device_batch,
         lambda: device_iterable(_Repeat(host, n + 1), parts, cfg),
-        lambda: device_iterable(data_loader(FixedSampleDataset(sample, data.targets[0], length), parts.collate, cfg),
-                                parts, cfg),
+        lambda: pipe.loader_from(FixedSampleDataset(sample, data.targets[0], length), parts, cfg),
         bytes_cached,
         lambda: pipe.loader(data.files, data.targets, length, cfg),
     ]
-    out = []
-    for rung, make in zip(RUNGS, makers):
+
+    def run(k: int) -> dict:
         res = ConfigResult(pipe.name, cfg.num_workers, cfg.batch_size, steps, warmup)
         trainer = make_trainer()
         torch.manual_seed(cfg.seed)
         try:
-            measure(make, trainer, steps=steps, warmup=warmup, result=res, crop=crop, on_step=on_step)
+            measure(makers[k], trainer, steps=steps, warmup=warmup, result=res, crop=crop, on_step=on_step)
         except Exception as e:  # noqa: BLE001 - shown in the ladder, exit status non-zero
-            res.error = f"{type(e).__name__}: {e}"
-        out.append({"rung": rung, **res.as_dict()})
+            res.error = one_line_error(e)
+        return {"rung": RUNGS[k], **res.as_dict()}
+
+    out = []
+    for k in range(len(RUNGS)):
+        r = run(k)
+        out.append({**r, "remeasured": False, "samples_per_s_runs": [r["samples_per_s"]]})
+    for k in sorted({k for pair in inversions(out, tolerance) for k in pair}):
+        again = run(k)
+        runs = out[k]["samples_per_s_runs"] + [again["samples_per_s"]]
+        if (again["samples_per_s"] or 0) > (out[k]["samples_per_s"] or 0):
+            out[k] = {**again}
+        out[k].update(remeasured=True, samples_per_s_runs=runs)
     return out
 
 
@@ -112,17 +146,36 @@ def biggest_loss(rungs: list[dict]) -> tuple[int, float, float] | None:
     return best
 
 
-def explain(name: str, rungs: list[dict]) -> str:
+def explain(name: str, rungs: list[dict], tolerance: float = NOISE_TOLERANCE) -> list[str]:
+    """Lines for one pipeline: the stage that loses the most, the rungs re-measured because
+    a later rung came out faster than an earlier one, and a warning when that persists."""
+    lines = []
+    again = [k for k, r in enumerate(rungs) if r.get("remeasured")]
+    if again:
+        runs = "; ".join(f"({k + 1}) {rungs[k]['rung']}: " + ", ".join(
+            "error" if v is None else f"{v:.0f}" for v in rungs[k]["samples_per_s_runs"]) for k in again)
+        lines.append(f"{name}: a later rung was more than {100 * tolerance:.0f}% faster than an earlier one "
+                     f"(noise: each rung adds work); re-measured once, keeping the faster run: {runs} samples/s.")
+    for j, k in inversions(rungs, tolerance):
+        a, b = rungs[j]["samples_per_s"], rungs[k]["samples_per_s"]
+        lines.append(f"warning: {name}: ({k + 1}) {rungs[k]['rung']} is still faster than ({j + 1}) "
+                     f"{rungs[j]['rung']} after re-measuring ({b:.0f} vs {a:.0f} samples/s, +{100 * (b / a - 1):.0f}%): "
+                     f"the ladder is not monotonic, so its attribution below is unreliable; use more --steps or "
+                     f"a quieter machine.")
     loss = biggest_loss(rungs)
     if loss is None:
-        return f"{name}: could not measure the ladder."
+        lines.append(f"{name}: could not measure the ladder.")
+        return lines
     k, a, b = loss
     if b >= 0.95 * a:
-        return (f"{name}: no stage loses more than 5% ({rungs[-1]['samples_per_s']:.0f} samples/s with everything, "
-                f"{rungs[0]['samples_per_s']:.0f} with a cached device batch): the accelerator is the bottleneck.")
+        lines.append(f"{name}: no stage loses more than 5% ({rungs[-1]['samples_per_s']:.0f} samples/s with "
+                     f"everything, {rungs[0]['samples_per_s']:.0f} with a cached device batch): the accelerator is "
+                     f"the bottleneck.")
+        return lines
     extra_ms = (1 / b - 1 / a) * 1e3
-    return (f"{name}: {STAGES[k]} loses the most, {a:.0f} -> {b:.0f} samples/s ({100 * (1 - b / a):.0f}% less, "
-            f"+{extra_ms:.2f} ms per sample between rungs {k + 1} and {k + 2}).")
+    lines.append(f"{name}: {STAGES[k]} loses the most, {a:.0f} -> {b:.0f} samples/s ({100 * (1 - b / a):.0f}% less, "
+                 f"+{extra_ms:.2f} ms per sample between rungs {k + 1} and {k + 2}).")
+    return lines
 
 
 def format_ladder(ladders: dict[str, list[dict]]) -> str:
@@ -137,49 +190,47 @@ def format_ladder(ladders: dict[str, list[dict]]) -> str:
             elif r.get("samples_per_s") is None:
                 row.append("-")
             else:
-                row.append(f"{r['samples_per_s']:.0f} ({100 * r['starvation_fraction']:.0f}%)")
+                row.append(f"{r['samples_per_s']:.0f} ({100 * r['starvation_fraction']:.0f}%)"
+                           + ("*" if r.get("remeasured") else ""))
         rows.append(row)
     widths = [max(len(c) for c in col) for col in zip(head, *rows)]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in [head] + rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "samples/s (accelerator starved %)\n" + "\n".join(lines)
+    note = ("\n* measured twice (a later rung came out faster than an earlier one), the faster run kept"
+            if any(r.get("remeasured") for rungs in ladders.values() for r in rungs) else "")
+    return "samples/s (accelerator starved %)\n" + "\n".join(lines) + note
 
 
-def diagnose_pipelines(args, data):
-    """Run the ladder for every available pipeline in ``args.pipelines``; returns
-    ``(ladders, explanation lines, trainer description)``."""
+def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
+    """Run the ladder for every available pipeline in ``cfg.pipelines`` with
+    ``cfg.workers[0]`` workers.
+
+    Returns:
+        ``(ladders {pipeline: rungs}, explanation lines, trainer description)``.
+    """
     from tqdm import tqdm
 
-    from .cli import _trainer_line  # noqa: PLC0415
-    from .trainer import make_trainer
-
-    from .cli import _set_threads  # noqa: PLC0415
-
-    probe = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
-                                 getattr(args, "num_classes", 10))
-    _set_threads(args, probe)
+    workers = cfg.workers[0]
+    probe = cfg.make_trainer(num_classes)
+    cfg.set_threads(probe)
     pipes = []
-    lines = []
-    for name in args.pipelines:
+    skipped = []
+    for name in cfg.pipelines:
         pipe = get_pipeline(name)
         reason = pipe.unavailable()
         if reason:
-            lines.append(f"{name}: skipped, {reason}")
+            skipped.append(f"{name}: skipped, {reason}")
         else:
             pipes.append(pipe)
-    bar = tqdm(total=len(pipes) * len(RUNGS) * (args.steps + args.warmup), unit="step", leave=False,
-               disable=args.no_progress, dynamic_ncols=True)
+    bar = tqdm(total=len(pipes) * len(RUNGS) * (cfg.steps + cfg.warmup), unit="step", leave=False,
+               disable=not cfg.progress, dynamic_ncols=True)
     ladders = {}
     for pipe in pipes:
         bar.set_description(f"diagnose {pipe.name}")
-        cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
-                             num_workers=args.workers, device=probe.device, seed=args.seed,
-                             multiprocessing_context=args.mp_context)
         ladders[pipe.name] = ladder(
-            pipe, data, cfg, lambda: make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
-                                 getattr(args, "num_classes", 10)),
-            steps=args.steps, warmup=args.warmup, crop=args.crop_size, on_step=bar.update)
+            pipe, data, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
+            steps=cfg.steps, warmup=cfg.warmup, crop=cfg.crop_size, on_step=bar.update)
     bar.close()
-    lines = [explain(name, rungs) for name, rungs in ladders.items()] + lines
-    return ladders, lines, _trainer_line(probe, args) + f"; {args.workers} workers"
+    lines = [line for name, rungs in ladders.items() for line in explain(name, rungs)] + skipped
+    return ladders, lines, trainer_line(cfg, probe) + f"; {workers} workers"

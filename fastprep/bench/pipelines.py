@@ -1,9 +1,11 @@
 """The input pipelines the benchmark compares.
 
-Every pipeline turns JPEG files into ``(images float32 [N, 3, S, S] YUV in [0, 1],
-targets int64 [N])`` on the trainer's device, with the same semantics: a random ``S x S``
-crop, a random mask (probability ``mask_ratio``, dilated with the 4-neighbour cross) whose
-pixels become 0 in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``.
+Every pipeline turns JPEG files into ``(images float32 [N, 3, S, S] YUV, targets int64
+[N])`` on the trainer's device, with the same semantics: a random ``S x S`` crop, a random
+mask (probability ``mask_ratio``, dilated with the 4-neighbour cross) whose pixels become 0
+in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``. Y lies in [0, 1]; U and V in
+[0.5/255, 255.5/255] (saturated blue gives U = (0.5 * 255 + 128) / 255), see
+:func:`yuv_range`.
 
 * ``reference`` -- what a typical training script does today, written here with plain
   PIL/torch/scipy: PIL open -> ``PILToTensor`` -> ``RandomCrop`` -> mask dilated with
@@ -24,7 +26,15 @@ pixels become 0 in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``.
 
 Each pipeline also exposes its :class:`Parts` (read, per-sample transform, collate, H2D,
 device batch transform) so ``diagnose`` can cache at each stage and ``--profile`` can label
-each one.
+each one, and a :meth:`Pipeline.check` that tells whether it can use a file (the bench runs
+it on every file of a ``--data`` folder and leaves out, and lists, the files that fail).
+
+Adding a pipeline: subclass :class:`Pipeline`, set ``name`` and ``summary``, implement
+:meth:`~Pipeline.parts`; override :meth:`~Pipeline.loader_from` when the pipeline builds its
+own loader around a dataset (as ``fastprep`` does with :func:`fastprep.data.make_loader`),
+:meth:`~Pipeline.check` and ``check_key`` when it reads files differently, and
+:meth:`~Pipeline.unavailable` when it needs optional packages; then
+``register_pipeline(MyPipeline())``. ``docs/bench.md`` walks through an example.
 """
 
 from __future__ import annotations
@@ -40,7 +50,8 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from .profiling import Labelled, LabelledCompose
 
-__all__ = ["PIPELINES", "Parts", "Pipeline", "PipelineConfig", "get_pipeline"]
+__all__ = ["PIPELINES", "Parts", "Pipeline", "PipelineConfig", "SampleError", "get_pipeline", "register_pipeline",
+           "yuv_range"]
 
 # JFIF 1.02 (ITU-T T.871) section 7, BT.601 full range: rows Y, U (Cb), V (Cr).
 YUV_MATRIX = (
@@ -50,6 +61,22 @@ YUV_MATRIX = (
 )
 YUV_OFFSET = (0.0, 128.0, 128.0)
 CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)
+
+
+def yuv_range(scale: float = 1 / 255) -> tuple[tuple[float, float], ...]:
+    """``((lo, hi) for Y, U, V)``: the extremes of :data:`YUV_MATRIX` applied to RGB in
+    ``[0, 255]^3`` plus :data:`YUV_OFFSET`, times ``scale``.
+
+    Each output is linear in (R, G, B), so its extremes lie at corners of the cube: the
+    minimum takes 255 where a coefficient is negative, the maximum where it is positive.
+    Y: [0, 255]; U and V: [0.5, 255.5] (e.g. V of saturated red = 0.5 * 255 + 128).
+    """
+    out = []
+    for row, offset in zip(YUV_MATRIX, YUV_OFFSET):
+        lo = offset + 255 * sum(c for c in row if c < 0)
+        hi = offset + 255 * sum(c for c in row if c > 0)
+        out.append((lo * scale, hi * scale))
+    return tuple(out)
 
 
 @dataclass
@@ -122,7 +149,10 @@ class PILOpen(torch.nn.Module):
 
 
 class ScipyRandomMask(torch.nn.Module):
-    """RandomMask with ``scipy.signal.convolve2d`` dilation (the DESIGN definition)."""
+    """RandomMask with ``scipy.signal.convolve2d`` dilation: each pixel is masked with
+    probability ``ratio``, the mask is dilated with the cross ``[[0,1,0],[1,1,1],[0,1,0]]``
+    (``convolve2d(mask, cross, mode="same") > 0``, zero outside the image), and every channel
+    under it becomes 0."""
 
     def __init__(self, ratio: float = 0.25):
         super().__init__()
@@ -209,28 +239,43 @@ class ToDevice:
 # ------------------------------------------------------------------------------------------
 
 
+class SampleError(RuntimeError):
+    """A sample failed; the message names the file (and the original error)."""
+
+
 class SampleDataset(Dataset):
     """``length`` samples cycling over ``items``: ``(transform(read(item)), target)``.
 
-    ``read=None`` means the items are already the raw inputs (cached bytes).
+    ``read=None`` means the items are already the raw inputs (cached bytes); ``names``
+    (default: the items when they are paths) name them in errors. Any failure raises
+    :class:`SampleError` ``"<name>: <error>"``, never an index into the cycled sequence.
     """
 
     def __init__(self, items: Sequence, targets: Sequence[int], read: Callable | None, transform: Callable,
-                 length: int | None = None):
+                 length: int | None = None, names: Sequence[str] | None = None):
         if len(items) != len(targets) or not items:
             raise ValueError(f"need one target per item and at least one item, got {len(items)} items, "
                              f"{len(targets)} targets")
         self.items, self.targets = list(items), [int(t) for t in targets]
         self.read, self.transform = read, transform
         self.length = len(self.items) if length is None else int(length)
+        if names is None and read is not None:
+            names = [str(item) for item in self.items]
+        if names is not None and len(names) != len(self.items):
+            raise ValueError(f"need one name per item, got {len(names)} names for {len(self.items)} items")
+        self.names = None if names is None else list(names)
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int):
         i = index % len(self.items)
-        raw = self.items[i] if self.read is None else self.read(self.items[i])
-        return self.transform(raw), self.targets[i]
+        try:
+            raw = self.items[i] if self.read is None else self.read(self.items[i])
+            return self.transform(raw), self.targets[i]
+        except Exception as e:
+            name = self.names[i] if self.names is not None else f"cached item {i}"
+            raise SampleError(f"{name}: {type(e).__name__}: {e}") from e
 
 
 class FixedSampleDataset(Dataset):
@@ -318,29 +363,68 @@ class _Chain(torch.nn.Module):
 # ------------------------------------------------------------------------------------------
 
 
+def check_pil(data: bytes) -> None:
+    """Raise unless Pillow decodes the whole of ``data`` to RGB (the reference's reader)."""
+    from PIL import Image
+
+    with Image.open(_io.BytesIO(data)) as im:
+        im.convert("RGB")
+
+
+def check_fastprep(data: bytes, mode: str = "RGB") -> None:
+    """Raise unless :func:`fastprep.io.decode_jpeg` decodes the whole of ``data`` in ``mode``
+    without a :class:`fastprep.io.DecodeWarning` (corrupt data libjpeg decoded past)."""
+    import warnings
+
+    from fastprep import io as fio
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fio.DecodeWarning)
+        fio.decode_jpeg(data, mode)
+
+
 class Pipeline:
-    """A named way to get device batches from files."""
+    """A named way to get device batches from files.
+
+    Subclasses set ``name`` (the ``--pipelines`` key), ``summary`` (one line) and implement
+    :meth:`parts`; see the module doc for the optional hooks.
+    """
 
     name = ""
     summary = ""
+    #: Pipelines with the same key share one :meth:`check` per file.
+    check_key = "fastprep-RGB"
 
     def unavailable(self) -> str | None:
         """Why this pipeline cannot run here, or ``None``."""
         return None
 
+    def check(self, data: bytes) -> None:
+        """Raise (any exception, with a message a user can act on) when this pipeline cannot
+        use a file whose bytes are ``data``. Default: a whole RGB decode by fastprep, so a
+        file damaged late in its data is caught even though a crop may not reach it."""
+        check_fastprep(data, "RGB")
+
     def parts(self, cfg: PipelineConfig) -> Parts:
+        """The pipeline cut at its stages (see :class:`Parts`)."""
         raise NotImplementedError
+
+    def loader_from(self, dataset: Dataset, parts: Parts, cfg: PipelineConfig):
+        """Device batches from a dataset of ``(processed sample, target)``: the pipeline's
+        own DataLoader, collate and host-to-device stage. ``diagnose`` feeds it cached
+        datasets, so every rung runs the loader the pipeline runs."""
+        return device_iterable(data_loader(dataset, parts.collate, cfg), parts, cfg)
 
     def loader(self, files: Sequence[str], targets: Sequence[int], length: int, cfg: PipelineConfig):
         """An iterable of ``length // batch_size`` device batches drawn from ``files``."""
         parts = self.parts(cfg)
-        dataset = SampleDataset(files, targets, parts.read, parts.transform, length)
-        return device_iterable(data_loader(dataset, parts.collate, cfg), parts, cfg)
+        return self.loader_from(SampleDataset(files, targets, parts.read, parts.transform, length), parts, cfg)
 
 
 class Reference(Pipeline):
     name = "reference"
     summary = "PIL decode + RandomCrop + scipy mask + matmul YUV + /255 per sample, default_collate"
+    check_key = "PIL"
 
     def unavailable(self):
         try:
@@ -350,6 +434,9 @@ class Reference(Pipeline):
         except ImportError as e:
             return f"needs Pillow, scipy and torchvision ({e})"
         return None
+
+    def check(self, data):
+        check_pil(data)
 
     def parts(self, cfg):
         from torchvision import transforms as T
@@ -366,8 +453,7 @@ class ReferenceOptimized(Pipeline):
     summary = "ROI decode op + numpy mask per sample, YUV+scale per batch in collate (float32 IPC)"
 
     def parts(self, cfg):
-        from fastprep.io import ImageReadMode  # noqa: F401  (ROI decode op loaded)
-        from fastprep._decode_transforms import DecodeRandomCrop
+        from fastprep.transforms import DecodeRandomCrop
 
         steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True), NumpyRandomMask(cfg.mask_ratio)]
         names = ["DecodeRandomCrop", "RandomMask(numpy)"]
@@ -399,6 +485,16 @@ class Fastprep(Pipeline):
         parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchYuvScale(), prefetch=True)
         return _maybe_label(parts, cfg, names, steps)
 
+    def loader_from(self, dataset, parts, cfg):
+        if cfg.labelled:  # the plain loop, so the H2D copy and batch transform get labels
+            return super().loader_from(dataset, parts, cfg)
+        from fastprep import data as D
+
+        # make_loader with a Dataset: its pooled uint8 collate, prefetcher and BatchYuvScale
+        return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
+                             shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
+                             multiprocessing_context=cfg.mp_context())
+
     def loader(self, files, targets, length, cfg):
         if cfg.labelled:
             return super().loader(files, targets, length, cfg)
@@ -407,18 +503,20 @@ class Fastprep(Pipeline):
         tf = _Chain(_fastprep_steps(cfg))
         reps = -(-length // len(files))
         dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length], transform=tf)
-        return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
-                             shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
-                             multiprocessing_context=cfg.mp_context())
+        return self.loader_from(dataset, None, cfg)
 
 
 class FastprepYCbCr(Pipeline):
     name = "fastprep-ycbcr"
     summary = "as fastprep, decoding straight to YCbCr (mask fill 0,128,128), device /255 only"
+    check_key = "fastprep-YCbCr"
+
+    def check(self, data):
+        check_fastprep(data, "YCbCr")
 
     def parts(self, cfg):
         from fastprep import data as D
-        from fastprep._decode_transforms import DecodeRandomCrop
+        from fastprep.transforms import DecodeRandomCrop
 
         steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True, mode="YCbCr")]
         names = ["DecodeRandomCrop(YCbCr)"]
@@ -432,8 +530,25 @@ class FastprepYCbCr(Pipeline):
         return _maybe_label(parts, cfg, names, steps)
 
 
-PIPELINES: dict[str, Pipeline] = {p.name: p for p in (Reference(), ReferenceOptimized(), Fastprep(),
-                                                       FastprepYCbCr())}
+#: Every pipeline ``--pipelines`` knows, by name, in the order the report lists them.
+PIPELINES: dict[str, Pipeline] = {}
+
+
+def register_pipeline(pipe: Pipeline, *, replace: bool = False) -> Pipeline:
+    """Add ``pipe`` to :data:`PIPELINES` (``replace=True`` to redefine a name); returns it."""
+    if not isinstance(pipe, Pipeline):
+        raise TypeError(f"pipe must be a Pipeline instance, got {type(pipe).__name__}")
+    if not pipe.name or "," in pipe.name:
+        raise ValueError(f"a pipeline needs a non-empty name without commas, got {pipe.name!r}")
+    if pipe.name in PIPELINES and not replace:
+        raise ValueError(f"a pipeline named {pipe.name!r} is already registered; pass replace=True")
+    PIPELINES[pipe.name] = pipe
+    return pipe
+
+
+for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepYCbCr()):
+    register_pipeline(_pipe)
+del _pipe
 
 
 def get_pipeline(name: str) -> Pipeline:

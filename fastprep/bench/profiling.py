@@ -16,13 +16,14 @@ When not profiling, a ``record_function`` costs about a microsecond.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 
 import torch
 from torch.profiler import record_function
 
-__all__ = ["Labelled", "LabelledCompose", "itt_available", "itt_ranges", "label_of"]
+__all__ = ["Labelled", "LabelledCompose", "itt_available", "itt_ranges", "label_of", "profile_pipelines"]
 
 
 def label_of(fn) -> str:
@@ -129,32 +130,45 @@ def _labelled_steps(pipe, data, cfg, trainer, steps: int, warmup: int = 1) -> No
         del it
 
 
-def profile_pipelines(args, data, pipelines, make_trainer) -> list[str]:
-    """``--profile DIR`` / ``--itt``: per pipeline, a few steps with ``num_workers=0`` and every
-    piece labelled (read_file, each transform, collate, h2d_copy, batch_transform,
-    data_wait, train_step), recorded by torch.profiler into ``DIR/<pipeline>/`` and/or
-    emitted as ITT ranges. Returns the trace paths written."""
-    from torch.profiler import ProfilerActivity, profile
+def profile_pipelines(pipelines, data, cfg, make_trainer: Callable[[], object], *, steps: int,
+                      directory: str | os.PathLike | None = None, itt: bool = False, seed: int = 0) -> list[str]:
+    """``--profile DIR`` / ``--itt``: per pipeline, ``steps`` steps with ``num_workers=0`` and
+    every piece labelled (read_file, each transform, collate, h2d_copy, batch_transform,
+    data_wait, train_step), recorded by torch.profiler into ``directory/<pipeline>/`` and/or
+    emitted as ITT ranges.
 
-    from .pipelines import PipelineConfig
+    Args:
+        pipelines: :class:`~fastprep.bench.pipelines.Pipeline` objects.
+        data: the files and targets (:class:`~fastprep.bench.dataset.BenchData`).
+        cfg: a :class:`~fastprep.bench.pipelines.PipelineConfig`; it is copied with
+            ``num_workers=0, labelled=True``.
+        make_trainer: a fresh trainer per pipeline.
+        steps: labelled steps recorded per pipeline (after one warm-up step).
+        directory: where traces go (``None``: no trace).
+        itt: also emit ITT ranges (VTune).
+        seed: ``torch.manual_seed`` before each pipeline.
+
+    Returns:
+        The trace paths written.
+    """
+    from torch.profiler import ProfilerActivity, profile
 
     paths = []
     for pipe in pipelines:
-        trainer = make_trainer(args.device, args.step_ms, args.batch_size, args.crop_size,
-                                 getattr(args, "num_classes", 10))
-        cfg = PipelineConfig(crop_size=args.crop_size, mask_ratio=args.mask_ratio, batch_size=args.batch_size,
-                             num_workers=0, device=trainer.device, seed=args.seed, labelled=True)
-        torch.manual_seed(args.seed)
-        if getattr(args, "itt", False):
+        trainer = make_trainer()
+        pcfg = dataclasses.replace(cfg, num_workers=0, labelled=True, device=trainer.device,
+                                   multiprocessing_context=None)
+        torch.manual_seed(seed)
+        if itt:
             with itt_ranges(True):
-                _labelled_steps(pipe, data, cfg, trainer, args.profile_steps)
-        if getattr(args, "profile", None):
+                _labelled_steps(pipe, data, pcfg, trainer, steps)
+        if directory is not None:
             activities = [ProfilerActivity.CPU]
             if trainer.device.type == "cuda":
                 activities.append(ProfilerActivity.CUDA)
             with profile(activities=activities) as prof:
-                _labelled_steps(pipe, data, cfg, trainer, args.profile_steps)
-            path = trace_path(args.profile, pipe.name)
+                _labelled_steps(pipe, data, pcfg, trainer, steps)
+            path = trace_path(directory, pipe.name)
             prof.export_chrome_trace(path)
             paths.append(path)
     return paths

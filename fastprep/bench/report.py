@@ -6,18 +6,9 @@ import json
 import os
 import platform
 
+from fastprep._platform import cpu_model, describe, isa_level
+
 __all__ = ["diagnosis", "format_table", "machine_info", "plot_results", "write_json"]
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(module: str) -> str | None:
@@ -30,7 +21,8 @@ def _version(module: str) -> str | None:
 
 
 def machine_info(device: str | None = None) -> dict:
-    """CPU, cores, library versions (and the GPU when one is used)."""
+    """CPU (:func:`fastprep._platform.describe`, model, ISA level), cores, library versions
+    (and the GPU when one is used)."""
     import torch
 
     try:
@@ -38,7 +30,9 @@ def machine_info(device: str | None = None) -> dict:
     except AttributeError:
         usable = os.cpu_count()
     info = {
-        "cpu_model": _cpu_model(),
+        "cpu": describe(),
+        "cpu_model": cpu_model(),
+        "isa_level": isa_level(),
         "logical_cores": os.cpu_count(),
         "usable_cores": usable,
         "platform": platform.platform(),

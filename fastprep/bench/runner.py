@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["ConfigResult", "check_batch", "measure"]
+from .pipelines import yuv_range
+
+__all__ = ["ConfigResult", "check_batch", "measure", "one_line_error", "output_bounds"]
 
 
 @dataclass
@@ -86,6 +88,16 @@ def _cpu_delta(before: dict | None, after: dict | None) -> float | None:
     return sum(after[p] - before.get(p, 0.0) for p in after)
 
 
+def one_line_error(e: BaseException) -> str:
+    """``"Type: message"`` on one line. An error re-raised from a DataLoader worker carries the
+    worker's traceback in its message ("Caught X in DataLoader worker process k. Original
+    Traceback ..."); its last line is the original ``Type: message``, and that is kept."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and "Traceback" in str(e):
+        return lines[-1]
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
 def slack_batches(workers: int) -> int:
     """Batches a loader should hold beyond the measured ones so it is not exhausted (and its
     workers not shut down, taking their CPU counters with them) before the window ends:
@@ -93,9 +105,20 @@ def slack_batches(workers: int) -> int:
     return 2 + 2 * workers
 
 
+def output_bounds(tolerance: float = 1e-5) -> tuple[tuple[float, float], ...]:
+    """``(lo, hi)`` per channel (Y, U, V) that a pipeline's float32 output may take.
+
+    The union of the RGB->YUV formula's range over ``[0, 255]^3`` scaled by ``1 / 255``
+    (Y in [0, 1], U and V in [0.5/255, 255.5/255]: saturated blue and red reach 255.5/255,
+    see :func:`~fastprep.bench.pipelines.yuv_range`) and the range of a decoder's uint8
+    YCbCr over 255, ``[0, 1]``, widened by ``tolerance`` for float32 rounding.
+    """
+    return tuple((min(lo, 0.0) - tolerance, max(hi, 1.0) + tolerance) for lo, hi in yuv_range(1 / 255))
+
+
 def check_batch(images, targets, batch_size: int, crop: int, device: torch.device) -> None:
-    """Every pipeline must deliver float32 ``[N, 3, crop, crop]`` on the device, values in
-    about [0, 1], and int64 targets."""
+    """Every pipeline must deliver float32 ``[N, 3, crop, crop]`` on the device, each channel
+    within :func:`output_bounds`, and int64 targets ``[N]``."""
     if not isinstance(images, torch.Tensor) or images.dtype != torch.float32:
         raise TypeError(f"pipeline produced {getattr(images, 'dtype', type(images).__name__)} images, "
                         "expected float32")
@@ -107,9 +130,12 @@ def check_batch(images, targets, batch_size: int, crop: int, device: torch.devic
     if targets.dtype != torch.int64 or targets.shape != (batch_size,):
         raise ValueError(f"pipeline produced targets {targets.dtype} {tuple(targets.shape)}, expected int64 "
                          f"({batch_size},)")
-    lo, hi = float(images.min()), float(images.max())
-    if lo < -1e-3 or hi > 1 + 1e-3:
-        raise ValueError(f"pipeline produced values in [{lo:.3f}, {hi:.3f}], expected [0, 1]")
+    per_channel = images.transpose(0, 1).reshape(3, -1)
+    los, his = per_channel.amin(1).tolist(), per_channel.amax(1).tolist()
+    for name, lo, hi, (blo, bhi) in zip("YUV", los, his, output_bounds()):
+        if not (blo <= lo and hi <= bhi):  # also catches NaN
+            raise ValueError(f"pipeline produced {name} values in [{lo:.6f}, {hi:.6f}], expected "
+                             f"[{blo:.6f}, {bhi:.6f}] (YUV of RGB in [0, 255], divided by 255)")
 
 
 def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup: int, result: ConfigResult,

@@ -1,0 +1,131 @@
+"""The settings of a benchmark run, resolved once from the command line (or built in code).
+
+:class:`BenchConfig` is what every runner function takes: nothing below the command line
+reads ``argparse`` objects. Build one directly to drive the benchmark from Python::
+
+    from fastprep.bench.config import BenchConfig
+    from fastprep.bench.cli import run
+    run(BenchConfig(num_images=64, steps=4, warmup=1, workers=(0, 2), pipelines=("fastprep",)))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .pipelines import PIPELINES, PipelineConfig
+from .trainer import ASSUMED_GPU_TFLOPS, make_trainer, train_step_flops
+
+__all__ = ["DEFAULTS", "ON_ERROR", "QUICK", "BenchConfig", "trainer_line", "usable_cores"]
+
+QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
+DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
+#: ``skip``: leave out files a pipeline cannot read (listed once); ``raise``: stop at the first.
+ON_ERROR = ("skip", "raise")
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class BenchConfig:
+    """Everything one ``python -m fastprep.bench`` (or ``diagnose``) run needs.
+
+    Attributes:
+        data: folder of the user's JPEGs, or ``None`` for the built-in synthetic set.
+        num_images: images to use (the first ones in sorted order for a folder).
+        pipelines: names in :data:`fastprep.bench.pipelines.PIPELINES`.
+        workers: DataLoader worker counts to measure (``diagnose`` uses the first).
+        batch_size, crop_size, mask_ratio, seed, mp_context: the pipelines' settings.
+        device: ``auto``, ``sim``, ``cpu`` or ``cuda[:i]`` (see :func:`~fastprep.bench.trainer.make_trainer`).
+        step_ms: the simulated accelerator's step time (``None``: from the toy CNN's FLOPs).
+        threads: torch threads in the training process (``None``: 1 with the simulated
+            accelerator, torch's default otherwise).
+        steps, warmup: measured and unmeasured steps per configuration.
+        on_error: ``"skip"`` or ``"raise"`` (see :data:`ON_ERROR`).
+        progress: show progress bars.
+        json_path, plot_path, profile_dir: optional outputs.
+        profile_steps, itt, check_syncs: profiling options.
+        quick: the run used the ``--quick`` presets (recorded in the JSON).
+        command: the command line, for the JSON report.
+    """
+
+    data: str | None = None
+    num_images: int = DEFAULTS["num_images"]
+    pipelines: tuple[str, ...] | None = None  # None: every registered pipeline
+    workers: tuple[int, ...] = (0, 1)
+    batch_size: int = 64
+    crop_size: int = 256
+    mask_ratio: float = 0.25
+    seed: int = 0
+    mp_context: str | None = None
+    device: str = "auto"
+    step_ms: float | None = None
+    threads: int | None = None
+    steps: int = DEFAULTS["steps"]
+    warmup: int = DEFAULTS["warmup"]
+    on_error: str = "skip"
+    progress: bool = True
+    json_path: str | None = None
+    plot_path: str | None = None
+    profile_dir: str | None = None
+    profile_steps: int = 4
+    itt: bool = False
+    check_syncs: bool = False
+    quick: bool = False
+    command: str = "python -m fastprep.bench"
+
+    def __post_init__(self):
+        self.pipelines = tuple(PIPELINES) if self.pipelines is None else tuple(self.pipelines)
+        self.workers = tuple(self.workers)
+        unknown = [p for p in self.pipelines if p not in PIPELINES]
+        if unknown or not self.pipelines:
+            raise ValueError(f"unknown pipeline(s) {unknown or list(self.pipelines)}; choose from "
+                             f"{', '.join(PIPELINES)}")
+        if not self.workers or min(self.workers) < 0:
+            raise ValueError(f"workers must be non-negative counts, got {self.workers}")
+        for name in ("num_images", "batch_size", "crop_size", "steps", "profile_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if not 0 <= self.mask_ratio <= 1:
+            raise ValueError(f"mask_ratio must be in [0, 1], got {self.mask_ratio}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+
+    def make_trainer(self, num_classes: int = 10):
+        """A fresh trainer for one configuration (see :func:`~fastprep.bench.trainer.make_trainer`)."""
+        return make_trainer(self.device, self.step_ms, self.batch_size, self.crop_size, num_classes)
+
+    def pipeline_config(self, workers: int, device: torch.device, labelled: bool = False) -> PipelineConfig:
+        """The :class:`PipelineConfig` for ``workers`` DataLoader workers feeding ``device``."""
+        return PipelineConfig(crop_size=self.crop_size, mask_ratio=self.mask_ratio, batch_size=self.batch_size,
+                              num_workers=workers, device=device, seed=self.seed,
+                              multiprocessing_context=None if labelled else self.mp_context, labelled=labelled)
+
+    def set_threads(self, trainer) -> None:
+        """Set torch's threads in this process for ``trainer`` (see :attr:`threads`)."""
+        threads = self.threads if self.threads is not None else (1 if trainer.simulated else None)
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+
+def trainer_line(cfg: BenchConfig, trainer) -> str:
+    """One line describing what consumes the batches (for the report header)."""
+    if trainer.simulated:
+        gflop = train_step_flops(cfg.batch_size, cfg.crop_size) / 1e9
+        how = ("set by --step-ms" if cfg.step_ms is not None else
+               f"toy CNN at batch {cfg.batch_size}, {cfg.crop_size}x{cfg.crop_size}: {gflop:.0f} GFLOP per "
+               f"training step at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s, a mid-range GPU in fp32")
+        cap = cfg.batch_size / trainer.step_s if trainer.step_s > 0 else float("inf")
+        return (f"Trainer: simulated accelerator, {trainer.step_s * 1e3:.0f} ms/step ({how}); it can take at most "
+                f"{cap:.0f} samples/s")
+    return f"Trainer: ToyNet on {trainer.device} (CrossEntropy, SGD momentum 0.9)"
