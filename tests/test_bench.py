@@ -15,14 +15,15 @@ import pytest
 import torch
 
 from fastprep.bench import cli
-from fastprep.bench.dataset import BuiltinSpec, builtin_dataset, folder_dataset
-from fastprep.bench.pipelines import (PIPELINES, MatmulConvertColor, NumpyRandomMask, PipelineConfig,
-                                      ScipyRandomMask, StackYuvScale)
+from fastprep.bench.dataset import BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset
+from fastprep.bench.pipelines import (PIPELINES, DivideScale, MatmulConvertColor, NumpyRandomMask, PipelineConfig,
+                                      SampleDataset, SampleError, ScipyRandomMask, StackYuvScale)
 from fastprep.bench.profiling import Labelled, LabelledCompose
-from fastprep.bench.runner import ConfigResult, measure
+from fastprep.bench.runner import ConfigResult, check_batch, measure, one_line_error
 from fastprep.bench.trainer import RealTrainer, SimulatedAccelerator, ToyNet, default_step_ms, train_step_flops
 
 import fastprep
+import fastprep.bench.pipelines
 
 # The subprocess imports the same fastprep as this process (installed or built in place).
 FASTPREP_PARENT = Path(fastprep.__file__).resolve().parents[1]
@@ -74,9 +75,9 @@ class TestData:
         (flat / "x.JPEG").write_bytes(Path(src.files[0]).read_bytes())
         (flat / "notes.txt").write_text("not an image")
         assert folder_dataset(flat).targets == [0]
-        with pytest.raises(ValueError, match="no JPEG files"):
+        with pytest.raises(BenchDataError, match="no image files"):
             folder_dataset(self._empty(tmp_path))
-        with pytest.raises(ValueError, match="must be a folder"):
+        with pytest.raises(BenchDataError, match="must be a folder"):
             folder_dataset(tmp_path / "missing")
 
     @staticmethod
@@ -146,7 +147,8 @@ def test_pipeline_batches_have_the_same_semantics(name, cache):
     images, targets = next(iter(pipe.loader(data.files, data.targets, 4, cfg)))
     assert images.dtype == torch.float32 and images.shape == (4, 3, 64, 64)
     assert targets.dtype == torch.int64 and sorted(targets.tolist()) == [0, 1, 2, 3]
-    assert images.min() >= 0 and images.max() <= 1
+    for c, (lo, hi) in enumerate(((0, 255), (0, 255.5), (0, 255.5))):  # YUV of RGB in [0, 255]^3, or uint8 YCbCr
+        assert images[:, c].min() >= lo / 255 and images[:, c].max() <= hi / 255 + 1e-6
     masked = ((images[:, 0] == 0) & ((images[:, 1:] - 128 / 255).abs() < 1e-6).all(1)).float().mean().item()
     assert 0.65 < masked < 0.87
 
@@ -208,15 +210,52 @@ def test_default_step_and_toy_net():
     assert ToyNet(40)(torch.zeros(2, 3, 40, 40)).shape == (2, 10)
 
 
-def test_real_trainer_on_cpu_accumulates_on_device():
+def _reference_metrics(trainer, batches):
+    """Loss and accuracy the trainer must report, from a copy of its model run by the test:
+    each batch is scored by the model as it was before that batch's update."""
+    import copy
+
+    total_loss, correct, seen = 0.0, 0, 0
+    for images, targets in batches:
+        with torch.no_grad():
+            logits = copy.deepcopy(trainer.model)(images)
+        total_loss += torch.nn.functional.cross_entropy(logits, targets).item() * len(targets)
+        correct += int((logits.argmax(1) == targets).sum())
+        seen += len(targets)
+        trainer.step(images, targets)
+    return total_loss / seen, correct / seen
+
+
+def test_real_trainer_metrics_are_exactly_what_the_model_scored():
     t = RealTrainer("cpu", size=16)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.rand(6, 3, 16, 16, generator=g), torch.randint(0, 10, (6,), generator=g)) for _ in range(3)]
     t.begin_window()
-    for _ in range(2):
-        t.step(torch.rand(4, 3, 16, 16), torch.tensor([0, 1, 2, 3]))
+    loss, accuracy = _reference_metrics(t, batches)
     busy, _ = t.end_window()
     assert busy > 0
     m = t.metrics()
-    assert m["mean_loss"] > 0 and 0 <= m["accuracy"] <= 1
+    assert m["accuracy"] == accuracy
+    assert m["mean_loss"] == pytest.approx(loss, rel=1e-5)
+
+
+def test_real_trainer_learns_a_separable_task():
+    """Two classes told apart by brightness: after training, the model scores (as the
+    trainer counts it) far above chance (0.5) on the last batches."""
+    t = RealTrainer("cpu", size=8, lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(40):
+        targets = torch.randint(0, 2, (16,), generator=g)
+        images = targets.float()[:, None, None, None].expand(16, 3, 8, 8) + 0.1 * torch.rand(16, 3, 8, 8,
+                                                                                            generator=g)
+        t.step(images, targets)
+    t.correct.zero_()
+    t.loss_sum.zero_()
+    t.seen = 0
+    for _ in range(5):
+        targets = torch.randint(0, 2, (16,), generator=g)
+        t.step(targets.float()[:, None, None, None].expand(16, 3, 8, 8).contiguous(), targets)
+    assert t.metrics()["accuracy"] >= 0.9
 
 
 # ---------------------------------------------------------------------------------- labels
@@ -302,6 +341,10 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "unknown pipeline" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["--workers", "-1"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["--on-error", "ignore"])
+    assert "--on-error" in capsys.readouterr().err
 
 
 def test_real_trainer_takes_more_than_ten_classes():
@@ -309,11 +352,14 @@ def test_real_trainer_takes_more_than_ten_classes():
 
     trainer = make_trainer("cpu", None, 4, 32, num_classes=13)
     images = torch.rand(4, 3, 32, 32)
-    trainer.step(images, torch.tensor([0, 5, 12, 3]))
-    assert trainer.metrics()["accuracy"] >= 0
+    with torch.no_grad():
+        assert trainer.model(images).shape == (4, 13)
+    loss, accuracy = _reference_metrics(trainer, [(images, torch.tensor([0, 5, 12, 3]))])
+    assert trainer.metrics()["accuracy"] == accuracy
+    assert trainer.metrics()["mean_loss"] == pytest.approx(loss, rel=1e-5)
 
 
-def test_folder_dataset_skips_files_that_are_not_jpegs(tmp_path, capsys):
+def test_folder_dataset_skips_files_that_are_not_jpegs(tmp_path):
     from fastprep.bench.dataset import folder_dataset
     from fastprep.bench.synthetic import encode_jpeg, photo_like
 
@@ -323,4 +369,252 @@ def test_folder_dataset_skips_files_that_are_not_jpegs(tmp_path, capsys):
     (tmp_path / "c1" / "broken.jpg").write_bytes(b"not a jpeg")
     data = folder_dataset(tmp_path)
     assert [os.path.basename(f) for f in data.files] == ["a.jpg", "a.jpg"] and data.targets == [0, 1]
-    assert "c1/broken.jpg" in capsys.readouterr().out
+    assert data.skipped == [(str(tmp_path / "c1" / "broken.jpg"), "not a JPEG (no SOI marker at the start)")]
+
+
+# ------------------------------------------------------------------- output bounds (YUV)
+
+
+SATURATED = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (0, 255, 255), (255, 0, 255), (255, 255, 0), (0, 0, 0),
+             (255, 255, 255)]
+
+
+def _saturated_batch(n=4, size=8):
+    """uint8 [n, 3, 8, size]: row i is the i-th corner of the RGB cube."""
+    rows = torch.tensor(SATURATED, dtype=torch.uint8)  # [8, 3]
+    img = rows.T[:, :, None].expand(3, len(SATURATED), size)
+    return img[None].expand(n, 3, len(SATURATED), size).contiguous()
+
+
+class TestOutputBounds:
+    """U and V of saturated blue and red reach (0.5 * 255 + 128) / 255 = 255.5 / 255: valid."""
+
+    def _formula(self, rgb):
+        r, g, b = rgb.double().unbind(1)
+        return torch.stack([0.299 * r + 0.587 * g + 0.114 * b, -0.16874 * r - 0.33126 * g + 0.5 * b + 128,
+                            0.5 * r - 0.41869 * g - 0.08131 * b + 128], 1) / 255
+
+    def test_saturated_colours_pass(self):
+        from fastprep import data as D
+
+        rgb = _saturated_batch()
+        want = self._formula(rgb)
+        assert want[:, 1].max() == pytest.approx(255.5 / 255) and want[:, 2].max() == pytest.approx(255.5 / 255)
+        targets = torch.zeros(4, dtype=torch.int64)
+        cpu = torch.device("cpu")
+        check_batch(want.float(), targets, 4, 8, cpu)
+        # what the pipelines' own colour stages make of it
+        ref = torch.stack([DivideScale()(MatmulConvertColor()(x)) for x in rgb])
+        opt = StackYuvScale()([(x, 0) for x in rgb])[0]
+        fast = D.BatchYuvScale()(rgb)
+        for out in (ref, opt, fast):
+            torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=0)
+            check_batch(out, targets, 4, 8, cpu)
+
+    @pytest.mark.parametrize("channel,value", [(0, 1 + 1e-3), (0, -1e-3), (1, 255.5 / 255 + 1e-3), (2, -1e-3),
+                                               (2, float("nan"))])
+    def test_values_outside_the_formula_range_fail(self, channel, value):
+        images = torch.full((2, 3, 4, 4), 0.5)
+        images[1, channel, 2, 3] = value
+        with pytest.raises(ValueError, match="YUV"[channel] + " values in"):
+            check_batch(images, torch.zeros(2, dtype=torch.int64), 2, 4, torch.device("cpu"))
+
+
+# --------------------------------------------------------------- a real, messy --data folder
+
+
+def _messy_folder(root, good=6, size=(48, 64)):
+    """``good`` JPEGs in two classes, then the kinds of bad files real folders have."""
+    import io as _io
+
+    from PIL import Image
+
+    from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+    for k in range(good):
+        d = root / f"class{k % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{k}.jpg").write_bytes(encode_jpeg(photo_like(*size, seed=k)))
+    whole = encode_jpeg(photo_like(*size, seed=99))
+    bad = {
+        "class0/truncated.jpg": whole[:len(whole) // 2],
+        "class0/empty.jpg": b"",
+    }
+    buf = _io.BytesIO()
+    Image.fromarray(photo_like(*size, seed=98)).convert("CMYK").save(buf, "JPEG")
+    bad["class1/cmyk.jpg"] = buf.getvalue()
+    buf = _io.BytesIO()
+    Image.fromarray(photo_like(*size, seed=97)).save(buf, "PNG")
+    bad["class1/photo.png"] = buf.getvalue()
+    bad["class1/png_behind_a.jpg"] = buf.getvalue()
+    for rel, data in bad.items():
+        (root / rel).write_bytes(data)
+    return sorted(bad)
+
+
+def _bench(args, cwd, cache, timeout=240):
+    env = {**os.environ, "FASTPREP_CACHE": str(cache), "PYTHONPATH": str(FASTPREP_PARENT)}
+    return subprocess.run([sys.executable, "-m", "fastprep.bench", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+SMALL_RUN = ["--batch-size", "2", "--crop-size", "32", "--steps", "1", "--warmup", "0", "--step-ms", "1",
+             "--no-progress"]
+
+
+def test_cli_on_a_messy_folder_skips_lists_once_and_runs_everything(cache, tmp_path):
+    from fastprep._platform import describe
+
+    data = tmp_path / "data"
+    bad = _messy_folder(data)
+    out, plot = tmp_path / "r.json", tmp_path / "r.png"
+    proc = _bench(["--data", str(data), "--workers", "0", *SMALL_RUN, "--json", str(out), "--plot", str(plot)],
+                  tmp_path, cache)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stderr == ""  # no traceback, no warning
+    assert proc.stdout.splitlines()[0] == describe()
+    assert f"Left out {len(bad)} files" in proc.stdout
+    for rel in bad:
+        assert proc.stdout.count(rel) == 1, rel  # listed once, by its path
+    lines = {line.split(": ", 1)[0].strip(): line for line in proc.stdout.splitlines() if line.startswith("  ")}
+    assert lines["class1/cmyk.jpg"].split(": ")[1] == "fastprep-ycbcr"  # the only pipeline that cannot take CMYK
+    assert "PNG data, not a JPEG" in lines["class1/png_behind_a.jpg"]
+    assert "empty file" in lines["class0/empty.jpg"]
+    assert "Data: " in proc.stdout and "6 JPEGs (2 classes)" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["platform"] == describe() and report["machine"]["cpu"] == describe()
+    assert sorted(os.path.relpath(s["path"], data) for s in report["settings"]["skipped_files"]) == bad
+    assert report["settings"]["num_images"] == 6
+    assert [r["error"] for r in report["results"]] == [None] * len(PIPELINES)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_on_error_raise_stops_at_the_first_bad_file(cache, tmp_path, capsys):
+    data = tmp_path / "data"
+    _messy_folder(data, good=2)
+    assert cli.main(["--data", str(data), "--on-error", "raise", *SMALL_RUN]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    # sorted order: class0/0.jpg, class0/empty.jpg, ...
+    assert line.startswith("python -m fastprep.bench: error: ") and str(data / "class0" / "empty.jpg") in line
+    assert "empty file" in line and "Traceback" not in captured.out
+
+
+@pytest.mark.parametrize("kind", ["pngs", "empty", "missing"])
+def test_cli_folder_without_usable_images_is_one_line_and_exit_2(cache, tmp_path, kind, capsys):
+    data = tmp_path / "data"
+    if kind != "missing":
+        data.mkdir()
+    if kind == "pngs":
+        from PIL import Image
+
+        for k in range(2):
+            Image.new("RGB", (40, 30), (k, 0, 0)).save(data / f"{k}.png")
+    plot = tmp_path / "p.png"
+    assert cli.main(["--data", str(data), "--plot", str(plot), *SMALL_RUN]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert str(data) in line and not plot.exists()
+    assert {"pngs": "PNG data, not a JPEG", "empty": "no image files", "missing": "must be a folder"}[kind] in line
+
+
+def test_folder_dataset_checks_every_pipeline_and_keeps_num_images_usable(tmp_path):
+    from fastprep.bench.pipelines import check_fastprep
+
+    data = tmp_path / "data"
+    bad = _messy_folder(data, good=4)
+    checks = {"RGB": (check_fastprep, ["fastprep"]),
+              "YCbCr": (lambda b: check_fastprep(b, "YCbCr"), ["fastprep-ycbcr"])}
+    d = folder_dataset(data, checks=checks)
+    assert sorted(os.path.relpath(p, data) for p, _ in d.skipped) == bad
+    assert len(d.files) == 4 and d.targets == [0, 0, 1, 1]
+    # fill num_images with usable files, past the bad ones (class0's bad files sort after 2.jpg)
+    three = folder_dataset(data, 3, checks=checks)
+    assert [os.path.relpath(f, data) for f in three.files] == ["class0/0.jpg", "class0/2.jpg", "class1/1.jpg"]
+    with pytest.raises(BenchDataError, match="class0/empty.jpg: empty file"):
+        folder_dataset(data, checks=checks, on_error="raise")
+    with pytest.raises(ValueError, match="on_error must be"):
+        folder_dataset(data, on_error="ignore")
+
+
+def test_sample_errors_name_the_file_not_an_index(tmp_path):
+    good, bad = tmp_path / "good.jpg", tmp_path / "bad.jpg"
+    from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+    good.write_bytes(encode_jpeg(photo_like(40, 40)))
+    bad.write_bytes(b"\xff\xd8 not really")
+    parts = PIPELINES["reference-optimized"].parts(PipelineConfig(crop_size=16))
+    ds = SampleDataset([str(good), str(bad)], [0, 1], parts.read, parts.transform, length=50)
+    ds[48]  # noqa: B018 - good.jpg
+    with pytest.raises(SampleError, match=f"^{bad}: DecodeError: ") as e:
+        ds[49]
+    assert "49" not in str(e.value)
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, collate_fn=parts.collate)
+    with pytest.raises(SampleError) as e:
+        list(loader)
+    assert "Traceback" in str(e.value)  # a worker's error carries its traceback text
+    summary = one_line_error(e.value)
+    assert summary.startswith(f"SampleError: {bad}: DecodeError: ") and "\n" not in summary
+
+
+# -------------------------------------------------------------------------- diagnose ladder
+
+
+class _TinyPipeline(fastprep.bench.pipelines.Pipeline):
+    name = "tiny"
+
+    def parts(self, cfg):
+        from fastprep.bench.pipelines import Parts, ToDevice
+
+        return Parts(read=lambda f: f, transform=lambda raw: torch.zeros(3, 4, 4),
+                     collate=torch.utils.data.default_collate, to_device=ToDevice(cfg.device))
+
+
+def test_ladder_remeasures_inverted_rungs_and_warns_when_they_persist(monkeypatch):
+    from fastprep.bench import diagnose
+    from fastprep.bench.dataset import BenchData
+
+    # rungs 1-5, then the re-measurements of the inverted rungs (4 and 5: 70 > 50 * 1.05)
+    script = iter([100.0, 90.0, 80.0, 50.0, 70.0, 60.0, 65.0])
+    calls = []
+
+    def fake_measure(make, trainer, *, steps, warmup, result, crop=None, on_step=None):
+        calls.append(make)
+        result.samples_per_s = next(script)
+        result.starvation_fraction = 0.0
+        return result
+
+    monkeypatch.setattr(diagnose, "measure", fake_measure)
+    data = BenchData(["a", "b"], [0, 1], "two", ".")
+    rungs = diagnose.ladder(_TinyPipeline(), data, PipelineConfig(batch_size=2), lambda: SimulatedAccelerator(0),
+                            steps=1, warmup=0, crop=4)
+    assert len(calls) == 7
+    assert [r["samples_per_s"] for r in rungs] == [100, 90, 80, 60, 70]  # each keeps its faster run
+    assert [r["remeasured"] for r in rungs] == [False, False, False, True, True]
+    assert rungs[3]["samples_per_s_runs"] == [50, 60] and rungs[4]["samples_per_s_runs"] == [70, 65]
+    assert diagnose.inversions(rungs) == [(3, 4)]
+    lines = diagnose.explain("tiny", rungs)
+    assert "re-measured once" in lines[0] and "(4) bytes cached: 50, 60" in lines[0]
+    assert lines[1].startswith("warning: tiny: (5) full is still faster than (4) bytes cached")
+    assert "*" in diagnose.format_ladder({"tiny": rungs})
+    # a monotonic ladder is measured once and not flagged
+    script = iter([100.0, 90.0, 80.0, 50.0, 52.0])
+    calls.clear()
+    rungs = diagnose.ladder(_TinyPipeline(), data, PipelineConfig(batch_size=2), lambda: SimulatedAccelerator(0),
+                            steps=1, warmup=0, crop=4)
+    assert len(calls) == 5 and not any(r["remeasured"] for r in rungs)
+    assert not any("warning" in line or "re-measured" in line for line in diagnose.explain("tiny", rungs))
+
+
+# ------------------------------------------------------------------------------- config
+
+
+def test_bench_config_validates_and_parses():
+    from fastprep.bench.config import BenchConfig
+
+    args = cli.build_parser().parse_args(["--quick", "--on-error", "skip", "--workers", "0,2"])
+    cfg = cli.config_from_args(args, ["--quick"])
+    assert (cfg.num_images, cfg.steps, cfg.on_error, cfg.workers) == (128, 8, "skip", (0, 2))
+    assert cfg.pipelines == tuple(PIPELINES)
+    for bad in ({"on_error": "ignore"}, {"pipelines": ("nope",)}, {"workers": (-1,)}, {"mask_ratio": 2.0}):
+        with pytest.raises(ValueError):
+            BenchConfig(**bad)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -94,7 +95,7 @@ def one_line_error(e: BaseException) -> str:
     Traceback ..."); its last line is the original ``Type: message``, and that is kept."""
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     if len(lines) > 1 and "Traceback" in str(e):
-        return lines[-1]
+        return re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*:)", "", lines[-1])  # module.Type: -> Type:
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
