@@ -50,8 +50,8 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from .profiling import Labelled, LabelledCompose
 
-__all__ = ["PIPELINES", "Parts", "Pipeline", "PipelineConfig", "SampleError", "get_pipeline", "register_pipeline",
-           "yuv_range"]
+__all__ = ["PIPELINES", "Parts", "Pipeline", "PipelineConfig", "SampleError", "get_pipeline", "label_parts",
+           "register_pipeline", "yuv_range"]
 
 # JFIF 1.02 (ITU-T T.871) section 7, BT.601 full range: rows Y, U (Cb), V (Cr).
 YUV_MATRIX = (
@@ -332,7 +332,9 @@ def device_iterable(loader, parts: Parts, cfg: PipelineConfig):
     return DeviceLoop(loader, parts.to_device, parts.batch_transform)
 
 
-def _maybe_label(parts: Parts, cfg: PipelineConfig, names: Sequence[str], steps: Sequence[Callable]) -> Parts:
+def label_parts(parts: Parts, cfg: PipelineConfig, names: Sequence[str], steps: Sequence[Callable]) -> Parts:
+    """Set ``parts.transform`` to ``steps`` applied in order; with ``cfg.labelled`` (for
+    ``--profile``) every step and stage runs inside ``record_function`` under ``names``."""
     if cfg.labelled:
         parts.transform = LabelledCompose(steps, names)
         parts.read = Labelled(parts.read, "read_file")
@@ -445,7 +447,7 @@ class Reference(Pipeline):
                  ScipyRandomMask(cfg.mask_ratio), MatmulConvertColor(), DivideScale()]
         names = ["PILOpen", "PILToTensor", "RandomCrop", "RandomMask(scipy)", "ConvertColor(matmul)", "Scale"]
         parts = Parts(read_bytes, None, default_collate, ToDevice(cfg.device))
-        return _maybe_label(parts, cfg, names, steps)
+        return label_parts(parts, cfg, names, steps)
 
 
 class ReferenceOptimized(Pipeline):
@@ -458,7 +460,7 @@ class ReferenceOptimized(Pipeline):
         steps = [DecodeRandomCrop(cfg.crop_size, pad_if_needed=True), NumpyRandomMask(cfg.mask_ratio)]
         names = ["DecodeRandomCrop", "RandomMask(numpy)"]
         parts = Parts(read_tensor, None, StackYuvScale(), ToDevice(cfg.device))
-        return _maybe_label(parts, cfg, names, steps)
+        return label_parts(parts, cfg, names, steps)
 
 
 def _fastprep_steps(cfg: PipelineConfig) -> list:
@@ -483,7 +485,7 @@ class Fastprep(Pipeline):
         steps = _fastprep_steps(cfg)
         names = ["DecodeRandomCrop", "RandomMask"][:len(steps)]
         parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchYuvScale(), prefetch=True)
-        return _maybe_label(parts, cfg, names, steps)
+        return label_parts(parts, cfg, names, steps)
 
     def loader_from(self, dataset, parts, cfg):
         if cfg.labelled:  # the plain loop, so the H2D copy and batch transform get labels
@@ -527,7 +529,7 @@ class FastprepYCbCr(Pipeline):
             steps.append(RandomMask(cfg.mask_ratio, fill=(0, 128, 128)))
             names.append("RandomMask(YCbCr)")
         parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchScale(), prefetch=True)
-        return _maybe_label(parts, cfg, names, steps)
+        return label_parts(parts, cfg, names, steps)
 
 
 #: Every pipeline ``--pipelines`` knows, by name, in the order the report lists them.
