@@ -4,8 +4,10 @@ Run ``python -m fastprep.bench`` for the table (reference, reference-optimized, 
 fastprep-ycbcr x DataLoader workers, fed to a toy CNN or a simulated accelerator),
 ``python -m fastprep.bench diagnose`` for the caching ladder, and ``--help`` for options.
 
-Modules: :mod:`~fastprep.bench.cli` (command line), :mod:`~fastprep.bench.dataset`
-(built-in cached JPEGs, user folders), :mod:`~fastprep.bench.pipelines`,
+Modules: :mod:`~fastprep.bench.cli` (command line), :mod:`~fastprep.bench.config`
+(:class:`~fastprep.bench.config.BenchConfig`, the settings every runner takes),
+:mod:`~fastprep.bench.dataset` (built-in cached JPEGs, user folders checked file by file),
+:mod:`~fastprep.bench.pipelines` (``register_pipeline`` to add one; see ``docs/bench.md``),
 :mod:`~fastprep.bench.trainer` (ToyNet, SimulatedAccelerator), :mod:`~fastprep.bench.runner`
 (measurement), :mod:`~fastprep.bench.diagnose`, :mod:`~fastprep.bench.profiling`
 (:class:`~fastprep.bench.profiling.LabelledCompose` for your own traces),
