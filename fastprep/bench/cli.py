@@ -187,7 +187,6 @@ def _print_skipped(data: BenchData) -> None:
 
 
 def _header(cfg: BenchConfig, data: BenchData, trainer) -> None:
-    print(describe())
     _print_skipped(data)
     print(f"Data: {data.description}")
     print(trainer_line(cfg, trainer), flush=True)
@@ -215,6 +214,8 @@ def run(cfg: BenchConfig) -> int:
     from .profiling import itt_available, profile_pipelines
     from .runner import ConfigResult, measure, one_line_error, slack_batches
 
+    started = time.perf_counter()
+    print(describe(), flush=True)
     if cfg.check_syncs and not (cfg.device.startswith("cuda") or (cfg.device == "auto"
                                                                   and torch.cuda.is_available())):
         print("--check-syncs: needs a CUDA device; ignored on this run", flush=True)
@@ -222,7 +223,6 @@ def run(cfg: BenchConfig) -> int:
     if cfg.itt and not itt:
         print("--itt: torch.profiler.itt is not available in this build; ignored", flush=True)
 
-    started = time.perf_counter()
     data = load_data(cfg)
     num_classes = _num_classes(data)
     probe = cfg.make_trainer(num_classes)
@@ -336,9 +336,9 @@ def run_diagnose(cfg: BenchConfig) -> int:
     from .diagnose import diagnose_pipelines, format_ladder
 
     started = time.perf_counter()
+    print(describe(), flush=True)
     data = load_data(cfg)
     num_classes = _num_classes(data)
-    print(describe())
     _print_skipped(data)
     print(f"Data: {data.description}", flush=True)
     ladders, lines, trainer_text = diagnose_pipelines(cfg, data, num_classes)
