@@ -141,8 +141,7 @@ class TestRestartRoiExact:
 
     @pytest.mark.parametrize("interval", [1, 2, 3, 4, 6, 12, 24])
     def test_large_image_random_windows(self, interval):
-        """4:2:0, 301x457 (29 MCUs per row would not tile; 464 px wide = 29 MCUs, so use
-        transcode_jpeg's automatic choice and explicit intervals that tile 24-MCU rows)."""
+        """4:2:0, 301x377: 24 MCUs of 16 px per row, so every interval here tiles the rows."""
         h, w = 301, 377  # 377 px = 24 MCUs of 16 px (last one partial)
         data = pil_jpeg(photo_like(h, w, 5), quality=90, subsampling="4:2:0", restart_marker_blocks=interval)
         full = fio.decode_jpeg(data)
