@@ -19,7 +19,7 @@ typedef struct fp_transcode_result {
 
 // Re-encode `data` without touching its DCT coefficients: one sequential scan, Huffman
 // tables optimized if `optimize`, a restart marker every `restart_interval` MCUs (0: none;
-// -1: automatic, the largest divisor of the MCUs per row that is at most 4), APPn/COM
+// -1: automatic, intervals about 64 pixels wide that tile the MCU rows), APPn/COM
 // markers copied if `keep_metadata`. Images with more than `max_pixels` pixels (if > 0)
 // are refused. Any libjpeg warning (corrupt data) is an error. Returns FP_OK or FP_ERROR.
 int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int optimize,

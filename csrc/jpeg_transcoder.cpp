@@ -80,6 +80,22 @@ static int is_app_with_id(const jpeg_saved_marker_ptr m, int code, const char* i
   return m->marker == code && m->data_length >= idlen && memcmp(m->data, id, idlen) == 0;
 }
 
+// The divisor d of the MCUs per row whose interval, d MCUs, is closest to 64 pixels wide
+// (ties: the wider), among intervals up to 128 pixels; if that is under 32 pixels (no
+// suitable divisor, e.g. a prime number of MCUs per row), one interval per MCU row.
+// Measured (docs/pack.md): 32-80 pixel intervals give the same ROI speed, and size falls
+// as intervals grow (about +2 % at 32 px, -0.5 % at 64 px, -3 % for whole rows).
+static int fp_auto_restart_interval(long mcus_per_row, long mcu_w) {
+  long best = 1;
+  for (long d = 1; d <= mcus_per_row && d * mcu_w <= 128; d++) {
+    if (mcus_per_row % d) continue;
+    long err = labs(d * mcu_w - 64), best_err = labs(best * mcu_w - 64);
+    if (err <= best_err) best = d;
+  }
+  if (best * mcu_w < 32) best = mcus_per_row;
+  return best > 65535 ? 0 : (int)best;
+}
+
 static void fp_tc_cleanup(struct fp_transcoder* t) {
   if (t->dst_created) jpeg_destroy_compress(&t->dst);
   if (t->src_created) jpeg_destroy_decompress(&t->src);
@@ -150,17 +166,13 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
   t->dst.optimize_coding = optimize ? TRUE : FALSE;
   t->dst.arith_code = FALSE;
   if (restart_interval < 0) {
+    // Automatic: intervals about 64 pixels wide that tile the MCU rows (see
+    // fp_auto_restart_interval).
     int hmax = 1;
     for (int c = 0; c < t->src.num_components; c++)
       if (t->src.comp_info[c].h_samp_factor > hmax) hmax = t->src.comp_info[c].h_samp_factor;
     const long mcu_w = t->src.num_components == 1 ? 8 : 8L * hmax;
-    const long mpr = ((long)t->src.image_width + mcu_w - 1) / mcu_w;
-    restart_interval = 1;
-    for (int d = 4; d >= 1; d--)
-      if (mpr % d == 0) {
-        restart_interval = d;
-        break;
-      }
+    restart_interval = fp_auto_restart_interval(((long)t->src.image_width + mcu_w - 1) / mcu_w, mcu_w);
   }
   t->dst.restart_interval = (unsigned)restart_interval;
   t->dst.restart_in_rows = 0;

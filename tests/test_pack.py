@@ -24,15 +24,20 @@ def pil_pixels(data: bytes) -> np.ndarray:
     return np.array(img)
 
 
-def _mcus_per_row(info):
+def _auto_interval(info):
+    """The documented automatic choice: the divisor of the MCUs per row closest to 64 px
+    wide (ties: wider; at most 128 px); whole rows if that is under 32 px."""
     hmax = max(h for h, _ in info.sampling_factors)
     mcu_w = 8 if info.num_components == 1 else 8 * hmax
-    return -(-info.width // mcu_w)
+    mpr = -(-info.width // mcu_w)
+    divisors = [d for d in range(1, mpr + 1) if mpr % d == 0 and d * mcu_w <= 128]
+    best = min(divisors, key=lambda d: (abs(d * mcu_w - 64), -d))
+    return best if best * mcu_w >= 32 else mpr
 
 
 class TestTranscode:
     @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
-    @pytest.mark.parametrize("size", [(53, 71), (64, 48)])
+    @pytest.mark.parametrize("size", [(53, 71), (64, 48), (40, 800)])
     def test_pixels_identical(self, encoding, size):
         src = make_jpeg(encoding, *size, seed=2)
         out = fio.transcode_jpeg(src)
@@ -43,8 +48,7 @@ class TestTranscode:
         info, src_info = fio.jpeg_info(out), fio.jpeg_info(src)
         assert not info.progressive and not info.arithmetic
         assert info.sampling_factors == src_info.sampling_factors and info.color_space == src_info.color_space
-        mpr = _mcus_per_row(info)
-        assert info.restart_interval == max(d for d in (1, 2, 3, 4) if mpr % d == 0)
+        assert info.restart_interval == _auto_interval(info)
         assert info.restart_roi
 
     def test_roi_on_packed_file_equals_original(self):

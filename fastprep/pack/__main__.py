@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("dst", help="destination folder (created if missing)")
     ap.add_argument("-j", "--workers", type=int, default=None, help="processes (default: all CPUs)")
     ap.add_argument("--restart-interval", type=_interval, default="auto",
-                    help="MCUs per restart interval, or 'auto' (default: largest divisor of the MCUs per row <= 4)")
+                    help="MCUs per restart interval, or 'auto' (default: intervals about 64 px wide that tile the MCU rows)")
     ap.add_argument("--no-optimize", action="store_true", help="keep standard Huffman tables (faster, larger)")
     ap.add_argument("--strip-metadata", action="store_true", help="drop APPn/COM markers (EXIF, ICC, XMP)")
     ap.add_argument("--on-error", choices=("copy", "skip"), default="copy",
