@@ -351,3 +351,19 @@ class TestBadMarkers:
                 assert out.shape == (3, 30, 100)
             except fio.DecodeError:
                 pass
+
+
+class TestRestartThreads:
+    def test_parallel_windows_match_full_decode(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        data = fio._as_tensor(restart_jpeg("420-2mcu"))
+        full = fio.decode_jpeg(data)
+        windows = list(_windows(H, W))[::7]
+
+        def run(win):
+            t, l, hh, ww = win
+            return torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww), full[:, t:t + hh, l:l + ww])
+
+        with ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(run, windows))
