@@ -9,7 +9,14 @@ image's pixels per second of a sample (throughput as if the whole image were del
 "max diff" is the largest difference from fastprep's full decode, checked on the first
 window of each table (fastprep's own exactness is tested on every window in tests/).
 
-    python bench/bench_decode.py [--runs 300] [--json out.json]
+Packed files (``fastprep.io.transcode_jpeg`` / ``python -m fastprep.pack``): the same
+ROI decode on the original and on losslessly transcoded copies with restart intervals of
+several lengths, same windows, same run (533x800 q90 4:2:0 with 256x256 windows, and a
+12-megapixel 4000x3000 q90 4:2:0 image with 224x224 windows); then the size of packed vs
+original files over a set of photo-like images and the pack throughput on --pack-workers
+processes.
+
+    python bench/bench_decode.py [--runs 300] [--json out.json] [--packed-only]
 """
 
 import argparse
@@ -23,6 +30,7 @@ import numpy as np
 import torch
 
 import fastprep.io as fio
+from fastprep import _platform
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 
@@ -131,16 +139,124 @@ def bench(subsampling: str, runs: int, block: int = 25, seed: int = 0):
     return {"subsampling": subsampling, "bytes": len(data), "runs": runs, "block": block, "rows": rows}
 
 
+def _timed_turns(methods, windows, block):
+    times = {name: [] for name in methods}
+    for start in range(0, len(windows), block):
+        for name, fn in methods.items():
+            for win in windows[start:start + block]:
+                t0 = time.perf_counter()
+                fn(*win)
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def bench_packed(height: int, width: int, window: int, runs: int, block: int = 25, seed: int = 0):
+    """ROI decode of the original vs packed copies (restart every 1, 2, auto MCUs, every
+    row), the same random windows for all, in turns."""
+    rgb = photo_like(height, width, seed=1)
+    data = encode_jpeg(rgb, quality=90, subsampling="4:2:0")
+    info = fio.jpeg_info(data)
+    mpr = -(-width // 16)
+    variants = {"original (no restart markers)": data}
+    for label, interval in (("packed, restart every MCU", 1), ("packed, restart every 2 MCUs", 2),
+                            ("packed, restart auto (default)", "auto"), ("packed, restart every MCU row", mpr)):
+        variants[label] = fio.transcode_jpeg(data, restart_interval=interval)
+    g = torch.Generator().manual_seed(seed)
+    windows = [(int(torch.randint(0, height - window + 1, (1,), generator=g)),
+                int(torch.randint(0, width - window + 1, (1,), generator=g)), window, window) for _ in range(runs)]
+    ref = fio.decode_jpeg(data)
+    methods = {}
+    for label, blob in variants.items():
+        tensor = fio._as_tensor(blob)
+        methods[label] = (lambda tensor: lambda t, l, h, w: fio.decode_jpeg_roi(tensor, t, l, h, w))(tensor)
+        for t, l, h, w in windows[:20]:  # exactness on the same windows
+            if not torch.equal(methods[label](t, l, h, w), ref[:, t:t + h, l:l + w]):
+                raise AssertionError(f"{label}: not equal to the original's full decode")
+    taken0 = fio._C.restart_stats()[0]
+    times = _timed_turns(methods, windows, block)
+    taken = fio._C.restart_stats()[0] - taken0
+    base = statistics.median(times["original (no restart markers)"])
+    rows = []
+    for label, ts in times.items():
+        med = statistics.median(ts)
+        rows.append({"file": label, "restart_interval": fio.jpeg_info(variants[label]).restart_interval,
+                     "bytes": len(variants[label]), "size_vs_original": len(variants[label]) / len(data),
+                     "median_ms": med * 1e3, "time_vs_original_roi": med / base})
+    return {"shape": [height, width], "window": window, "runs": runs, "block": block,
+            "subsampling": info.subsampling, "fast_path_decodes": taken, "rows": rows}
+
+
+def bench_pack_size_and_speed(workers: int):
+    """Packed vs original size over photo-like images of several sizes, qualities and
+    subsamplings; pack throughput of fastprep.pack on `workers` processes."""
+    import os
+    import tempfile
+
+    from fastprep.pack import pack_folder
+
+    shapes = [(375, 500), (500, 375), (333, 500), (533, 800), (480, 640), (768, 1024), (1200, 1600)]
+    encodings = [(90, "4:2:0"), (75, "4:2:0"), (95, "4:4:4"), (85, "4:2:2")]
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        os.makedirs(src)
+        n = 0
+        for si, (h, w) in enumerate(shapes):
+            for q, sub in encodings:
+                for seed in range(3):
+                    blob = encode_jpeg(photo_like(h, w, seed=100 * si + seed), quality=q, subsampling=sub)
+                    ratios.append(len(fio.transcode_jpeg(blob)) / len(blob))
+                    with open(os.path.join(src, f"{n:04d}.jpg"), "wb") as f:
+                        f.write(blob)
+                    n += 1
+        # throughput: ImageNet-sized files (the first three shapes), repeated
+        tsrc = os.path.join(tmp, "tsrc")
+        os.makedirs(tsrc)
+        for i in range(240):
+            h, w = shapes[i % 3]
+            with open(os.path.join(tsrc, f"{i:04d}.jpg"), "wb") as f:
+                f.write(encode_jpeg(photo_like(h, w, seed=i), quality=90, subsampling="4:2:0"))
+        t0 = time.perf_counter()
+        summary = pack_folder(tsrc, os.path.join(tmp, "tdst"), workers=workers, progress=False)
+        elapsed = time.perf_counter() - t0
+    ratios.sort()
+    return {"images": len(ratios), "size_ratio_median": statistics.median(ratios), "size_ratio_min": ratios[0],
+            "size_ratio_max": ratios[-1], "pack_images": summary.packed, "pack_workers": workers,
+            "pack_images_per_s": summary.packed / elapsed}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=300, help="samples (windows) per method")
     ap.add_argument("--block", type=int, default=25, help="consecutive windows per method per turn")
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--packed-only", action="store_true", help="only the packed-file tables")
+    ap.add_argument("--pack-workers", type=int, default=2, help="processes for the pack throughput row")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    results = {"machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-                           "libjpeg_turbo": fio._ops.libjpeg_turbo_version}, "tables": []}
-    for subsampling in ("4:2:0", "4:4:4"):
+    print(_platform.describe())
+    results = {"machine": {"cpu": platform.processor() or platform.machine(), "describe": _platform.describe(),
+                           "torch": torch.__version__, "libjpeg_turbo": fio._ops.libjpeg_turbo_version},
+               "tables": [], "packed": []}
+    for height, width, window in ((533, 800, 256), (3000, 4000, 224)):
+        res = bench_packed(height, width, window, args.runs, args.block)
+        results["packed"].append(res)
+        print(f"\n{height}x{width} q90 4:2:0, {window}x{window} random window, ROI decode of the original vs "
+              f"packed copies, 1 thread, median of {res['runs']} samples (same windows, same run; "
+              f"{res['fast_path_decodes']} restart-interval decodes)")
+        print("| file | restart interval (MCUs) | KiB | size vs original | ms/sample | time vs original ROI |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in res["rows"]:
+            print(f"| {r['file']} | {r['restart_interval']} | {r['bytes'] / 1024:.1f} | {r['size_vs_original']:.3f} | "
+                  f"{r['median_ms']:.3f} | {r['time_vs_original_roi']:.2f}x |")
+    pack = bench_pack_size_and_speed(args.pack_workers)
+    results["pack"] = pack
+    print(f"\npacked vs original size over {pack['images']} photo-like images (7 sizes 333x500..1200x1600, "
+          f"q75-95, 4:2:0/4:2:2/4:4:4): median {pack['size_ratio_median']:.4f}, min {pack['size_ratio_min']:.4f}, "
+          f"max {pack['size_ratio_max']:.4f}")
+    print(f"pack throughput: {pack['pack_images_per_s']:.1f} images/s ({pack['pack_images']} images of "
+          f"ImageNet size, {pack['pack_workers']} processes)")
+    for subsampling in () if args.packed_only else ("4:2:0", "4:4:4"):
         res = bench(subsampling, args.runs, args.block)
         results["tables"].append(res)
         print(f"\n533x800 q90 {subsampling} ({res['bytes'] // 1024} KiB), 256x256 random window, "

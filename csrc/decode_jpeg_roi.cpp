@@ -1,10 +1,60 @@
 // torch.ops.fastprep.decode_jpeg_roi: a window of the image, bit-identical to a full
-// decode sliced to the same window (see jpeg_decoder.cpp for how).
+// decode sliced to the same window (see jpeg_decoder.cpp for how). Files whose restart
+// intervals tile the MCU rows take a faster path (restart_index.h): only the intervals
+// the window needs are decoded.
 #include <torch/library.h>
 
+#include <vector>
+
 #include "jpeg_ops.h"
+#include "restart_index.h"
 
 namespace fastprep {
+
+namespace {
+
+// The window decoded from a spliced stream of the intervals it needs, or an undefined
+// tensor when the file does not allow it or anything about its markers is inconsistent;
+// the caller then takes the sequential path, which reports errors and warnings as usual.
+// The spliced stream is decoded strictly: any libjpeg warning means "fall back".
+at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64_t mode, int64_t top,
+                              int64_t left, int64_t height, int64_t width) {
+  if (info.progressive) return at::Tensor();
+  const uint8_t* bytes = data.data_ptr<uint8_t>();
+  const size_t size = (size_t)data.numel();
+  const RestartLayout layout = parse_restart_layout(bytes, size);
+  if (!layout.eligible || layout.height != info.height || layout.width != info.width) return at::Tensor();
+  SplicePlan plan;
+  if (!plan_splice(layout, top, left, height, width, &plan)) return at::Tensor();
+  RestartStats& stats = restart_stats();
+  std::vector<size_t> starts, ends;
+  if (!find_restart_intervals(bytes, size, layout, &starts, &ends)) {
+    stats.fallbacks++;
+    return at::Tensor();
+  }
+  std::vector<uint8_t> spliced;
+  write_splice(bytes, layout, starts, ends, plan, &spliced);
+  Decoder dec(true);
+  fp_info sub;
+  const int channels = fp_output_channels(&info, (int)mode);
+  if (fp_read_header(dec.get(), spliced.data(), spliced.size(), &sub) != FP_OK || sub.progressive ||
+      sub.height != plan.height || sub.width != plan.width || sub.color_space != info.color_space ||
+      sub.adobe != info.adobe || channels <= 0 || fp_output_channels(&sub, (int)mode) != channels) {
+    stats.fallbacks++;
+    return at::Tensor();
+  }
+  at::Tensor out = at::empty({channels, height, width}, at::kByte);
+  if (fp_decode_window(dec.get(), (int)mode, top - plan.y0, left - plan.x0, height, width,
+                       out.data_ptr<uint8_t>()) != FP_OK ||
+      fp_warning_count(dec.get()) != 0) {
+    stats.fallbacks++;
+    return at::Tensor();
+  }
+  stats.taken++;
+  return out;
+}
+
+}  // namespace
 
 at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
                            int64_t width, int64_t mode, int64_t max_pixels, bool strict) {
@@ -20,6 +70,11 @@ at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, in
                         width <= info.width - left,
                     "window (top=", top, ", left=", left, ", height=", height, ", width=", width,
                     ") does not fit in the ", info.height, "x", info.width, " image");
+  if (max_pixels <= 0 || info.height * info.width <= max_pixels) {
+    thread_warning().clear();
+    at::Tensor out = decode_restart_roi(data, info, mode, top, left, height, width);
+    if (out.defined()) return out;
+  }
   return decode_window(dec, info, mode, top, left, height, width, max_pixels);
 }
 

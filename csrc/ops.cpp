@@ -6,6 +6,7 @@
 
 #include "jpeg_common.h"
 #include "jpeg_ops.h"
+#include "restart_index.h"
 
 namespace fastprep {
 std::string& thread_warning() {
@@ -16,12 +17,18 @@ std::string& thread_warning() {
 
 TORCH_LIBRARY(fastprep, m) {
   // int64 [15]: height, width, components, colour space, progressive, arithmetic, adobe,
-  // then h, v sampling factors of components 0..3 (a tensor, so fake kernels can describe it)
+  // then h, v sampling factors of components 0..3 (a tensor, so fake kernels can describe it),
+  // then the restart interval in MCUs (0: none) and whether decode_jpeg_roi's restart-interval
+  // path applies (1/0)
   m.def("jpeg_info(Tensor data) -> Tensor");
   m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict) -> Tensor");
   m.def(
       "decode_jpeg_roi(Tensor data, int top, int left, int height, int width, int mode, "
       "int max_pixels, bool strict) -> Tensor");
+  // Lossless transcode; restart_interval in MCUs, -1 = automatic (see transcode_jpeg.cpp).
+  m.def(
+      "transcode_jpeg(Tensor data, int restart_interval, bool optimize, bool keep_metadata, "
+      "int max_pixels) -> Tensor");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.
@@ -33,8 +40,17 @@ static PyObject* take_warning(PyObject*, PyObject*) {
   return out;
 }
 
+// restart_stats() -> (taken, fallbacks): this thread's restart-interval ROI decodes, and
+// eligible files that fell back to the sequential path (for tests).
+static PyObject* restart_stats(PyObject*, PyObject*) {
+  const fastprep::RestartStats& s = fastprep::restart_stats();
+  return Py_BuildValue("(LL)", (long long)s.taken, (long long)s.fallbacks);
+}
+
 static PyMethodDef methods[] = {
     {"take_warning", take_warning, METH_NOARGS, "Pending libjpeg warning of this thread, cleared."},
+    {"restart_stats", restart_stats, METH_NOARGS,
+     "This thread's (restart-interval ROI decodes taken, eligible files that fell back)."},
     {nullptr, nullptr, 0, nullptr}};
 
 extern "C" PyObject* PyInit__C(void) {

@@ -27,7 +27,7 @@ def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, stri
 
 @torch.library.register_fake("fastprep::jpeg_info")
 def _jpeg_info_fake(data):
-    return data.new_empty((15,), dtype=torch.int64)
+    return data.new_empty((17,), dtype=torch.int64)
 
 
 @torch.library.register_fake("fastprep::decode_jpeg")
@@ -35,3 +35,8 @@ def _decode_jpeg_fake(data, mode, max_pixels, strict):
     ctx = torch.library.get_ctx()
     channels = _channels_or_dynamic(mode)
     return data.new_empty((channels, ctx.new_dynamic_size(), ctx.new_dynamic_size()))
+
+
+@torch.library.register_fake("fastprep::transcode_jpeg")
+def _transcode_jpeg_fake(data, restart_interval, optimize, keep_metadata, max_pixels):
+    return data.new_empty((torch.library.get_ctx().new_dynamic_size(),))

@@ -40,6 +40,7 @@ __all__ = [
     "decode_jpeg_roi",
     "jpeg_info",
     "read_file",
+    "transcode_jpeg",
 ]
 
 #: Images with more pixels than this are refused before any pixel memory is allocated
@@ -97,6 +98,13 @@ class JpegInfo:
         progressive: progressive (multi-scan) coding.
         arithmetic: arithmetic rather than Huffman entropy coding.
         sampling_factors: ``(h, v)`` sampling factors of each component.
+        restart_interval: MCUs per restart interval (the DRI marker); 0 when the file has
+            none.
+        restart_roi: :func:`decode_jpeg_roi` may decode only the restart intervals a
+            window needs: the file is sequential with one scan and its restart interval
+            tiles the MCU rows (whole rows per interval, or whole intervals per row).
+            Whether the markers are consistent is checked at decode time (a file whose
+            markers do not match falls back to the full sequential decode).
     """
 
     height: int
@@ -107,6 +115,8 @@ class JpegInfo:
     progressive: bool
     arithmetic: bool
     sampling_factors: tuple
+    restart_interval: int = 0
+    restart_roi: bool = False
 
 
 def _as_tensor(data: Buffer) -> torch.Tensor:
@@ -218,6 +228,7 @@ def jpeg_info(data: Buffer) -> JpegInfo:
     return JpegInfo(
         height=v[0], width=v[1], num_components=ncomp, color_space=_COLOR_SPACES.get(v[3], "UNKNOWN"),
         subsampling=subsampling, progressive=bool(v[4]), arithmetic=bool(v[5]), sampling_factors=factors,
+        restart_interval=v[15], restart_roi=bool(v[16]),
     )
 
 
@@ -250,6 +261,15 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
     window are not inverse-transformed, upsampled or colour-converted, rows above it are
     only entropy-decoded, and rows below it are not read at all.
 
+    Files with restart intervals that tile the MCU rows (see :attr:`JpegInfo.restart_roi`;
+    :func:`transcode_jpeg` and ``python -m fastprep.pack`` make such files losslessly)
+    are faster still: only the restart intervals that cover the window (plus one pixel of
+    context) are entropy-decoded, so the cost follows the window rather than the image.
+    The markers are validated first (number, order, end of scan) and any inconsistency,
+    or any libjpeg warning in the needed intervals, falls back to the path above, with
+    its errors and warnings. Corruption confined to intervals the window does not need
+    is not looked at, so it may go unnoticed (a full decode would warn).
+
     Args:
         data: encoded JPEG bytes.
         top, left: window origin in pixels, ``>= 0``.
@@ -266,3 +286,49 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
     return _run(torch.ops.fastprep.decode_jpeg_roi, _as_tensor(data), _int("top", top), _int("left", left),
                 _int("height", height), _int("width", width), _mode(mode), _max_pixels(max_pixels),
                 bool(strict))
+
+
+def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimize: bool = True,
+                   keep_metadata: bool = True, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
+    """Re-encode a JPEG losslessly so that :func:`decode_jpeg_roi` can skip what a window
+    does not need.
+
+    The DCT coefficients, quantization tables and sampling factors are copied untouched
+    (libjpeg's ``jpeg_read_coefficients`` -> ``jpeg_write_coefficients``), so every decoder
+    gives exactly the original's pixels. The output is one sequential Huffman scan
+    (progressive and arithmetic-coded inputs become sequential Huffman) with restart
+    markers that tile the MCU rows.
+
+    Args:
+        data: encoded JPEG bytes.
+        restart_interval: MCUs per restart interval. ``"auto"`` (default): the divisor of
+            the MCUs per row whose interval is closest to 64 pixels wide (up to 128), so
+            the intervals tile the rows and the columns beside a window are skipped; when
+            no divisor gives at least 32 pixels (e.g. a prime number of MCUs per row), one
+            interval per MCU row (only the rows above a window are skipped). Measured on
+            photo-like images: 32-80 pixel intervals decode a 256x256 window equally
+            fast, and sizes change by about -1 % to +3 % (see docs/pack.md). ``0``
+            writes no markers.
+        optimize: compute optimal Huffman tables (smaller files, slower transcoding).
+        keep_metadata: copy the APPn (EXIF, ICC, XMP...) and COM markers.
+        max_pixels: refuse images with more pixels than this (0: no limit).
+
+    Returns:
+        The new JPEG file as ``bytes``.
+
+    Raises:
+        DecodeError: the data is not a JPEG libjpeg can read without warnings (corrupt or
+            truncated data is refused rather than re-encoded as if it were clean).
+        ValueError, TypeError: bad arguments.
+    """
+    if isinstance(restart_interval, str):
+        if restart_interval != "auto":
+            raise ValueError(f"restart_interval must be 'auto' or an int >= 0, got {restart_interval!r}")
+        interval = -1
+    else:
+        interval = _int("restart_interval", restart_interval)
+        if not 0 <= interval <= 65535:
+            raise ValueError(f"restart_interval must be in [0, 65535] MCUs or 'auto', got {interval}")
+    out = _run(torch.ops.fastprep.transcode_jpeg, _as_tensor(data), interval, bool(optimize),
+               bool(keep_metadata), _max_pixels(max_pixels))
+    return out.numpy().tobytes()

@@ -1,0 +1,197 @@
+// Finding restart intervals and splicing them into a smaller JPEG (see restart_index.h).
+#include "restart_index.h"
+
+#include <string.h>
+
+namespace fastprep {
+
+namespace {
+
+inline unsigned be16(const uint8_t* p) { return ((unsigned)p[0] << 8) | p[1]; }
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+RestartStats& restart_stats() {
+  static thread_local RestartStats stats;
+  return stats;
+}
+
+RestartLayout parse_restart_layout(const uint8_t* data, size_t size) {
+  RestartLayout layout;
+  if (size < 4 || data[0] != 0xFF || data[1] != 0xD8) return layout;
+  std::string& header = layout.header;
+  header.reserve(1024);
+  header.append((const char*)data, 2);
+  bool sequential_sof = false, other_sof = false, unusual = false;
+  int precision = 0, nf = 0, ns = 0, dri_count = 0;
+  int hs[4] = {0, 0, 0, 0}, vs[4] = {0, 0, 0, 0};
+  size_t pos = 2;
+  for (;;) {
+    // Markers must follow each other directly; libjpeg skips stray bytes with a warning,
+    // which the sequential path reports, so leave such files to it.
+    if (pos >= size || data[pos] != 0xFF) return layout;
+    while (pos < size && data[pos] == 0xFF) pos++;
+    if (pos + 2 >= size) return layout;
+    const unsigned code = data[pos++];
+    if (code == 0xD8 || code == 0xD9 || code == 0x01 || (code >= 0xD0 && code <= 0xD7) || code == 0x00)
+      return layout;
+    const size_t len = be16(data + pos);
+    if (len < 2 || pos + len > size) return layout;
+    const uint8_t* seg = data + pos;  // length field, then the payload
+    bool keep = true;
+    size_t sof_at = 0;
+    if (code == 0xC0 || code == 0xC1 || code == 0xC9) {
+      if (sequential_sof || other_sof || len < 8) return layout;
+      sequential_sof = true;
+      precision = seg[2];
+      layout.height = be16(seg + 3);
+      layout.width = be16(seg + 5);
+      nf = seg[7];
+      if (nf < 1 || nf > 4 || len != (size_t)(8 + 3 * nf)) return layout;
+      for (int c = 0; c < nf; c++) {
+        hs[c] = seg[8 + 3 * c + 1] >> 4;
+        vs[c] = seg[8 + 3 * c + 1] & 15;
+      }
+      sof_at = header.size() + 2 + 3;
+    } else if (code >= 0xC0 && code <= 0xCF && code != 0xC4 && code != 0xC8 && code != 0xCC) {
+      other_sof = true;  // progressive, lossless, hierarchical
+    } else if (code == 0xDD) {
+      if (len != 4) return layout;
+      layout.restart_interval = (int)be16(seg + 2);
+      dri_count++;
+    } else if (code == 0xDA) {
+      if (len < 3) return layout;
+      ns = seg[2];
+      if (len != (size_t)(6 + 2 * ns)) return layout;
+    } else if ((code >= 0xE1 && code <= 0xED) || code == 0xEF || code == 0xFE) {
+      keep = false;  // metadata that does not change decoding (JFIF APP0 and Adobe APP14 stay)
+    } else if (code != 0xC4 && code != 0xCC && code != 0xDB && code != 0xE0 && code != 0xEE) {
+      unusual = true;  // DNL, DHP, EXP, JPGn...: leave to the sequential path
+    }
+    if (keep) {
+      if (sof_at) layout.sof_size_at = sof_at;
+      header.push_back((char)0xFF);
+      header.push_back((char)code);
+      header.append((const char*)seg, len);
+    }
+    pos += len;
+    if (code == 0xDA) break;
+  }
+  layout.scan_start = pos;
+  layout.parsed = true;
+  if (!sequential_sof || other_sof || unusual || precision != 8 || dri_count != 1 || ns != nf ||
+      layout.height <= 0 || layout.width <= 0 || layout.restart_interval <= 0)
+    return layout;
+  int hmax = 1, vmax = 1;
+  for (int c = 0; c < nf; c++) {
+    if (hs[c] < 1 || hs[c] > 4 || vs[c] < 1 || vs[c] > 4) return layout;
+    if (hs[c] > hmax) hmax = hs[c];
+    if (vs[c] > vmax) vmax = vs[c];
+  }
+  // A single-component scan is non-interleaved: one 8x8 block per MCU, whatever the factors.
+  layout.mcu_w = nf == 1 ? 8 : 8 * hmax;
+  layout.mcu_h = nf == 1 ? 8 : 8 * vmax;
+  layout.mcus_per_row = ceil_div(layout.width, layout.mcu_w);
+  layout.mcu_rows = ceil_div(layout.height, layout.mcu_h);
+  const int64_t r = layout.restart_interval, mpr = layout.mcus_per_row;
+  layout.eligible = (r % mpr == 0) || (mpr % r == 0);
+  return layout;
+}
+
+bool find_restart_intervals(const uint8_t* data, size_t size, const RestartLayout& layout,
+                            std::vector<size_t>* starts, std::vector<size_t>* ends) {
+  const int64_t expected =
+      ceil_div(layout.mcus_per_row * layout.mcu_rows, (int64_t)layout.restart_interval);
+  starts->clear();
+  ends->clear();
+  starts->reserve((size_t)expected);
+  ends->reserve((size_t)expected);
+  starts->push_back(layout.scan_start);
+  const uint8_t* const end = data + size;
+  const uint8_t* p = data + layout.scan_start;
+  for (;;) {
+    // 0xFF occurs in entropy-coded data only as a stuffed 0xFF 0x00 or in a marker.
+    const uint8_t* q = (const uint8_t*)memchr(p, 0xFF, (size_t)(end - p));
+    if (q == nullptr) return false;  // no EOI: truncated, the sequential path reports it
+    const uint8_t* r = q + 1;
+    while (r < end && *r == 0xFF) r++;  // fill bytes
+    if (r == end) return false;
+    const unsigned code = *r;
+    if (code == 0x00) {
+      p = r + 1;
+      continue;
+    }
+    if (code >= 0xD0 && code <= 0xD7) {
+      const int64_t seen = (int64_t)ends->size();  // markers so far
+      if (seen + 1 >= expected || (int64_t)(code - 0xD0) != seen % 8) return false;
+      ends->push_back((size_t)(q - data));
+      starts->push_back((size_t)(r + 1 - data));
+      p = r + 1;
+      continue;
+    }
+    if (code != 0xD9) return false;  // DNL, a second scan, junk: not the simple layout we handle
+    ends->push_back((size_t)(q - data));
+    return (int64_t)ends->size() == expected;
+  }
+}
+
+bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t height,
+                 int64_t width, SplicePlan* plan) {
+  const int64_t H = layout.height, W = layout.width, mw = layout.mcu_w, mh = layout.mcu_h;
+  const int64_t R = layout.restart_interval, mpr = layout.mcus_per_row;
+  // One pixel of context on every side: fancy upsampling treats the spliced image's edges
+  // as image edges, so none of them may be a needed pixel unless it is one in the original.
+  const int64_t px0 = left > 0 ? left - 1 : 0, py0 = top > 0 ? top - 1 : 0;
+  const int64_t px1 = left + width + 1 < W ? left + width + 1 : W;
+  const int64_t py1 = top + height + 1 < H ? top + height + 1 : H;
+  const int64_t c0 = px0 / mw, c1 = ceil_div(px1, mw), r0 = py0 / mh, r1 = ceil_div(py1, mh);
+  plan->intervals.clear();
+  if (R % mpr == 0) {  // k whole rows per interval: skip the intervals above the window
+    const int64_t k = R / mpr, i0 = r0 / k, i1 = ceil_div(r1, k);
+    if (i0 == 0) return false;  // rows below the window are never decoded anyway
+    plan->y0 = i0 * k * mh;
+    plan->height = (i1 * k * mh < H ? i1 * k * mh : H) - plan->y0;
+    plan->x0 = 0;
+    plan->width = W;
+    for (int64_t i = i0; i < i1; i++) plan->intervals.push_back(i);
+    return true;
+  }
+  const int64_t n = mpr / R, j0 = c0 / R, j1 = ceil_div(c1, R);  // n intervals per row
+  if (r0 == 0 && j0 == 0 && j1 == n) return false;
+  plan->y0 = r0 * mh;
+  plan->height = (r1 * mh < H ? r1 * mh : H) - plan->y0;
+  plan->x0 = j0 * R * mw;
+  plan->width = (j1 * R * mw < W ? j1 * R * mw : W) - plan->x0;
+  plan->intervals.reserve((size_t)((r1 - r0) * (j1 - j0)));
+  for (int64_t r = r0; r < r1; r++)
+    for (int64_t j = j0; j < j1; j++) plan->intervals.push_back(r * n + j);
+  return true;
+}
+
+void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<size_t>& starts,
+                  const std::vector<size_t>& ends, const SplicePlan& plan, std::vector<uint8_t>* out) {
+  size_t total = layout.header.size() + 2;
+  for (int64_t i : plan.intervals) total += ends[(size_t)i] - starts[(size_t)i] + 2;
+  out->resize(total);
+  uint8_t* o = out->data();
+  memcpy(o, layout.header.data(), layout.header.size());
+  uint8_t* sof = o + layout.sof_size_at;
+  sof[0] = (uint8_t)(plan.height >> 8);
+  sof[1] = (uint8_t)plan.height;
+  sof[2] = (uint8_t)(plan.width >> 8);
+  sof[3] = (uint8_t)plan.width;
+  o += layout.header.size();
+  for (size_t m = 0; m < plan.intervals.size(); m++) {
+    const size_t i = (size_t)plan.intervals[m];
+    const size_t len = ends[i] - starts[i];
+    memcpy(o, data + starts[i], len);
+    o += len;
+    o[0] = 0xFF;
+    o[1] = m + 1 < plan.intervals.size() ? (uint8_t)(0xD0 + m % 8) : 0xD9;
+    o += 2;
+  }
+}
+
+}  // namespace fastprep

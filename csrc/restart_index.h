@@ -1,0 +1,72 @@
+// Restart-interval ROI decode: find a sequential JPEG's restart intervals and splice the
+// ones a window needs into a smaller, self-contained JPEG.
+//
+// Pure byte parsing (no libjpeg calls, so no longjmp): plain C++ is fine here.
+//
+// A restart interval starts byte-aligned with the DC predictors (and the arithmetic
+// coder's state) reset, so it decodes on its own. When the interval tiles the MCU rows
+// (k whole rows per interval, or n intervals per row), the intervals covering a window
+// plus the context that fancy upsampling needs form a smaller image: the original header
+// with the frame size changed, then those intervals with their RST markers renumbered.
+// Its decode equals the original's decode in that region, bit for bit.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+namespace fastprep {
+
+struct RestartLayout {
+  // Header facts (valid when parsed is true).
+  bool parsed = false;
+  int restart_interval = 0;  // MCUs per interval (DRI), 0 when there is none
+  bool eligible = false;     // sequential, one scan with every component, DRI tiles rows
+  int64_t height = 0, width = 0;
+  int64_t mcu_w = 0, mcu_h = 0;     // MCU size in pixels
+  int64_t mcus_per_row = 0, mcu_rows = 0;
+  // The header to splice: SOI..SOS with the APPn/COM segments that do not affect decoding
+  // left out. The SOF's height and width are big-endian 16-bit at sof_size_at.
+  std::string header;
+  size_t sof_size_at = 0;
+  size_t scan_start = 0;  // first byte of entropy-coded data in the original
+};
+
+// Parse the markers before the first SOS. Never throws; leaves parsed false on anything
+// it does not understand.
+RestartLayout parse_restart_layout(const uint8_t* data, size_t size);
+
+// Locate every restart interval: starts[i], ends[i] delimit interval i's entropy-coded
+// bytes (RST markers and fill bytes excluded). Returns false unless the markers are
+// exactly as the header promises: RST0..RST7 in cyclic order, as many intervals as the
+// image has, the scan ends with EOI inside the buffer.
+bool find_restart_intervals(const uint8_t* data, size_t size, const RestartLayout& layout,
+                            std::vector<size_t>* starts, std::vector<size_t>* ends);
+
+// The region of the original image that a spliced stream covers.
+struct SplicePlan {
+  int64_t y0 = 0, x0 = 0, height = 0, width = 0;  // pixels
+  std::vector<int64_t> intervals;                  // interval indices, in stream order
+};
+
+// Choose the intervals covering [top, top+height) x [left, left+width) plus one pixel of
+// context on each side. Returns false when splicing would save nothing.
+bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t height,
+                 int64_t width, SplicePlan* plan);
+
+// Write the spliced JPEG into `out` (resized): header with the plan's frame size, the
+// planned intervals separated by RST markers numbered 0..7 cyclically, EOI.
+void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<size_t>& starts,
+                  const std::vector<size_t>& ends, const SplicePlan& plan, std::vector<uint8_t>* out);
+
+// Counters of the calling thread (for tests): fast-path decodes taken, and attempts that
+// fell back to the sequential path after finding the file eligible.
+struct RestartStats {
+  int64_t taken = 0;
+  int64_t fallbacks = 0;
+};
+RestartStats& restart_stats();
+
+}  // namespace fastprep

@@ -1,0 +1,29 @@
+// torch.ops.fastprep.transcode_jpeg: lossless re-encoding for restart-interval ROI decode.
+#include <torch/library.h>
+
+#include <string.h>
+
+#include "jpeg_ops.h"
+#include "jpeg_transcode.h"
+
+namespace fastprep {
+
+at::Tensor transcode_jpeg(const at::Tensor& data, int64_t restart_interval, bool optimize,
+                          bool keep_metadata, int64_t max_pixels) {
+  check_data(data);
+  TORCH_CHECK_VALUE(restart_interval >= -1 && restart_interval <= 65535,
+                    "restart_interval must be in [0, 65535] MCUs or -1 (automatic), got ",
+                    restart_interval);
+  fp_transcode_result res;
+  if (fp_transcode(data.data_ptr<uint8_t>(), (size_t)data.numel(), (int)restart_interval,
+                   optimize ? 1 : 0, keep_metadata ? 1 : 0, max_pixels, &res) != FP_OK)
+    TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, res.message);
+  at::Tensor out = at::empty({(int64_t)res.size}, at::kByte);
+  memcpy(out.data_ptr<uint8_t>(), res.data, res.size);
+  fp_transcode_free(&res);
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("transcode_jpeg", &transcode_jpeg); }
+
+}  // namespace fastprep

@@ -1,0 +1,257 @@
+"""Lossless transcoding of image folders for fast crops: ``python -m fastprep.pack SRC DST``.
+
+Every JPEG under ``SRC`` is re-encoded with :func:`fastprep.io.transcode_jpeg` (DCT
+coefficients untouched, so any decoder gives exactly the original pixels; one sequential
+scan; optimized Huffman tables; restart markers that tile the MCU rows) and written to the
+same relative path under ``DST``. :func:`fastprep.io.decode_jpeg_roi` -- and so the
+random-crop decode transforms and loaders built on it -- then entropy-decodes only the
+restart intervals a window needs. Other files are copied unchanged, so an ImageFolder
+layout keeps working. See docs/pack.md.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+__all__ = ["PackSummary", "pack_folder"]
+
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_TMP_SUFFIX = ".fastprep-pack-tmp"
+
+
+@dataclass
+class PackSummary:
+    """What :func:`pack_folder` did.
+
+    Attributes:
+        files: files found under the source.
+        packed: JPEGs transcoded.
+        copied: non-JPEG files copied unchanged.
+        up_to_date: files skipped because the output was already up to date.
+        failed: ``(relative path, reason)`` of JPEGs that could not be transcoded (copied
+            as-is or left out, per ``on_error``).
+        errors: ``(relative path, reason)`` of I/O errors (unreadable source, unwritable
+            destination): the output is incomplete.
+        jpeg_bytes_before, jpeg_bytes_after: total size of the packed JPEGs before and after.
+        bytes_before, bytes_after: total size of every file written in this run, before
+            and after.
+    """
+
+    files: int = 0
+    packed: int = 0
+    copied: int = 0
+    up_to_date: int = 0
+    failed: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    jpeg_bytes_before: int = 0
+    jpeg_bytes_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+def _walk(src: str, dst: str):
+    """Relative paths of the regular files under src, sorted, leaving out dst if inside."""
+    dst_real = os.path.realpath(dst)
+    out = []
+    for root, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != dst_real)
+        for name in sorted(files):
+            if name.endswith(_TMP_SUFFIX):
+                continue
+            path = os.path.join(root, name)
+            if os.path.isfile(path):
+                out.append(os.path.relpath(path, src))
+    return out
+
+
+def _write_atomic(path: str, data: bytes, mtime_ns: int):
+    """Write via a temporary file and rename, so an interrupted run never leaves a partial
+    output that looks up to date; stamp the source's mtime (the up-to-date check)."""
+    tmp = f"{path}.{os.getpid()}{_TMP_SUFFIX}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _pack_one(job):
+    """Worker: (src, dst, rel, options) -> (rel, kind, bytes in, bytes out, reason)."""
+    src, dst, rel, opts = job
+    from fastprep.io import DecodeError, transcode_jpeg
+
+    in_path, out_path = os.path.join(src, rel), os.path.join(dst, rel)
+    try:
+        st = os.stat(in_path)
+        with open(in_path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return rel, "error", 0, 0, f"cannot read: {e}"
+    kind, reason, out = "copied", "", data
+    if data.startswith(_JPEG_MAGIC):
+        try:
+            out = transcode_jpeg(data, restart_interval=opts["restart_interval"], optimize=opts["optimize"],
+                                 keep_metadata=opts["keep_metadata"], max_pixels=opts["max_pixels"])
+            kind = "packed"
+        except (DecodeError, ValueError, MemoryError) as e:
+            reason = str(e) or type(e).__name__
+            if opts["on_error"] == "skip":
+                return rel, "failed-skipped", len(data), 0, reason
+            kind, out = "failed-copied", data
+    try:
+        os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+        _write_atomic(out_path, out, st.st_mtime_ns)
+    except OSError as e:
+        return rel, "error", len(data), 0, f"cannot write {out_path}: {e}"
+    return rel, kind, len(data), len(out), reason
+
+
+def _init_worker():
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _up_to_date(in_path: str, out_path: str) -> bool:
+    try:
+        return os.stat(out_path).st_mtime_ns == os.stat(in_path).st_mtime_ns
+    except OSError:
+        return False
+
+
+def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int | None = None,
+                restart_interval: int | str = "auto", optimize: bool = True, keep_metadata: bool = True,
+                on_error: str = "copy", max_pixels: int | None = None, force: bool = False,
+                progress: bool = True) -> PackSummary:
+    """Mirror ``src`` into ``dst``, transcoding every JPEG for fast ROI decoding.
+
+    JPEGs are recognised by their first bytes (``FF D8 FF``), whatever their extension.
+    Outputs are written atomically and carry their source's modification time; a file
+    whose output exists with the same modification time is skipped (resumable: run again
+    after an interruption or after adding files). ``dst`` inside ``src`` is left out of
+    the walk.
+
+    Args:
+        src: source folder.
+        dst: destination folder (created if missing).
+        workers: processes (default: ``os.cpu_count()``).
+        restart_interval, optimize, keep_metadata: as in :func:`fastprep.io.transcode_jpeg`.
+        on_error: ``"copy"`` (default) writes JPEGs that cannot be transcoded unchanged;
+            ``"skip"`` leaves them out of ``dst``. Either way they are listed in the summary.
+        max_pixels: refuse larger images (default: ``fastprep.io.DEFAULT_MAX_PIXELS``).
+        force: transcode even the files whose output is up to date.
+        progress: show a tqdm progress bar on stderr.
+
+    Returns:
+        A :class:`PackSummary`.
+
+    Raises:
+        ValueError: bad arguments, ``src`` not a folder, or ``dst`` equal to ``src``.
+        OSError: ``dst`` cannot be created.
+    """
+    from fastprep.io import DEFAULT_MAX_PIXELS
+
+    src, dst = os.fspath(src), os.fspath(dst)
+    if not os.path.isdir(src):
+        raise ValueError(f"src must be a folder, got {src!r}")
+    if os.path.realpath(src) == os.path.realpath(dst):
+        raise ValueError(f"dst must differ from src, got {dst!r} for both")
+    if on_error not in ("copy", "skip"):
+        raise ValueError(f"on_error must be 'copy' or 'skip', got {on_error!r}")
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if restart_interval != "auto" and (isinstance(restart_interval, bool) or not isinstance(restart_interval, int)
+                                       or not 0 <= restart_interval <= 65535):
+        raise ValueError(f"restart_interval must be 'auto' or an int in [0, 65535], got {restart_interval!r}")
+    os.makedirs(dst, exist_ok=True)
+    opts = {"restart_interval": restart_interval, "optimize": bool(optimize), "keep_metadata": bool(keep_metadata),
+            "on_error": on_error, "max_pixels": DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)}
+    summary = PackSummary()
+    rels = _walk(src, dst)
+    summary.files = len(rels)
+    todo = []
+    for rel in rels:
+        if not force and _up_to_date(os.path.join(src, rel), os.path.join(dst, rel)):
+            summary.up_to_date += 1
+        else:
+            todo.append((src, dst, rel, opts))
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), unit="file", desc="fastprep.pack", file=sys.stderr, dynamic_ncols=True)
+    try:
+        if workers == 1 or len(todo) <= 1:
+            results = map(_pack_one, todo)
+            pool = None
+        else:
+            ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+            pool = ctx.Pool(min(workers, len(todo)), initializer=_init_worker)
+            results = pool.imap_unordered(_pack_one, todo, chunksize=8)
+        try:
+            for rel, kind, n_in, n_out, reason in results:
+                if kind == "packed":
+                    summary.packed += 1
+                    summary.jpeg_bytes_before += n_in
+                    summary.jpeg_bytes_after += n_out
+                elif kind == "copied":
+                    summary.copied += 1
+                elif kind == "error":
+                    summary.errors.append((rel, reason))
+                else:
+                    summary.failed.append((rel, reason + (" (copied as-is)" if kind == "failed-copied" else
+                                                          " (left out)")))
+                if kind != "error":
+                    summary.bytes_before += n_in
+                    summary.bytes_after += n_out
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+    finally:
+        if bar is not None:
+            bar.close()
+    summary.failed.sort()
+    summary.errors.sort()
+    return summary
+
+
+def _format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def format_summary(s: PackSummary, max_listed: int = 20) -> str:
+    """A human-readable report of :func:`pack_folder`'s summary."""
+    lines = [f"files: {s.files}  packed: {s.packed}  copied (not JPEG): {s.copied}  "
+             f"up to date: {s.up_to_date}  failed: {len(s.failed)}  I/O errors: {len(s.errors)}"]
+    if s.packed:
+        change = 100.0 * (s.jpeg_bytes_after - s.jpeg_bytes_before) / max(s.jpeg_bytes_before, 1)
+        lines.append(f"packed JPEGs: {_format_bytes(s.jpeg_bytes_before)} -> {_format_bytes(s.jpeg_bytes_after)} "
+                     f"({change:+.2f} %)")
+    if s.bytes_before:
+        lines.append(f"all files written: {_format_bytes(s.bytes_before)} -> {_format_bytes(s.bytes_after)}")
+    for title, items in (("could not transcode", s.failed), ("I/O errors", s.errors)):
+        if items:
+            lines.append(f"{title} ({len(items)}):")
+            lines += [f"  {rel}: {why}" for rel, why in items[:max_listed]]
+            if len(items) > max_listed:
+                lines.append(f"  ... and {len(items) - max_listed} more")
+    return "\n".join(lines)

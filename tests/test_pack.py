@@ -1,0 +1,224 @@
+"""fastprep.io.transcode_jpeg and python -m fastprep.pack: lossless (pixels identical with
+fastprep and with Pillow), restart intervals that enable the fast ROI path, metadata kept,
+bad data reported."""
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastprep.io as fio
+from fastprep import _C
+from fastprep.bench.synthetic import photo_like
+from conftest import ENCODINGS, make_jpeg, pil_jpeg
+
+
+def pil_pixels(data: bytes) -> np.ndarray:
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return np.array(img)
+
+
+def _auto_interval(info):
+    """The documented automatic choice: the divisor of the MCUs per row closest to 64 px
+    wide (ties: wider; at most 128 px); whole rows if that is under 32 px."""
+    hmax = max(h for h, _ in info.sampling_factors)
+    mcu_w = 8 if info.num_components == 1 else 8 * hmax
+    mpr = -(-info.width // mcu_w)
+    divisors = [d for d in range(1, mpr + 1) if mpr % d == 0 and d * mcu_w <= 128]
+    best = min(divisors, key=lambda d: (abs(d * mcu_w - 64), -d))
+    return best if best * mcu_w >= 32 else mpr
+
+
+class TestTranscode:
+    @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+    @pytest.mark.parametrize("size", [(53, 71), (64, 48), (40, 800)])
+    def test_pixels_identical(self, encoding, size):
+        src = make_jpeg(encoding, *size, seed=2)
+        out = fio.transcode_jpeg(src)
+        modes = ["UNCHANGED", "RGB"] if encoding.startswith(("gray", "cmyk")) else ["RGB", "YCbCr", "GRAY"]
+        for mode in modes:
+            assert torch.equal(fio.decode_jpeg(out, mode), fio.decode_jpeg(src, mode)), mode
+        assert np.array_equal(pil_pixels(out), pil_pixels(src))
+        info, src_info = fio.jpeg_info(out), fio.jpeg_info(src)
+        assert not info.progressive and not info.arithmetic
+        assert info.sampling_factors == src_info.sampling_factors and info.color_space == src_info.color_space
+        assert info.restart_interval == _auto_interval(info)
+        assert info.restart_roi
+
+    def test_roi_on_packed_file_equals_original(self):
+        src = make_jpeg("420-progressive", 301, 457, seed=5)
+        out = fio.transcode_jpeg(src)
+        full = fio.decode_jpeg(src)
+        g = torch.Generator().manual_seed(1)
+        taken0 = _C.restart_stats()[0]
+        for _ in range(80):
+            hh, ww = (int(v) for v in torch.randint(1, 200, (2,), generator=g))
+            t = int(torch.randint(0, 301 - hh + 1, (1,), generator=g))
+            l = int(torch.randint(0, 457 - ww + 1, (1,), generator=g))
+            assert torch.equal(fio.decode_jpeg_roi(out, t, l, hh, ww), full[:, t:t + hh, l:l + ww]), (t, l, hh, ww)
+        assert _C.restart_stats()[0] > taken0
+
+    @pytest.mark.parametrize("interval", [0, 1, 3, 29, 58])
+    def test_explicit_interval(self, interval):
+        src = make_jpeg("420", 100, 457, seed=1)  # 29 MCUs per row
+        out = fio.transcode_jpeg(src, restart_interval=interval)
+        info = fio.jpeg_info(out)
+        assert info.restart_interval == interval
+        assert info.restart_roi == (interval in (1, 29, 58))
+        assert torch.equal(fio.decode_jpeg(out), fio.decode_jpeg(src))
+
+    def test_optimize_smaller(self):
+        src = make_jpeg("420", 200, 300, seed=1)
+        assert len(fio.transcode_jpeg(src, optimize=True)) < len(fio.transcode_jpeg(src, optimize=False))
+
+    def test_metadata(self):
+        rgb = photo_like(40, 56, 0)
+        exif = Image.Exif()
+        exif[0x010F] = "fastprep test camera"
+        icc = b"\x00\x00\x02\x0cfake icc profile bytes" * 4
+        src = pil_jpeg(rgb, quality=90, exif=exif.tobytes(), icc_profile=icc, comment=b"a comment")
+        kept = Image.open(io.BytesIO(fio.transcode_jpeg(src)))
+        assert kept.info.get("icc_profile") == icc
+        assert kept.getexif()[0x010F] == "fastprep test camera"
+        assert kept.info.get("comment") == b"a comment"
+        assert kept.info.get("jfif") is not None
+        stripped = Image.open(io.BytesIO(fio.transcode_jpeg(src, keep_metadata=False)))
+        assert "icc_profile" not in stripped.info and "exif" not in stripped.info
+        assert np.array_equal(np.array(stripped), np.array(kept))
+        # one JFIF APP0 only (the source's is not copied a second time)
+        assert fio.transcode_jpeg(src).count(b"JFIF\x00") == 1
+
+    def test_cmyk_adobe_marker_kept(self):
+        src = make_jpeg("cmyk", 40, 40)
+        out = fio.transcode_jpeg(src)
+        assert out.count(b"Adobe") == 1 and src.count(b"Adobe") == 1
+
+    @pytest.mark.parametrize("bad", [b"", b"\xff\xd8", b"not a jpeg at all", b"\xff\xd8\xff\xe0" + b"\x00" * 40])
+    def test_bad_data(self, bad):
+        with pytest.raises(fio.DecodeError):
+            fio.transcode_jpeg(bad)
+
+    def test_truncated_and_corrupt_raise(self):
+        src = make_jpeg("420", 100, 120, seed=4)
+        with pytest.raises(fio.DecodeError):
+            fio.transcode_jpeg(src[: len(src) // 2])
+        b = bytearray(src)
+        sos = src.index(b"\xff\xda")
+        b[sos + 200:sos + 260] = b"\xff\xd3" * 30
+        with pytest.raises(fio.DecodeError):
+            fio.transcode_jpeg(bytes(b))
+
+    def test_max_pixels(self):
+        src = make_jpeg("420", 100, 120)
+        with pytest.raises(fio.DecodeError, match="max_pixels"):
+            fio.transcode_jpeg(src, max_pixels=100 * 120 - 1)
+
+    def test_arguments(self):
+        src = make_jpeg("420", 16, 16)
+        with pytest.raises(ValueError, match="restart_interval"):
+            fio.transcode_jpeg(src, restart_interval=-2)
+        with pytest.raises(ValueError, match="restart_interval"):
+            fio.transcode_jpeg(src, restart_interval="rows")
+        with pytest.raises(TypeError, match="restart_interval"):
+            fio.transcode_jpeg(src, restart_interval=2.0)
+        with pytest.raises(TypeError, match="data"):
+            fio.transcode_jpeg("file.jpg")
+
+    def test_opcheck(self):
+        data = fio._as_tensor(make_jpeg("420", 20, 30))
+        torch.library.opcheck(torch.ops.fastprep.transcode_jpeg.default, (data, -1, True, True, 0),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+def _run_pack(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__)))] +
+        ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    return subprocess.run([sys.executable, "-m", "fastprep.pack", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    src = tmp_path / "src"
+    (src / "cat").mkdir(parents=True)
+    (src / "dog" / "deep").mkdir(parents=True)
+    files = {
+        "cat/a.jpg": make_jpeg("420", 60, 80, seed=1),
+        "cat/b.JPEG": make_jpeg("420-progressive", 50, 70, seed=2),
+        "dog/c.jpeg": make_jpeg("gray", 33, 45, seed=3),
+        "dog/deep/d.jpg": make_jpeg("cmyk", 40, 40, seed=4),
+        "dog/notes.txt": b"not an image\n",
+        "dog/broken.jpg": b"\xff\xd8\xff\xe0" + b"\x00" * 100,
+        "dog/deep/no-extension": make_jpeg("444", 20, 30, seed=5),
+    }
+    for rel, data in files.items():
+        (src / rel).write_bytes(data)
+    return src, files
+
+
+class TestPackCli:
+    def test_mirror_and_resume(self, tmp_path, tree):
+        src, files = tree
+        dst = tmp_path / "dst"
+        res = _run_pack(src, dst, "-j", "2", "--quiet")
+        assert res.returncode == 0, res.stderr
+        assert "packed: 5" in res.stdout and "failed: 1" in res.stdout and "dog/broken.jpg" in res.stdout
+        for rel, data in files.items():
+            out = (dst / rel).read_bytes()
+            if rel.endswith(("txt", "broken.jpg")):
+                assert out == data  # copied unchanged / as-is
+            else:
+                assert fio.jpeg_info(out).restart_roi
+                assert torch.equal(fio.decode_jpeg(out, "UNCHANGED"), fio.decode_jpeg(data, "UNCHANGED")), rel
+                assert np.array_equal(pil_pixels(out), pil_pixels(data)), rel
+            assert os.stat(dst / rel).st_mtime_ns == os.stat(src / rel).st_mtime_ns
+        assert not [p for p in dst.rglob("*") if "tmp" in p.name]
+        # resumable: nothing to do the second time, one new file the third
+        res = _run_pack(src, dst, "--quiet")
+        assert res.returncode == 0 and "up to date: 7" in res.stdout, res.stdout
+        (src / "cat" / "e.jpg").write_bytes(make_jpeg("422", 30, 30))
+        res = _run_pack(src, dst, "--quiet")
+        assert "packed: 1" in res.stdout and "up to date: 7" in res.stdout, res.stdout
+
+    def test_skip_failures_and_options(self, tmp_path, tree):
+        src, _ = tree
+        dst = tmp_path / "dst"
+        res = _run_pack(src, dst, "--quiet", "--on-error", "skip", "--restart-interval", "1", "--strip-metadata",
+                        "-j", "1")
+        assert res.returncode == 0, res.stderr
+        assert not (dst / "dog" / "broken.jpg").exists() and "left out" in res.stdout
+        assert fio.jpeg_info((dst / "cat" / "a.jpg").read_bytes()).restart_interval == 1
+
+    def test_progress_bar_on_stderr(self, tmp_path, tree):
+        src, _ = tree
+        res = _run_pack(src, tmp_path / "dst", "-j", "2")
+        assert res.returncode == 0 and "fastprep.pack" in res.stderr
+
+    def test_real_failures_exit_nonzero(self, tmp_path, tree):
+        src, _ = tree
+        blocker = tmp_path / "a-file"
+        blocker.write_bytes(b"x")
+        res = _run_pack(src, blocker / "dst", "--quiet")  # DST cannot be created
+        assert res.returncode != 0 and "error" in res.stderr
+        res = _run_pack(tmp_path / "missing", tmp_path / "dst2", "--quiet")
+        assert res.returncode != 0 and "src must be a folder" in res.stderr
+        # an output path blocked by a folder of the same name: an I/O error, reported, exit 1
+        dst = tmp_path / "dst3"
+        (dst / "cat" / "a.jpg").mkdir(parents=True)
+        res = _run_pack(src, dst, "--quiet")
+        assert res.returncode == 1 and "I/O errors (1)" in res.stdout and "cat/a.jpg" in res.stdout
+        assert (dst / "dog" / "c.jpeg").exists()  # the rest went on
+
+    def test_dst_inside_src(self, tmp_path, tree):
+        src, _ = tree
+        res = _run_pack(src, src / "packed", "--quiet")
+        assert res.returncode == 0 and "files: 7" in res.stdout, res.stdout
+        res = _run_pack(src, src / "packed", "--quiet")
+        assert "up to date: 7" in res.stdout, res.stdout
