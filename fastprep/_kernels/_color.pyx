@@ -273,7 +273,13 @@ cdef inline void _yuv_span_masked(const pixel_t* r, const pixel_t* g, const pixe
         fp_k.yuv_masked_f32(r, g, b, mask, y, u, v, n, c)
 
 
-cdef inline void _yuv_task(const pixel_t[:, :, ::1] src, float[:, :, ::1] dst,
+cdef _check_last_axis(Py_ssize_t src_stride, Py_ssize_t itemsize, Py_ssize_t dst_stride,
+                      Py_ssize_t length):
+    if length > 1 and (src_stride != itemsize or dst_stride != sizeof(float)):
+        raise ValueError("the last axis of src and dst must be contiguous")
+
+
+cdef inline void _yuv_task(const pixel_t[:, :, :] src, float[:, :, :] dst,
                            Py_ssize_t task, Py_ssize_t per_image,
                            const float* c) noexcept nogil:
     cdef Py_ssize_t n = task // per_image
@@ -285,8 +291,13 @@ cdef inline void _yuv_task(const pixel_t[:, :, ::1] src, float[:, :, ::1] dst,
               &dst[n, 0, start], &dst[n, 1, start], &dst[n, 2, start], count, c)
 
 
-def yuv(const pixel_t[:, :, ::1] src, float[:, :, ::1] dst, double gain, int nthreads):
-    """dst[N, 3, P] = gain * YUV(src[N, 3, P]), float32."""
+def yuv(const pixel_t[:, :, :] src, float[:, :, :] dst, double gain, int nthreads):
+    """dst[N, 3, P] = gain * YUV(src[N, 3, P]), float32.
+
+    The last axis must be contiguous; the others may be strided (a slice of pixels of a
+    C-contiguous batch, as :mod:`fastprep.functional` hands to its threads).
+    """
+    _check_last_axis(src.strides[2], sizeof(pixel_t), dst.strides[2], src.shape[2])
     cdef Coeffs c = _coeffs(gain, 0.0)
     cdef Py_ssize_t per_image = (src.shape[2] + CHUNK - 1) // CHUNK
     cdef Py_ssize_t tasks = src.shape[0] * per_image
@@ -300,8 +311,8 @@ def yuv(const pixel_t[:, :, ::1] src, float[:, :, ::1] dst, double gain, int nth
                 _yuv_task(src, dst, t, per_image, c.k)
 
 
-cdef inline void _masked_row(const pixel_t[:, :, :, ::1] src, const uint8_t[:, ::1] mask,
-                             float[:, :, :, ::1] dst, Py_ssize_t task, const float* c) noexcept nogil:
+cdef inline void _masked_row(const pixel_t[:, :, :, :] src, const uint8_t[:, ::1] mask,
+                             float[:, :, :, :] dst, Py_ssize_t task, const float* c) noexcept nogil:
     cdef Py_ssize_t height = src.shape[2]
     cdef Py_ssize_t n = task // height
     cdef Py_ssize_t row = task % height
@@ -310,9 +321,11 @@ cdef inline void _masked_row(const pixel_t[:, :, :, ::1] src, const uint8_t[:, :
                      &dst[n, 2, row, 0], src.shape[3], c)
 
 
-def mask_yuv(const pixel_t[:, :, :, ::1] src, const uint8_t[:, ::1] mask,
-             float[:, :, :, ::1] dst, double fill, double gain, int nthreads):
+def mask_yuv(const pixel_t[:, :, :, :] src, const uint8_t[:, ::1] mask,
+             float[:, :, :, :] dst, double fill, double gain, int nthreads):
     """dst[N, 3, H, W] = gain * YUV(fill where mask[H, >=W] else src[N, 3, H, W]).
+
+    Rows (W) must be contiguous; the other axes may be strided.
 
     Masked pixels get the transform of (fill, fill, fill) computed with the same float32
     coefficients, so they equal the unfused mask-then-convert result.
@@ -322,6 +335,7 @@ def mask_yuv(const pixel_t[:, :, :, ::1] src, const uint8_t[:, ::1] mask,
     cdef Py_ssize_t t
     if src.shape[3] == 0:
         return
+    _check_last_axis(src.strides[3], sizeof(pixel_t), dst.strides[3], src.shape[3])
     if nthreads > 1 and tasks > 1:
         for t in prange(tasks, nogil=True, schedule="dynamic", chunksize=4, num_threads=nthreads):
             _masked_row(src, mask, dst, t, c.k)
