@@ -6,7 +6,9 @@ strides (copied to contiguous only when they are not). The result has the input'
 numpy in, numpy out; tensor in, tensor out (``tv_tensors`` subclasses are returned as
 plain tensors, as torchvision's functionals do; :mod:`fastprep.transforms` re-wraps
 them). Results are new arrays; the inputs are never modified. The kernels run on the CPU,
-release the GIL, and are not differentiable.
+release the GIL, and are not differentiable. The colour/scale functions run a per-sample
+image on the calling thread and add threads only for large batches (:func:`kernel_threads`,
+``num_threads=``); the C kernels use the best SIMD level of the CPU (docs/kernels.md).
 
 Randomness: every random function takes a seed from torch's RNG (the default generator,
 or ``generator``) -- one 63-bit draw per call -- and feeds it to a counter-based PRNG in
