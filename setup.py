@@ -2,7 +2,8 @@
 
 * ``fastprep._C``: the C++ torch extension (``torch.ops.fastprep.*``) over the
   system libjpeg-turbo.
-* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths).
+* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths), with
+  baseline, AVX2 and AVX-512 variants chosen at import (docs/kernels.md).
 
 Build against the installed torch: ``pip install --no-build-isolation .``
 """
@@ -129,7 +130,11 @@ def main():
             Extension(
                 "fastprep._kernels._color",
                 ["fastprep/_kernels/_color.pyx"],
-                extra_compile_args=["-O3"] + omp_compile,
+                # The AVX2 / AVX-512 variants are selected at run time by per-function
+                # target attributes inside the module, so the module itself stays at the
+                # x86-64 baseline and imports on any CPU. No FP contraction: no variant
+                # may fuse a multiply-add, which keeps the variants bit-identical.
+                extra_compile_args=["-O3", "-ffp-contract=off"] + omp_compile,
                 extra_link_args=omp_link,
             ),
         ],
