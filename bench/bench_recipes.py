@@ -17,7 +17,11 @@ returns) with ``v2.functional.resize`` on torchvision's decode (channels-last st
 Methods take turns in blocks of --block samples, so machine noise hits all alike; the
 tables give the median ms per sample and the ratio to torchvision v2 in the same run.
 
+With --quality it instead prints the PSNR of the DCT-scaled outputs against torchvision
+v2 on the full decode, per DCT scale, and with --png saves a side-by-side picture.
+
     python bench/bench_recipes.py [--runs 200] [--runs-12mp 30] [--json out.json]
+    python bench/bench_recipes.py --quality [--png docs/recipes_rrc.png]
 """
 
 from __future__ import annotations
@@ -110,6 +114,57 @@ def table(title, result, ref):
         print(f"| {name} | {t * 1e3:.3f} | {result[ref] / t:.2f}x |")
 
 
+def psnr(a, b) -> float:
+    mse = ((a.double() - b.double()) ** 2).mean().item()
+    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+def quality(args):
+    """PSNR of DCT-scaled recipes against v2 on the full decode, per DCT scale."""
+    if not decode_transforms._IO_HAS_SCALE:
+        print("this fastprep.io has no DCT-scaled decode: nothing to compare")
+        return {}
+    ours, ref = DecodeRandomResizedCrop(224), v2.RandomResizedCrop(224)
+    per_scale, examples = {}, {}
+    for hw, count, seeds in (((375, 500), args.images, 50), ((3000, 4000), 2, 25)):
+        for data in make_jpegs(*hw, count):
+            full = torchvision.io.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+            for seed in range(seeds):
+                torch.manual_seed(seed)
+                window = ours.get_params(*hw)
+                num = decode_transforms.plan_scaled_window(*hw, window, (224, 224))[0]
+                torch.manual_seed(seed)
+                a = ours(data)
+                torch.manual_seed(seed)
+                b = ref(full)
+                per_scale.setdefault(num, []).append(psnr(a, b))
+                examples.setdefault(num, (a, b))
+    print("\nDecodeRandomResizedCrop(224) vs v2.RandomResizedCrop(224) on the full decode, photo-like "
+          "500x375 and 4000x3000 q90 4:2:0")
+    print("| DCT scale | windows | median PSNR (dB) | min PSNR (dB) |")
+    print("|---|---:|---:|---:|")
+    for num in sorted(per_scale):
+        v = per_scale[num]
+        print(f"| {num}/8 | {len(v)} | {np.median(v):.1f} | {min(v):.1f} |")
+    evals = []
+    for hw in ((375, 500), (3000, 4000)):
+        for data in make_jpegs(*hw, 2):
+            full = torchvision.io.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+            evals.append((hw, psnr(DecodeResizeCenterCrop()(data),
+                                   v2.Compose([v2.Resize(256), v2.CenterCrop(224)])(full))))
+    print("\nDecodeResizeCenterCrop(256, 224) vs v2 Resize(256) + CenterCrop(224): " +
+          ", ".join(f"{h}x{w}: {p:.1f} dB" for (w, h), p in evals))
+    if args.png:
+        rows = [torch.cat([b, torch.full((3, 224, 8), 255, dtype=torch.uint8), a], 2)
+                for num, (a, b) in sorted(examples.items())]
+        sheet = torch.cat([torch.cat([r, torch.full((3, 8, r.shape[2]), 255, dtype=torch.uint8)], 1)
+                           for r in rows], 1)
+        PIL.Image.fromarray(sheet.permute(1, 2, 0).contiguous().numpy()).save(args.png)
+        print(f"saved {args.png}: rows = DCT scales {sorted(examples)}; left v2 on the full decode, "
+              "right fastprep DCT-scaled")
+    return {str(k): v for k, v in per_scale.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200, help="samples per method at 500x375 (default 200)")
@@ -117,9 +172,14 @@ def main(argv=None):
     ap.add_argument("--block", type=int, default=10, help="samples per turn (default 10)")
     ap.add_argument("--images", type=int, default=4, help="distinct images per size (default 4)")
     ap.add_argument("--json", help="write the medians (seconds) here")
+    ap.add_argument("--quality", action="store_true", help="PSNR per DCT scale instead of timings")
+    ap.add_argument("--png", help="with --quality: save a side-by-side picture here")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(_platform.describe())
+    if args.quality:
+        quality(args)
+        return
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, Pillow {PIL.__version__}, "
           f"one thread; DCT-scaled decode available: "
           f"{'yes' if decode_transforms._IO_HAS_SCALE else 'no'}")
