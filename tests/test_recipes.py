@@ -19,6 +19,15 @@ from fastprep.transforms import DecodeRandomCrop, DecodeRandomResizedCrop, Decod
 
 PHOTO = make_jpeg("420", 150, 200, seed=4)
 FULL = fio.decode_jpeg(PHOTO)
+# v2 resizes uint8 natively (the kernel fastprep uses) on AVX2/AVX-512 and aarch64 CPUs,
+# through float32 elsewhere (within 1 level of it).
+TOL = 0 if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else 1
+
+
+def close(a, b, tol=TOL):
+    return a.shape == b.shape and int((a.int() - b.int()).abs().max()) <= tol
+
+
 needs_scale = pytest.mark.skipif(not dt._IO_HAS_SCALE, reason="fastprep.io has no DCT-scaled decode")
 
 
@@ -159,8 +168,7 @@ class TestEval:
         full = fio.decode_jpeg(data)
         ours = DecodeResize(size, max_size=max_size, antialias=antialias, dct_scaling=False)(data)
         ref = v2.Resize(size, max_size=max_size, antialias=antialias)(full)
-        assert ours.shape == ref.shape
-        assert torch.equal(ours, ref)
+        assert close(ours, ref)
 
     @pytest.mark.parametrize("hw", [(150, 200), (200, 150), (97, 131), (40, 300), (375, 500)])
     @pytest.mark.parametrize("rs,cs", [(64, 56), (256, 224), ((60, 90), (40, 33)), (64, 80), (32, (10, 70))])
@@ -193,8 +201,24 @@ class TestResize:
         img = fio.decode_jpeg(make_jpeg("420", 375, 500, seed=3))
         for src in (img, img[:, 10:300, 33:400], img.permute(1, 2, 0).contiguous().permute(2, 0, 1)):
             ref = v2.functional.resize(src, list(out), antialias=antialias)
-            assert torch.equal(resize(src, out, antialias=antialias), ref)
-            assert torch.equal(resize(src, out, antialias=antialias, hflip=True), ref.flip(-1))
+            assert close(resize(src, out, antialias=antialias), ref)
+            assert close(resize(src, out, antialias=antialias, hflip=True), ref.flip(-1))
+
+    @pytest.mark.parametrize("channels", [1, 2, 4])
+    def test_other_channel_counts_equal_v2(self, channels):
+        img = torch.from_numpy(np.random.default_rng(channels).integers(0, 256, (channels, 90, 70), np.uint8))
+        assert close(resize(img, (40, 33)), v2.functional.resize(img, [40, 33]))
+
+    @pytest.mark.parametrize("mode,encoding,channels", [("GRAY", "420", 1), ("UNCHANGED", "cmyk", 4),
+                                                        ("YCbCr", "444", 3)])
+    def test_modes_through_the_recipe(self, mode, encoding, channels):
+        data = make_jpeg(encoding, 120, 100, seed=1)
+        full = fio.decode_jpeg(data, mode)
+        torch.manual_seed(0)
+        a = DecodeRandomResizedCrop(48, dct_scaling=False, mode=mode)(data)
+        torch.manual_seed(0)
+        b = v2.RandomResizedCrop(48)(full)
+        assert a.shape == (channels, 48, 48) and close(a, b)
 
     def test_scale_gives_rows_of_the_full_resize(self):
         img = fio.decode_jpeg(make_jpeg("420", 375, 500, seed=3))
@@ -242,7 +266,7 @@ class TestDCTScaling:
         scaled = [v for num, vals in per_scale.items() if num < 8 for v in vals]
         assert scaled, per_scale.keys()
         assert np.median(scaled) >= 30, {k: np.median(v) for k, v in per_scale.items()}
-        assert min(per_scale.get(8, [math.inf])) == math.inf  # unscaled windows stay exact
+        assert min(per_scale.get(8, [math.inf])) >= 48.1  # unscaled windows: within 1 level
 
     def test_eval_psnr_floor(self):
         big = make_jpeg("420", 1200, 1600, seed=5)
