@@ -274,3 +274,30 @@ class TestDCTScaling:
         ref = v2.Compose([v2.Resize(256), v2.CenterCrop(224)])(full)
         assert psnr(DecodeResizeCenterCrop()(big), ref) >= 30
         assert psnr(DecodeResize(256)(big), v2.Resize(256)(full)) >= 30
+
+
+class _Samples(torch.utils.data.Dataset):
+    def __init__(self, datas, transform):
+        self.datas, self.transform = datas, transform
+
+    def __len__(self):
+        return len(self.datas)
+
+    def __getitem__(self, i):
+        return self.transform((self.datas[i], i))
+
+
+def test_dataloader_workers_train_recipe():
+    datas = [make_jpeg("420", 60 + 7 * s, 80, seed=s) for s in range(4)] * 2
+    ds = _Samples(datas, DecodeRandomResizedCrop(32, flip_p=0.5))
+
+    def run():
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                             generator=torch.Generator().manual_seed(3))
+        imgs, labels = zip(*loader)
+        return torch.cat(imgs), torch.cat(labels)
+
+    (a, la), (b, lb) = run(), run()
+    assert a.shape == (8, 3, 32, 32) and a.dtype == torch.uint8
+    assert torch.equal(a, b) and torch.equal(la, torch.arange(8))
+    assert not all(torch.equal(a[i], a[i + 4]) for i in range(4))  # workers draw differently
