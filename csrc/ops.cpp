@@ -18,10 +18,12 @@ TORCH_LIBRARY(fastprep, m) {
   // int64 [15]: height, width, components, colour space, progressive, arithmetic, adobe,
   // then h, v sampling factors of components 0..3 (a tensor, so fake kernels can describe it)
   m.def("jpeg_info(Tensor data) -> Tensor");
-  m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict) -> Tensor");
+  // scale_num: decode at scale_num/8 of the size (DCT scaling); ROI windows are in scaled
+  // coordinates.
+  m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict, int scale_num=8) -> Tensor");
   m.def(
       "decode_jpeg_roi(Tensor data, int top, int left, int height, int width, int mode, "
-      "int max_pixels, bool strict) -> Tensor");
+      "int max_pixels, bool strict, int scale_num=8) -> Tensor");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.
