@@ -238,14 +238,18 @@ def psnr(a, b):
     return math.inf if mse == 0 else 10 * math.log10(255 ** 2 / mse)
 
 
+DCT_HW = (1500, 2000)  # windows at 2/8 and 4/8 (1/8 needs a side of 1792)
+
+
 @needs_scale
 class TestDCTScaling:
-    PHOTOS = [make_jpeg(enc, 375, 500, seed=s) for s, enc in enumerate(["420", "444", "422", "420-progressive"])]
+    HW = DCT_HW
+    PHOTOS = [make_jpeg(enc, *DCT_HW, seed=s) for s, enc in enumerate(["420", "422", "420-progressive"])]
 
     def test_plan_uses_smaller_scale_and_keeps_size(self):
         num, (top, left, h, w) = dt.plan_scaled_window(3000, 4000, (100, 200, 2000, 2400), (224, 224))
         assert num == 1 and h >= 224 and w >= 224
-        assert (top, left) == (round(100 / 8), round(200 / 8))
+        assert (top, left) == (math.floor(100 / 8 + 0.5), math.floor(200 / 8 + 0.5))  # halves up
         assert dt.plan_scaled_window(375, 500, (0, 0, 230, 230), (224, 224))[0] == 8
 
     def test_rrc_psnr_floor_per_scale(self):
@@ -254,17 +258,17 @@ class TestDCTScaling:
         per_scale = {}
         for data in self.PHOTOS:
             full = fio.decode_jpeg(data)
-            for seed in range(40):
+            for seed in range(25):
                 torch.manual_seed(seed)
-                window = t_dct.get_params(375, 500)
-                num = dt.plan_scaled_window(375, 500, window, (224, 224))[0]
+                window = t_dct.get_params(*self.HW)
+                num = dt.plan_scaled_window(*self.HW, window, (224, 224))[0]
                 torch.manual_seed(seed)
                 a = t_dct(data)
                 torch.manual_seed(seed)
                 b = t_ref(full)
                 per_scale.setdefault(num, []).append(psnr(a, b))
         scaled = [v for num, vals in per_scale.items() if num < 8 for v in vals]
-        assert scaled, per_scale.keys()
+        assert {2, 4} <= set(per_scale), per_scale.keys()
         assert np.median(scaled) >= 30, {k: np.median(v) for k, v in per_scale.items()}
         assert min(per_scale.get(8, [math.inf])) >= 48.1  # unscaled windows: within 1 level
 
