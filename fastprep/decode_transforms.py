@@ -10,8 +10,9 @@ output needs:
   ``RandomHorizontalFlip``); the window is decoded at the smallest DCT scale that keeps
   it at least ``size``, then resized.
 * :class:`DecodeResize`, :class:`DecodeResizeCenterCrop` (evaluation): ``Resize`` and
-  ``Resize`` + ``CenterCrop``; only the rows and columns the crop needs are decoded,
-  DCT-scaled, then resized on the full image's pixel grid.
+  ``Resize`` + ``CenterCrop``; the image is decoded DCT-scaled from its top-left corner
+  to the last row and column the crop's filter reads, then resized on the full image's
+  pixel grid.
 
 All are :class:`torchvision.transforms.v2.Transform` subclasses: call them on one encoded
 image, or on a structure (``(image, label)``, a dict sample, ...) in which the first path,
