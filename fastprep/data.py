@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from . import functional as F
 from . import io as fio
 from ._kernels import _color
-from ._decode_transforms import DecodeRandomCrop
+from .decode_transforms import DecodeRandomCrop
 from .transforms import RandomMask
 
 __all__ = [

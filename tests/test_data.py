@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import fastprep.data as D
 from fastprep.transforms import RandomMask
 from fastprep import io as fio
-from fastprep._decode_transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.decode_transforms import DecodeCenterCrop, DecodeRandomCrop
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 CROP = 32
