@@ -14,9 +14,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import fastprep.data as D
+from fastprep.data.batch import _yuv_torch
 from fastprep.transforms import RandomMask
 from fastprep import io as fio
-from fastprep._decode_transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.transforms import DecodeCenterCrop, DecodeRandomCrop
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 CROP = 32
@@ -57,7 +58,7 @@ def folder_with_corrupt(tmp_path_factory, jpeg_files):
 
 
 def _yuv_reference(rgb_uint8):
-    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (DESIGN.md formulas)."""
+    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (JFIF / BT.601 full-range formulas)."""
     r, g, b = rgb_uint8.double()
     y = 0.299 * r + 0.587 * g + 0.114 * b
     u = -0.16874 * r - 0.33126 * g + 0.5 * b + 128
@@ -268,8 +269,8 @@ class TestBatchTransforms:
     def test_torch_path_matches_cpu_kernels(self):
         # The CUDA path (plain torch ops) run on the CPU: same result as the Cython path.
         x = torch.randint(0, 256, (4, 3, 17, 11), dtype=torch.uint8)
-        torch.testing.assert_close(D._yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
-        torch.testing.assert_close(D._yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
+        torch.testing.assert_close(_yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(_yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
 
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
     def test_cuda_matches_cpu(self):
@@ -296,6 +297,26 @@ class TestBatchTransforms:
         assert all(torch.equal(t, c) for t in kept)
         g = pickle.loads(pickle.dumps(f))
         assert torch.equal(g(x), c)
+
+    def test_functional_out_writes_into_the_buffer(self):
+        import fastprep.functional as F
+
+        x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8)
+        buf = torch.full((2, 3, 5, 7), -1.0)
+        assert F.yuv_scale(x, out=buf, num_threads=1) is buf
+        torch.testing.assert_close(buf, torch.stack([_yuv_reference(i) for i in x]), rtol=0, atol=1e-6)
+        sbuf = torch.full((2, 3, 5, 7), -1.0)
+        assert F.scale(x, out=sbuf) is sbuf and torch.equal(sbuf, x.float() / 255)
+        with pytest.raises(ValueError, match=r"shape \(2, 3, 5, 7\), got shape \(2, 3, 5, 6\)"):
+            F.yuv_scale(x, out=torch.empty((2, 3, 5, 6)))
+        with pytest.raises(TypeError, match="out must be float32, got torch.float16"):
+            F.scale(x, out=torch.empty((2, 3, 5, 7), dtype=torch.float16))
+        with pytest.raises(ValueError, match="not contiguous"):
+            F.scale(x, out=torch.empty((2, 3, 7, 5)).transpose(-1, -2))
+        with pytest.raises(TypeError, match="out must be a numpy.ndarray"):
+            F.scale(x.numpy(), out=buf)
+        with pytest.raises(ValueError, match="num_threads must be"):
+            F.yuv_scale(x, num_threads=0)
 
     def test_batch_scale_buffer_reuse(self):
         f = D.BatchScale(num_threads=1)
