@@ -143,7 +143,7 @@ class TestJpegDataset:
         img, target = ds[3]
         assert target != 3 and torch.equal(img, ds[target][0])
         assert ds[3][1] == target  # same substitute every time
-        assert ds.skipped == 2
+        assert ds.skipped == 2  # two samples replaced
         assert ds[0][1] == 0 and ds.skipped == 2
         ds.reset_skipped()
         assert ds.skipped == 0
@@ -151,9 +151,37 @@ class TestJpegDataset:
     def test_skip_gives_up(self, tmp_path):
         bad = [_write(str(tmp_path), f"{i}.jpg", b"junk") for i in range(3)]
         ds = D.JpegDataset(bad, transform=DecodeCenterCrop(CROP), on_error="skip", max_skip_attempts=4)
-        with pytest.raises(fio.DecodeError, match="no decodable file"):
+        with pytest.raises(fio.DecodeError, match=r"0.jpg.*none of the 2 substitutes") as info:
             ds[0]
-        assert ds.skipped == 5
+        assert isinstance(info.value.__cause__, fio.DecodeError) and "0.jpg" in str(info.value.__cause__)
+        assert ds.skipped == 0  # nothing was replaced
+
+    @pytest.mark.parametrize("n", [2, 3, 17, 100, 241, 256, 257])
+    def test_substitutes_visit_every_other_index_once(self, n):
+        ds = D.JpegDataset([f"f{i}.jpg" for i in range(n)], on_error="skip")
+        for index in range(n):
+            order = [ds._substitute(index, a) for a in range(n - 1)]
+            assert sorted(order) == [i for i in range(n) if i != index], (n, index)
+
+    @pytest.mark.parametrize("n", [17, 241, 256])
+    def test_skip_with_the_first_half_unreadable(self, tmp_path, jpeg_files, n):
+        # Half the indices are missing files; every index must still resolve, and
+        # ``skipped`` counts replaced samples (not attempts).
+        bad = n // 2
+        files = [str(tmp_path / f"missing{i}.jpg") for i in range(bad)] + [jpeg_files[0]] * (n - bad)
+        ds = D.JpegDataset(files, targets=range(n), on_error="skip")
+        for index in range(n):
+            data, target = ds[index]
+            assert target >= bad and (index < bad or target == index)
+        assert ds.skipped == bad
+
+    def test_skip_finds_the_only_good_file(self, tmp_path, jpeg_files):
+        n = 17
+        files = [str(tmp_path / f"missing{i}.jpg") for i in range(n)]
+        files[5] = jpeg_files[0]
+        ds = D.JpegDataset(files, targets=range(n), on_error="skip")
+        assert all(ds[i][1] == 5 for i in range(n))
+        assert ds.skipped == n - 1
 
     def test_pickles(self, jpeg_files):
         ds = D.JpegDataset(jpeg_files, transform=DecodeCenterCrop(CROP), on_error="skip")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import numbers
 import os
 
@@ -15,6 +17,15 @@ __all__ = ["JpegDataset", "JpegFolder"]
 _ON_ERROR = ("raise", "skip")
 _MAX_SKIP_SLOTS = 256  # slot 0: main process; slot k: DataLoader worker k - 1
 _DEFAULT_EXTENSIONS = (".jpg", ".jpeg")
+
+
+@functools.lru_cache(maxsize=64)
+def _substitute_stride(m: int) -> int:
+    """A step near ``0.618 m`` that is coprime with ``m`` (so ``k * step mod m`` is a permutation)."""
+    step = max(1, round(m * 0.6180339887498949))
+    while math.gcd(step, m) != 1:
+        step += 1
+    return step
 
 
 def _skip_slot() -> int:
@@ -36,10 +47,13 @@ class JpegDataset(Dataset):
         transform: callable applied to the encoded uint8 tensor.
         on_error: ``"raise"`` (default): a file that cannot be read or decoded raises
             :class:`fastprep.io.DecodeError` naming the file, chained to the original
-            error. ``"skip"``: the sample at a substitute index is returned instead (the
-            substitute is a fixed function of the failed index and the attempt, so runs
-            are reproducible) and the skip is counted in :attr:`skipped`.
-        max_skip_attempts: with ``"skip"``, how many substitutes to try before raising.
+            error. ``"skip"``: the sample at a substitute index is returned instead and
+            counted in :attr:`skipped`. Substitutes are tried in a fixed order that visits
+            every other index exactly once (the same in every process and run, so runs are
+            reproducible); if none of the first ``max_skip_attempts`` decodes, the
+            :class:`~fastprep.io.DecodeError` of the requested file is raised.
+        max_skip_attempts: with ``"skip"``, how many substitutes to try before raising
+            (at most ``len(files) - 1`` are tried: each other index once).
 
     Skip counting across processes: the counts are held in a shared-memory int64 tensor
     (:attr:`skip_counts`) with one slot per process -- slot 0 for the main process, slot
@@ -78,7 +92,9 @@ class JpegDataset(Dataset):
 
     @property
     def skipped(self) -> int:
-        """Samples skipped so far, summed over the main process and all DataLoader workers."""
+        """Samples replaced by a substitute so far, summed over the main process and all
+        DataLoader workers. One per replaced sample, however many substitutes were tried;
+        a sample that raised (no substitute decoded) is not counted."""
         return int(self.skip_counts.sum())
 
     def reset_skipped(self) -> None:
@@ -95,27 +111,38 @@ class JpegDataset(Dataset):
         return sample, self.targets[index]
 
     def _substitute(self, index: int, attempt: int) -> int:
-        """A deterministic index other than ``index`` (when there is one) for ``attempt``."""
+        """The ``attempt``-th substitute for ``index``, ``0 <= attempt < len(self) - 1``.
+
+        Attempts ``0 .. n - 2`` visit every other index exactly once, for any ``n``: the
+        order is ``index + 1 + ((offset + attempt * stride) mod (n - 1))`` (mod ``n``) with
+        ``stride`` coprime with ``n - 1`` (so the multiples of ``stride`` run through every
+        residue) and ``offset`` a fixed hash of ``index`` (so failed neighbours do not all
+        try the same substitutes first). The same in every process and every run.
+        """
         n = len(self.files)
         if n < 2:
             return index
-        # Weyl step by a large odd constant: spreads substitutes instead of always taking
-        # the neighbour, and is the same in every process and every run.
-        return (index + 1 + (attempt * 0x9E3779B1 + index * 0x85EBCA77) % (n - 1)) % n
+        m = n - 1
+        offset = (index * 0x85EBCA77) % m
+        return (index + 1 + (offset + attempt * _substitute_stride(m)) % m) % n
 
     def __getitem__(self, index: int):
         if self.on_error == "raise":
             return self._load(index)
-        i = index
-        for attempt in range(self.max_skip_attempts + 1):
+        try:
+            return self._load(index)
+        except fio.DecodeError as e:
+            failure = e
+        tries = min(self.max_skip_attempts, len(self.files) - 1)
+        for attempt in range(tries):
             try:
-                return self._load(i)
-            except fio.DecodeError as e:
-                self.skip_counts[_skip_slot()] += 1
-                last = e
-                i = self._substitute(index, attempt)
-        raise fio.DecodeError(f"on_error='skip' found no decodable file after {self.max_skip_attempts} "
-                              f"substitutes for index {index}") from last
+                sample = self._load(self._substitute(index, attempt))
+            except fio.DecodeError:
+                continue
+            self.skip_counts[_skip_slot()] += 1  # one sample replaced, however many tries
+            return sample
+        raise fio.DecodeError(f"on_error='skip': {failure} -- and none of the {tries} substitutes tried "
+                              f"could be decoded either") from failure
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(files={len(self.files)}, transform={self.transform!r}, "
