@@ -222,6 +222,51 @@ class TestJpegFolder:
         assert ds.classes == [] and ds.class_to_idx == {}
         assert len(ds) == 3 and all(ds[i][1] == 0 for i in range(3))
 
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+    def test_special_files_named_jpg_are_never_listed(self, tmp_path, jpeg_files):
+        with open(jpeg_files[0], "rb") as f:
+            data = f.read()
+        # class layout: a FIFO and a directory named like JPEGs inside a class folder
+        _write(str(tmp_path / "cls" / "a"), "good.jpg", data)
+        os.mkfifo(tmp_path / "cls" / "a" / "f.jpg")
+        (tmp_path / "cls" / "a" / "d.jpg").mkdir()
+        ds = D.JpegFolder(tmp_path / "cls")
+        assert [os.path.basename(p) for p in ds.files] == ["good.jpg"]
+        assert ds[0][0].equal(fio.read_file(ds.files[0]))
+        # flat layout: 3 JPEGs, a FIFO and a directory named x.jpg (which must not turn
+        # the folder into class mode)
+        flat = tmp_path / "flat"
+        for i in range(3):
+            _write(str(flat), f"{i}.jpg", data)
+        os.mkfifo(flat / "f.jpg")
+        (flat / "x.jpg").mkdir()
+        ds = D.JpegFolder(flat)
+        assert ds.classes == [] and [os.path.basename(p) for p in ds.files] == ["0.jpg", "1.jpg", "2.jpg"]
+
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+    def test_dataset_refuses_a_fifo_without_opening_it(self, tmp_path, jpeg_files):
+        import threading
+
+        fifo = str(tmp_path / "f.jpg")
+        os.mkfifo(fifo)
+        # Should the dataset open the FIFO, this writer unblocks it (with EOF) after a
+        # while, so a regression fails on the message instead of hanging the run.
+        def writer():
+            with open(fifo, "wb"):
+                time.sleep(2)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        ds = D.JpegDataset([fifo, str(tmp_path)], on_error="raise")
+        with pytest.raises(fio.DecodeError, match=r"f\.jpg.*not a regular file \(a FIFO\)"):
+            ds[0]
+        with pytest.raises(fio.DecodeError, match=r"not a regular file \(a directory\)"):
+            ds[1]
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open return
+        t.join(10)
+        os.close(fd)
+        assert not t.is_alive()
+
     def test_empty_folder(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="no files ending in"):
             D.JpegFolder(tmp_path)

@@ -6,7 +6,9 @@ import functools
 import math
 import numbers
 import os
+import stat
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
@@ -104,7 +106,7 @@ class JpegDataset(Dataset):
     def _load(self, index: int):
         path = self.files[index]
         try:
-            data = fio.read_file(path)
+            data = _read_regular_file(path)
             sample = data if self.transform is None else self.transform(data)
         except (fio.DecodeError, OSError) as e:
             raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
@@ -153,12 +155,52 @@ def _has_extension(name: str, extensions) -> bool:
     return name.lower().endswith(extensions)
 
 
+def _is_regular_file(path: str) -> bool:
+    """True for a regular file (after following symlinks); never opens ``path``."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _read_regular_file(path: str) -> torch.Tensor:
+    """The bytes of a regular file as a uint8 1-D tensor.
+
+    A FIFO, device, socket or directory is refused before it is opened (``stat``), and
+    again after (``fstat`` on a non-blocking descriptor, against a swap in between), so a
+    FIFO named ``x.jpg`` can never block a worker.
+
+    Raises:
+        OSError: the path cannot be read or is not a regular file.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(f"not a regular file ({_file_kind(mode)})")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(f"not a regular file ({_file_kind(mode)})")
+        return torch.from_numpy(np.fromfile(f, dtype=np.uint8))
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 class JpegFolder(JpegDataset):
     """JPEG files in class subfolders, with ``torchvision.datasets.ImageFolder`` conventions.
 
     ``root/<class>/**/<file>.jpg``: classes are the subfolder names in sorted order,
     ``class_to_idx`` maps them to 0, 1, ..., ``samples`` is the sorted list of
     ``(path, class_index)``; files directly under ``root`` are ignored, as ImageFolder does.
+    Only regular files (or symlinks to them) are listed: a FIFO, device or socket with an
+    image name is never opened, and a directory with an image name (``x.jpg/``) is neither
+    a sample nor a class.
 
     A *flat* folder (no subfolders, the JPEGs directly under ``root``) is accepted too: every
     sample gets target 0, and ``classes == []``, ``class_to_idx == {}``.
@@ -179,7 +221,9 @@ class JpegFolder(JpegDataset):
         self.extensions = tuple(e.lower() for e in extensions)
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"root is not a directory: {self.root!r}")
-        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+        # A directory named like an image (``x.jpg/``) is neither a class nor an image.
+        self.classes = sorted(e.name for e in os.scandir(self.root)
+                              if e.is_dir() and not _has_extension(e.name, self.extensions))
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         samples = []
         if self.classes:
@@ -187,11 +231,12 @@ class JpegFolder(JpegDataset):
                 # sorted(os.walk(...)): the order ImageFolder uses
                 for dirpath, _, filenames in sorted(os.walk(os.path.join(self.root, c), followlinks=True)):
                     for name in sorted(filenames):
-                        if _has_extension(name, self.extensions):
-                            samples.append((os.path.join(dirpath, name), self.class_to_idx[c]))
+                        path = os.path.join(dirpath, name)
+                        if _has_extension(name, self.extensions) and _is_regular_file(path):
+                            samples.append((path, self.class_to_idx[c]))
         else:
             samples = [(os.path.join(self.root, name), 0) for name in sorted(os.listdir(self.root))
-                       if _has_extension(name, self.extensions) and os.path.isfile(os.path.join(self.root, name))]
+                       if _has_extension(name, self.extensions) and _is_regular_file(os.path.join(self.root, name))]
         if not samples:
             raise FileNotFoundError(f"no files ending in {self.extensions} found under {self.root!r}")
         self.samples = samples
