@@ -391,6 +391,48 @@ class TestBatchTransforms:
         with pytest.raises(ValueError, match="num_threads must be"):
             F.yuv_scale(x, num_threads=0)
 
+    def test_buffer_reuse_does_not_read_reference_counts(self, monkeypatch):
+        # CPython 3.14 reports lower reference counts (borrowed references on the
+        # stack); a pool that trusted them would recycle a batch the caller still holds.
+        import sys
+
+        monkeypatch.setattr(sys, "getrefcount", lambda obj: 1)
+        for f in (D.BatchYuvScale(num_threads=1), D.BatchScale(num_threads=1)):
+            x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+            held = f(x)
+            as_numpy = f(x).numpy()  # held only through a numpy view of the tensor
+            expected = held.clone()
+            for _ in range(4):
+                f(torch.zeros_like(x))
+            assert torch.equal(held, expected) and np.array_equal(as_numpy, expected.numpy())
+            ptrs = {held.data_ptr(), as_numpy.ctypes.data}
+            assert len(ptrs) == 2 and f(x).data_ptr() not in ptrs
+
+    def test_buffer_pool_is_thread_safe(self):
+        import threading
+
+        f = D.BatchYuvScale(num_threads=1)
+        x = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        want = D.BatchYuvScale(reuse_buffers=0)(x)
+        results, errors = [], []
+
+        def work():
+            try:
+                for _ in range(50):
+                    out = f(x)
+                    results.append(out)  # held: no other thread may reuse it
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len({r.data_ptr() for r in results}) == len(results)
+        assert all(torch.equal(r, want) for r in results)
+
     def test_batch_scale_buffer_reuse(self):
         f = D.BatchScale(num_threads=1)
         x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)

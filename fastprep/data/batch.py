@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
+
+import numpy as np
 import torch
 
 from .. import functional as F
@@ -34,7 +38,7 @@ def batch_rgb_to_yuv(x: torch.Tensor, scale: bool = False, dtype: torch.dtype = 
 
     Args:
         x: ``[N, 3, H, W]`` RGB, uint8 or float, on any device.
-        scale: divide by 255 (output in [0, 1] for uint8 input).
+        scale: divide by 255 (for uint8 input: Y in [0, 1], U and V in [0.5/255, 255.5/255]).
         dtype: output dtype (float32, float16 or bfloat16); computed in float32 and cast.
 
     Returns:
@@ -82,7 +86,7 @@ class BatchScale(torch.nn.Module):
     Args:
         num_threads: threads of the CPU kernel; ``None``: ``torch.get_num_threads()``.
         reuse_buffers: CPU only: recycle up to this many output buffers once no tensor
-            refers to them any more (as :class:`BatchYuvScale`). 0 disables.
+            uses them any more (as :class:`BatchYuvScale`). 0 disables.
     """
 
     def __init__(self, *, num_threads: int | None = None, reuse_buffers: int = 3):
@@ -107,37 +111,50 @@ class BatchScale(torch.nn.Module):
 
 
 class _BufferPool:
-    """Reusable float32 output buffers for the CPU path.
+    """Reusable float32 output buffers for the CPU path, with explicit ownership.
 
     A fresh 50 MB batch costs more in page faults (the kernel zero-fills every page of a
     new mmap) than the colour conversion itself: measured 0.36 of 0.44 CPU-ms per
-    256x256 sample. Buffers are numpy arrays handed out through ``torch.from_numpy``; the
-    tensor's storage (shared by all its views) holds the only other reference to the
-    array, so a refcount back at the pool's own proves no tensor uses it any more.
+    256x256 sample, hence the recycling.
+
+    Ownership: each hand-out creates a *lease*, a new numpy view of the pooled array, and
+    the returned tensor is built on the lease with ``torch.from_numpy``, so the tensor's
+    storage -- shared by every view, slice or ``.numpy()`` of the batch -- owns the lease.
+    The pool keeps only a weak reference to it: the buffer is handed out again only after
+    the lease object has been destroyed, i.e. after the last tensor using that storage is
+    gone. No reference count is read; if the interpreter frees the lease late (a reference
+    cycle, a deferred free) the pool merely allocates a new buffer, it never hands out one
+    that is still in use.
     """
 
     def __init__(self, size: int):
         self.size = size
-        self._buffers = []
+        self._buffers = []  # [pooled array, weak reference to its current lease or None]
+        self._lock = threading.Lock()
 
     def get(self, shape) -> torch.Tensor:
-        import sys
-
-        import numpy as np
-
-        for buf in self._buffers:
-            # references: the list, ``buf`` and getrefcount's argument; a live tensor adds one
-            if buf.shape == shape and sys.getrefcount(buf) <= 3:
-                return torch.from_numpy(buf)
-        buf = np.empty(shape, dtype=np.float32)
-        if self.size:
-            if len(self._buffers) >= self.size:
-                self._buffers.pop(0)
-            self._buffers.append(buf)
-        return torch.from_numpy(buf)
+        shape = tuple(shape)
+        with self._lock:
+            for entry in self._buffers:
+                buf, lease = entry
+                if buf.shape == shape and (lease is None or lease() is None):
+                    view = buf.view()
+                    entry[1] = weakref.ref(view)
+                    return torch.from_numpy(view)
+            buf = np.empty(shape, dtype=np.float32)
+            view = buf.view()
+            if self.size:
+                if len(self._buffers) >= self.size:
+                    # forget the oldest buffer; its lease, if alive, keeps its memory alive
+                    self._buffers.pop(0)
+                self._buffers.append([buf, weakref.ref(view)])
+            return torch.from_numpy(view)
 
     def __getstate__(self):
-        return {"size": self.size, "_buffers": []}
+        return {"size": self.size}
+
+    def __setstate__(self, state):
+        self.__init__(state["size"])
 
 
 class BatchYuvScale(torch.nn.Module):
@@ -148,14 +165,15 @@ class BatchYuvScale(torch.nn.Module):
             ``torch.bfloat16`` (computed in float32, cast once).
         num_threads: threads of the CPU kernel; ``None``: ``torch.get_num_threads()``.
         reuse_buffers: CPU, float32 only: recycle up to this many output buffers once no
-            tensor refers to them any more (safe: a batch the caller still holds, or any
-            view of it, is never overwritten), sparing the page faults of a fresh
-            allocation per batch. 0 disables.
+            tensor uses them any more (a batch the caller still holds, or any view of it,
+            is never overwritten; see ``docs/data.md``), sparing the page faults of a
+            fresh allocation per batch. 0 disables.
 
-    Uint8 input gives Y in [0, 1] and U, V in about [0.0002, 0.9998]; a pixel masked to 0
-    gives ``(0, 128/255, 128/255)``. On the CPU the Cython kernel runs with the
-    coefficients pre-divided by 255 (agrees with ``yuv / 255`` to float32 rounding); on
-    other devices plain torch ops.
+    Uint8 input gives Y in [0, 1] and U, V in [0.5/255, 255.5/255] (slightly above 1 for
+    saturated blue (U) or red (V): the transform is not clamped); a pixel masked to 0
+    gives ``(0, 128/255, 128/255)``. On the CPU :func:`fastprep.functional.yuv_scale` runs
+    (coefficients pre-divided by 255; agrees with ``yuv / 255`` to float32 rounding) into
+    a recycled buffer; on other devices plain torch ops.
     """
 
     def __init__(self, dtype: torch.dtype = torch.float32, *, num_threads: int | None = None,

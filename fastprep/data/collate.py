@@ -82,6 +82,10 @@ class PooledCollate:
     holds them, or a loop was broken off with batches in flight) the worker falls back to a
     new buffer, so it never waits. Outside workers it is :func:`collate_uint8`.
 
+    Ownership is explicit: a busy flag per buffer in shared memory, set by the worker
+    when it writes a batch and cleared by :meth:`release` (called by the prefetcher); no
+    reference count is read (see ``docs/data.md``).
+
     Only for loaders consumed by :class:`DevicePrefetcher` (as :func:`make_loader` builds
     them), one iteration at a time: the prefetcher releases a buffer only when the batch it
     yields no longer lives in it, but two iterations of the same loader at once would share
@@ -106,6 +110,7 @@ class PooledCollate:
         return state
 
     def release(self, slot: int) -> None:
+        """Hand buffer ``slot`` back to its worker (the consumer no longer reads it)."""
         if slot >= 0:
             self.busy[slot] = 0
 

@@ -92,8 +92,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         extensions: for a folder source.
 
     Returns:
-        A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype in [0, 1] (YUV),
-        targets int64 [N])`` on ``device``.
+        A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
+        on ``device``; images are YUV / 255: Y in [0, 1], U and V in [0.5/255, 255.5/255].
     """
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     _check_dtype(dtype)
