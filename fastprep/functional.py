@@ -57,7 +57,7 @@ _TORCH_DTYPE = {
     np.dtype(np.float32): torch.float32,
     np.dtype(np.bool_): torch.bool,
 }
-_TORCH_DTYPES = {dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES)}
+_TORCH_DTYPES = {dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES, (_F32,))}
 _mask_module = None
 
 
@@ -309,17 +309,39 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
 # ----------------------------------------------------------------------------- colour
 
 
-def _yuv(validated, gain, out_dtype=None, mask_args=None):
+def _out_f32(out, shape, is_tensor):
+    """A caller's float32 output buffer and its numpy view, checked against ``shape``."""
+    if is_tensor and not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor for a tensor input, got {type(out).__name__}")
+    if not is_tensor and not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray for an array input, got {type(out).__name__}")
+    out_np, _ = _to_numpy(out, "out", (_F32,))
+    if out_np.shape != tuple(shape) or not out_np.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {tuple(shape)}, "
+                         f"got shape {out_np.shape}" + ("" if out_np.flags.c_contiguous else " (not contiguous)"))
+    return out, out_np
+
+
+def _check_threads(num_threads):
+    if num_threads is None:
+        return _num_threads()
+    if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral) or num_threads < 1:
+        raise ValueError(f"num_threads must be None or a positive int, got {num_threads!r}")
+    return int(num_threads)
+
+
+def _yuv(validated, gain, out_dtype=None, mask_args=None, out=None, num_threads=None):
     arr, shape, is_tensor = validated
-    out, out_np = _new(shape, _F32, is_tensor)
+    threads = _check_threads(num_threads)
+    out, out_np = _new(shape, _F32, is_tensor) if out is None else _out_f32(out, shape, is_tensor)
     if arr.size and mask_args is None:
         n = arr.shape[0]
-        _color.yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, _num_threads())
+        _color.yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, threads)
     elif arr.size:
         m, f, s = mask_args
         buf, buf64 = _scratch_mask(shape[-2], shape[-1])
         _mask_kernels().random_dilated_mask(s, m, shape[-2], shape[-1], buf64)
-        _color.mask_yuv(arr, buf, out_np.reshape(arr.shape), float(f), gain, _num_threads())
+        _color.mask_yuv(arr, buf, out_np.reshape(arr.shape), float(f), gain, threads)
     return _cast(out, out_dtype, is_tensor)
 
 
@@ -361,40 +383,51 @@ def rgb_to_yuv(img):
     return _yuv(_image4d(img, channels=3), 1.0)
 
 
-def scale(img):
+def scale(img, *, out=None, num_threads=None):
     """Scale to [0, 1]: ``img / 255`` in float32 (a true division, as in torch).
 
     Args:
         img (torch.Tensor | numpy.ndarray): any shape, uint8 or float32.
+        out (optional): C-contiguous float32 buffer of ``img``'s shape and type to write
+            into (e.g. a recycled batch buffer); it is returned.
+        num_threads (int, optional): OpenMP threads; default ``torch.get_num_threads()``.
 
     Returns:
         Same type and shape as ``img``, float32.
     """
     arr, is_tensor = _to_numpy(img)
+    threads = _check_threads(num_threads)
     src = np.ascontiguousarray(arr).reshape(-1)
-    out, out_np = _new(arr.shape, _F32, is_tensor)
-    _color.scale(src, out_np.reshape(-1), _num_threads())
+    out, out_np = _new(arr.shape, _F32, is_tensor) if out is None else _out_f32(out, arr.shape, is_tensor)
+    if src.size:
+        _color.scale(src, out_np.reshape(-1), threads)
     return out
 
 
-def yuv_scale(img, dtype=None):
+def yuv_scale(img, dtype=None, *, out=None, num_threads=None):
     """``scale(rgb_to_yuv(img))`` in one pass (coefficients pre-divided by 255).
 
     Agrees with the two-step result to float32 rounding (< 1e-6). Batches use OpenMP
-    with ``torch.get_num_threads()`` threads.
+    with ``num_threads`` threads (default ``torch.get_num_threads()``).
 
     Args:
         img (torch.Tensor | numpy.ndarray): ``(3, H, W)`` or ``(N, 3, H, W)`` RGB, uint8
             or float32 on the 0..255 scale.
         dtype (optional): output dtype: float32 (default), float16, or bfloat16 for
             tensors (a cast of the float32 result).
+        out (optional): C-contiguous float32 buffer of ``img``'s shape and type to write
+            into (e.g. a recycled batch buffer); it is returned. Only with float32 output.
+        num_threads (int, optional): OpenMP threads; default ``torch.get_num_threads()``.
 
     Returns:
         Same type and shape as ``img``; Y in [0, 1], U and V in [0.5/255, 255.5/255].
     """
     validated = _image4d(img, channels=3)
     _check_out_dtype(dtype, validated[2])
-    return _yuv(validated, 1.0 / 255.0, dtype)
+    if out is not None and dtype is not None and dtype is not torch.float32 and not (
+            not isinstance(dtype, torch.dtype) and np.dtype(dtype) == np.float32):
+        raise ValueError(f"out= writes float32; dtype must be None or float32 with out, got {dtype!r}")
+    return _yuv(validated, 1.0 / 255.0, dtype, out=out, num_threads=num_threads)
 
 
 def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None):

@@ -14,9 +14,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import fastprep.data as D
+from fastprep.data.batch import _yuv_torch
 from fastprep.transforms import RandomMask
 from fastprep import io as fio
-from fastprep._decode_transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.transforms import DecodeCenterCrop, DecodeRandomCrop
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 CROP = 32
@@ -57,7 +58,7 @@ def folder_with_corrupt(tmp_path_factory, jpeg_files):
 
 
 def _yuv_reference(rgb_uint8):
-    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (DESIGN.md formulas)."""
+    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (JFIF / BT.601 full-range formulas)."""
     r, g, b = rgb_uint8.double()
     y = 0.299 * r + 0.587 * g + 0.114 * b
     u = -0.16874 * r - 0.33126 * g + 0.5 * b + 128
@@ -142,7 +143,7 @@ class TestJpegDataset:
         img, target = ds[3]
         assert target != 3 and torch.equal(img, ds[target][0])
         assert ds[3][1] == target  # same substitute every time
-        assert ds.skipped == 2
+        assert ds.skipped == 2  # two samples replaced
         assert ds[0][1] == 0 and ds.skipped == 2
         ds.reset_skipped()
         assert ds.skipped == 0
@@ -150,9 +151,37 @@ class TestJpegDataset:
     def test_skip_gives_up(self, tmp_path):
         bad = [_write(str(tmp_path), f"{i}.jpg", b"junk") for i in range(3)]
         ds = D.JpegDataset(bad, transform=DecodeCenterCrop(CROP), on_error="skip", max_skip_attempts=4)
-        with pytest.raises(fio.DecodeError, match="no decodable file"):
+        with pytest.raises(fio.DecodeError, match=r"0.jpg.*none of the 2 substitutes") as info:
             ds[0]
-        assert ds.skipped == 5
+        assert isinstance(info.value.__cause__, fio.DecodeError) and "0.jpg" in str(info.value.__cause__)
+        assert ds.skipped == 0  # nothing was replaced
+
+    @pytest.mark.parametrize("n", [2, 3, 17, 100, 241, 256, 257])
+    def test_substitutes_visit_every_other_index_once(self, n):
+        ds = D.JpegDataset([f"f{i}.jpg" for i in range(n)], on_error="skip")
+        for index in range(n):
+            order = [ds._substitute(index, a) for a in range(n - 1)]
+            assert sorted(order) == [i for i in range(n) if i != index], (n, index)
+
+    @pytest.mark.parametrize("n", [17, 241, 256])
+    def test_skip_with_the_first_half_unreadable(self, tmp_path, jpeg_files, n):
+        # Half the indices are missing files; every index must still resolve, and
+        # ``skipped`` counts replaced samples (not attempts).
+        bad = n // 2
+        files = [str(tmp_path / f"missing{i}.jpg") for i in range(bad)] + [jpeg_files[0]] * (n - bad)
+        ds = D.JpegDataset(files, targets=range(n), on_error="skip")
+        for index in range(n):
+            data, target = ds[index]
+            assert target >= bad and (index < bad or target == index)
+        assert ds.skipped == bad
+
+    def test_skip_finds_the_only_good_file(self, tmp_path, jpeg_files):
+        n = 17
+        files = [str(tmp_path / f"missing{i}.jpg") for i in range(n)]
+        files[5] = jpeg_files[0]
+        ds = D.JpegDataset(files, targets=range(n), on_error="skip")
+        assert all(ds[i][1] == 5 for i in range(n))
+        assert ds.skipped == n - 1
 
     def test_pickles(self, jpeg_files):
         ds = D.JpegDataset(jpeg_files, transform=DecodeCenterCrop(CROP), on_error="skip")
@@ -192,6 +221,51 @@ class TestJpegFolder:
         ds = D.JpegFolder(tmp_path, transform=DecodeCenterCrop(CROP))
         assert ds.classes == [] and ds.class_to_idx == {}
         assert len(ds) == 3 and all(ds[i][1] == 0 for i in range(3))
+
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+    def test_special_files_named_jpg_are_never_listed(self, tmp_path, jpeg_files):
+        with open(jpeg_files[0], "rb") as f:
+            data = f.read()
+        # class layout: a FIFO and a directory named like JPEGs inside a class folder
+        _write(str(tmp_path / "cls" / "a"), "good.jpg", data)
+        os.mkfifo(tmp_path / "cls" / "a" / "f.jpg")
+        (tmp_path / "cls" / "a" / "d.jpg").mkdir()
+        ds = D.JpegFolder(tmp_path / "cls")
+        assert [os.path.basename(p) for p in ds.files] == ["good.jpg"]
+        assert ds[0][0].equal(fio.read_file(ds.files[0]))
+        # flat layout: 3 JPEGs, a FIFO and a directory named x.jpg (which must not turn
+        # the folder into class mode)
+        flat = tmp_path / "flat"
+        for i in range(3):
+            _write(str(flat), f"{i}.jpg", data)
+        os.mkfifo(flat / "f.jpg")
+        (flat / "x.jpg").mkdir()
+        ds = D.JpegFolder(flat)
+        assert ds.classes == [] and [os.path.basename(p) for p in ds.files] == ["0.jpg", "1.jpg", "2.jpg"]
+
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+    def test_dataset_refuses_a_fifo_without_opening_it(self, tmp_path, jpeg_files):
+        import threading
+
+        fifo = str(tmp_path / "f.jpg")
+        os.mkfifo(fifo)
+        # Should the dataset open the FIFO, this writer unblocks it (with EOF) after a
+        # while, so a regression fails on the message instead of hanging the run.
+        def writer():
+            with open(fifo, "wb"):
+                time.sleep(2)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        ds = D.JpegDataset([fifo, str(tmp_path)], on_error="raise")
+        with pytest.raises(fio.DecodeError, match=r"f\.jpg.*not a regular file \(a FIFO\)"):
+            ds[0]
+        with pytest.raises(fio.DecodeError, match=r"not a regular file \(a directory\)"):
+            ds[1]
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open return
+        t.join(10)
+        os.close(fd)
+        assert not t.is_alive()
 
     def test_empty_folder(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="no files ending in"):
@@ -268,8 +342,8 @@ class TestBatchTransforms:
     def test_torch_path_matches_cpu_kernels(self):
         # The CUDA path (plain torch ops) run on the CPU: same result as the Cython path.
         x = torch.randint(0, 256, (4, 3, 17, 11), dtype=torch.uint8)
-        torch.testing.assert_close(D._yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
-        torch.testing.assert_close(D._yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
+        torch.testing.assert_close(_yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(_yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
 
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
     def test_cuda_matches_cpu(self):
@@ -296,6 +370,68 @@ class TestBatchTransforms:
         assert all(torch.equal(t, c) for t in kept)
         g = pickle.loads(pickle.dumps(f))
         assert torch.equal(g(x), c)
+
+    def test_functional_out_writes_into_the_buffer(self):
+        import fastprep.functional as F
+
+        x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8)
+        buf = torch.full((2, 3, 5, 7), -1.0)
+        assert F.yuv_scale(x, out=buf, num_threads=1) is buf
+        torch.testing.assert_close(buf, torch.stack([_yuv_reference(i) for i in x]), rtol=0, atol=1e-6)
+        sbuf = torch.full((2, 3, 5, 7), -1.0)
+        assert F.scale(x, out=sbuf) is sbuf and torch.equal(sbuf, x.float() / 255)
+        with pytest.raises(ValueError, match=r"shape \(2, 3, 5, 7\), got shape \(2, 3, 5, 6\)"):
+            F.yuv_scale(x, out=torch.empty((2, 3, 5, 6)))
+        with pytest.raises(TypeError, match="out must be float32, got torch.float16"):
+            F.scale(x, out=torch.empty((2, 3, 5, 7), dtype=torch.float16))
+        with pytest.raises(ValueError, match="not contiguous"):
+            F.scale(x, out=torch.empty((2, 3, 7, 5)).transpose(-1, -2))
+        with pytest.raises(TypeError, match="out must be a numpy.ndarray"):
+            F.scale(x.numpy(), out=buf)
+        with pytest.raises(ValueError, match="num_threads must be"):
+            F.yuv_scale(x, num_threads=0)
+
+    def test_buffer_reuse_does_not_read_reference_counts(self, monkeypatch):
+        # CPython 3.14 reports lower reference counts (borrowed references on the
+        # stack); a pool that trusted them would recycle a batch the caller still holds.
+        import sys
+
+        monkeypatch.setattr(sys, "getrefcount", lambda obj: 1)
+        for f in (D.BatchYuvScale(num_threads=1), D.BatchScale(num_threads=1)):
+            x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+            held = f(x)
+            as_numpy = f(x).numpy()  # held only through a numpy view of the tensor
+            expected = held.clone()
+            for _ in range(4):
+                f(torch.zeros_like(x))
+            assert torch.equal(held, expected) and np.array_equal(as_numpy, expected.numpy())
+            ptrs = {held.data_ptr(), as_numpy.ctypes.data}
+            assert len(ptrs) == 2 and f(x).data_ptr() not in ptrs
+
+    def test_buffer_pool_is_thread_safe(self):
+        import threading
+
+        f = D.BatchYuvScale(num_threads=1)
+        x = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        want = D.BatchYuvScale(reuse_buffers=0)(x)
+        results, errors = [], []
+
+        def work():
+            try:
+                for _ in range(50):
+                    out = f(x)
+                    results.append(out)  # held: no other thread may reuse it
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len({r.data_ptr() for r in results}) == len(results)
+        assert all(torch.equal(r, want) for r in results)
 
     def test_batch_scale_buffer_reuse(self):
         f = D.BatchScale(num_threads=1)

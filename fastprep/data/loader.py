@@ -1,0 +1,131 @@
+"""The fastprep loader end to end: :func:`make_loader`, its default per-sample transform and
+kernel warm-up."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .. import functional as F
+from ..transforms import DecodeRandomCrop, RandomMask
+from .batch import BatchYuvScale, _check_dtype
+from .collate import PooledCollate, collate_uint8
+from .datasets import _DEFAULT_EXTENSIONS, JpegDataset, JpegFolder
+from .prefetch import DevicePrefetcher
+
+__all__ = ["default_transform", "make_loader", "warm_up_kernels"]
+
+_warm_lock = threading.Lock()
+_warmed = False
+
+
+def warm_up_kernels() -> None:
+    """Compile (or load from Numba's on-disk cache) the mask kernels in this process.
+
+    :func:`make_loader` calls it before any worker starts, so forked workers inherit the
+    compiled code and spawned ones find the on-disk cache instead of each compiling.
+    The torch RNG state is left untouched.
+    """
+    global _warmed
+    with _warm_lock:
+        if _warmed:
+            return
+        F.apply_random_mask(torch.zeros((3, 8, 8), dtype=torch.uint8), 0.5, seed=0)
+        _warmed = True
+
+
+class _SampleTransform(torch.nn.Module):
+    """Decode a random crop, then mask it in uint8 (the default per-sample pipeline)."""
+
+    def __init__(self, crop_size, mask_ratio):
+        super().__init__()
+        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True)
+        self.mask = None if not mask_ratio else RandomMask(mask_ratio)
+
+    def forward(self, data):
+        img = self.crop(data)
+        return img if self.mask is None else self.mask(img)
+
+
+def default_transform(crop_size=256, mask_ratio=0.25) -> torch.nn.Module:
+    """The per-sample transform of :func:`make_loader`: ``DecodeRandomCrop(crop_size,
+    pad_if_needed=True)`` then ``RandomMask(mask_ratio)`` on uint8 (skipped when
+    ``mask_ratio`` is 0 or ``None``)."""
+    if mask_ratio is not None and not 0 <= mask_ratio <= 1:
+        raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
+    return _SampleTransform(crop_size, mask_ratio)
+
+
+def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size=256, mask_ratio=0.25,
+                device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
+                generator=None, persistent_workers: bool = False, multiprocessing_context=None,
+                pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
+                prefetch_factor=None, extensions=_DEFAULT_EXTENSIONS) -> DevicePrefetcher:
+    """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
+
+    dataset -> ``DecodeRandomCrop(crop_size, pad_if_needed=True)`` -> ``RandomMask(mask_ratio)``
+    on uint8 (in the workers) -> :func:`collate_uint8` into shared memory -> pinned memory
+    (CUDA) -> :class:`DevicePrefetcher` -> :class:`BatchYuvScale` ``(dtype)`` on ``device``.
+
+    Args:
+        source: a sequence of JPEG paths (:class:`JpegDataset`, targets 0), a folder path
+            (:class:`JpegFolder`), or a ``Dataset`` used as is (its samples must already be
+            ``(uint8 [3, H, W] of one size, int target)``; ``crop_size``, ``mask_ratio``,
+            ``transform``, ``on_error`` are then ignored).
+        batch_size, num_workers, shuffle, drop_last, generator, persistent_workers,
+        multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``.
+        crop_size: output size (int or ``(h, w)``).
+        mask_ratio: mask probability; 0 or ``None`` disables masking.
+        device: where batches are delivered; default ``cuda`` if available, else ``cpu``.
+        dtype: output dtype of the images (float32, float16, bfloat16).
+            On the CPU with workers, the batch conversion runs on one thread (the workers
+            already use the cores) and recycles its output buffers (see
+            :class:`BatchYuvScale`).
+        pin_memory: default ``True`` exactly when ``device`` is CUDA.
+        on_error: see :class:`JpegDataset`.
+        transform: replaces the default per-sample transform (must output uint8
+            ``[3, H, W]`` of one size); ``crop_size`` and ``mask_ratio`` are then ignored.
+        extensions: for a folder source.
+
+    Returns:
+        A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
+        on ``device``; images are YUV / 255: Y in [0, 1], U and V in [0.5/255, 255.5/255].
+    """
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    _check_dtype(dtype)
+    if isinstance(source, Dataset):
+        dataset = source
+    else:
+        if transform is None:
+            transform = default_transform(crop_size, mask_ratio)
+            if transform.mask is not None:
+                warm_up_kernels()
+        if isinstance(source, (str, os.PathLike)):
+            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions)
+        elif isinstance(source, Sequence):
+            dataset = JpegDataset(source, transform=transform, on_error=on_error)
+        else:
+            raise TypeError(f"source must be a folder path, a sequence of file paths or a Dataset, "
+                            f"got {type(source).__name__}")
+    if pin_memory is None:
+        pin_memory = device.type == "cuda"
+    kwargs = {}
+    if num_workers > 0:
+        kwargs.update(persistent_workers=persistent_workers, multiprocessing_context=multiprocessing_context,
+                      worker_init_fn=worker_init_fn)
+        if prefetch_factor is not None:
+            kwargs["prefetch_factor"] = prefetch_factor
+    # Workers reuse their shared-memory batch buffers (the prefetcher below releases them).
+    collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2) if num_workers > 0 else collate_uint8
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                        collate_fn=collate, pin_memory=pin_memory, drop_last=drop_last,
+                        generator=generator, **kwargs)
+    # With workers on the same CPU cores, OpenMP threads in the main process only contend
+    # with them (and spin): the CPU path converts serially then.
+    threads = 1 if device.type == "cpu" and num_workers > 0 else None
+    return DevicePrefetcher(loader, device, batch_transform=BatchYuvScale(dtype, num_threads=threads))
+
