@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from .. import io as fio
+from .._seeding import check_seed, keyed_default_rng, sample_key
 
 __all__ = ["JpegDataset", "JpegFolder"]
 
@@ -56,6 +57,19 @@ class JpegDataset(Dataset):
             :class:`~fastprep.io.DecodeError` of the requested file is raised.
         max_skip_attempts: with ``"skip"``, how many substitutes to try before raising
             (at most ``len(files) - 1`` are tried: each other index once).
+        seed: ``None`` (default): the transform draws from torch's default RNG as it is
+            (per DataLoader worker, torchvision-compatible). An int in ``[0, 2**64)``:
+            sample-keyed randomness -- the transform of sample ``i`` runs with torch's
+            default CPU generator seeded by a hash of ``(seed, epoch, i)`` and the
+            generator's state is restored afterwards, so a sample's crop and mask depend
+            on neither the worker, the rank, the engine nor the batch it lands in. A
+            substitute (``on_error="skip"``) is keyed by its own index. The epoch is
+            :attr:`epoch`, set by :meth:`set_epoch` (:func:`make_loader`'s loader does it
+            each epoch).
+
+    Sample-keyed mode and workers: the epoch lives in a one-element shared-memory tensor,
+    so workers (``fork`` or ``spawn``, persistent or not) read the value the main process
+    set before the epoch's iterator was created.
 
     Skip counting across processes: the counts are held in a shared-memory int64 tensor
     (:attr:`skip_counts`) with one slot per process -- slot 0 for the main process, slot
@@ -67,7 +81,7 @@ class JpegDataset(Dataset):
     """
 
     def __init__(self, files, targets=None, transform=None, on_error: str = "raise", *,
-                 max_skip_attempts: int = 100):
+                 max_skip_attempts: int = 100, seed=None):
         if isinstance(files, (str, os.PathLike)):
             raise TypeError(f"files must be a sequence of paths, got a single path {files!r}; "
                             "use JpegFolder for a directory")
@@ -88,6 +102,8 @@ class JpegDataset(Dataset):
         self.on_error = on_error
         self.max_skip_attempts = int(max_skip_attempts)
         self.skip_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
+        self.seed = check_seed(seed)
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def __len__(self) -> int:
         return len(self.files)
@@ -103,11 +119,29 @@ class JpegDataset(Dataset):
         """Zero the skip counts (call from the main process while no workers run)."""
         self.skip_counts.zero_()
 
+    @property
+    def epoch(self) -> int:
+        """The epoch the sample keys use (``seed`` mode); 0 until :meth:`set_epoch`."""
+        return int(self._epoch[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the sample keys, in every worker too (call before creating
+        the epoch's DataLoader iterator)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epoch[0] = int(epoch)
+
+    def _transform(self, data, index: int):
+        if self.seed is None:
+            return self.transform(data)
+        with keyed_default_rng(sample_key(self.seed, int(self._epoch[0]), index)):
+            return self.transform(data)
+
     def _load(self, index: int):
         path = self.files[index]
         try:
             data = _read_regular_file(path)
-            sample = data if self.transform is None else self.transform(data)
+            sample = data if self.transform is None else self._transform(data, index)
         except (fio.DecodeError, OSError) as e:
             raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
         return sample, self.targets[index]

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .. import functional as F
+from .._seeding import check_seed, sample_key
 from ..transforms import DecodeRandomCrop, RandomMask
 from .batch import BatchYuvScale, _check_dtype
 from .collate import PooledCollate, collate_uint8
@@ -64,7 +65,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
                 device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
                 generator=None, persistent_workers: bool = False, multiprocessing_context=None,
                 pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
-                prefetch_factor=None, extensions=_DEFAULT_EXTENSIONS) -> DevicePrefetcher:
+                prefetch_factor=None, extensions=_DEFAULT_EXTENSIONS, seed=None, sampler=None,
+                distributed: bool = False) -> DevicePrefetcher:
     """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
 
     dataset -> ``DecodeRandomCrop(crop_size, pad_if_needed=True)`` -> ``RandomMask(mask_ratio)``
@@ -90,6 +92,22 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         transform: replaces the default per-sample transform (must output uint8
             ``[3, H, W]`` of one size); ``crop_size`` and ``mask_ratio`` are then ignored.
         extensions: for a folder source.
+        seed: sample-keyed randomness (see :class:`JpegDataset`): sample ``i`` of epoch
+            ``e`` gets the same crop and mask whatever the worker count, start method,
+            rank or engine. ``None`` (default): per-worker torch RNG. Not for a
+            ``Dataset`` source (give the dataset its own ``seed``).
+        sampler: a sampler of dataset indices, passed to ``DataLoader``; it does the
+            shuffling (``shuffle`` is then ignored).
+        distributed: shard over the initialised ``torch.distributed`` process group with
+            a ``DistributedSampler(dataset, shuffle=shuffle, drop_last=drop_last)`` (its
+            shuffle seed: ``seed``, or 0 -- the same on every rank, as it must be). In the
+            default RNG mode with workers, each rank's workers get rank-distinct seeds.
+
+    The loader tracks epochs: each ``iter()`` is the next epoch (0, 1, ...; ``loader.set_epoch(e)``
+    to resume at ``e``) and calls ``set_epoch`` on the sampler and the dataset before
+    its workers start -- the loop ``for epoch ...: loader.set_epoch(epoch); for batch in
+    loader: ...`` does the right thing, and calling ``sampler.set_epoch`` yourself is
+    unnecessary (it would be overridden).
 
     Returns:
         A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
@@ -97,7 +115,12 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
     """
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     _check_dtype(dtype)
+    seed = check_seed(seed)
+    if sampler is not None and distributed:
+        raise ValueError("pass either sampler= or distributed=True, not both")
     if isinstance(source, Dataset):
+        if seed is not None:
+            raise ValueError("seed= is for a folder or a list of files; give a Dataset source its own seed")
         dataset = source
     else:
         if transform is None:
@@ -105,9 +128,9 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
             if transform.mask is not None:
                 warm_up_kernels()
         if isinstance(source, (str, os.PathLike)):
-            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions)
+            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, seed=seed)
         elif isinstance(source, Sequence):
-            dataset = JpegDataset(source, transform=transform, on_error=on_error)
+            dataset = JpegDataset(source, transform=transform, on_error=on_error, seed=seed)
         else:
             raise TypeError(f"source must be a folder path, a sequence of file paths or a Dataset, "
                             f"got {type(source).__name__}")
@@ -121,11 +144,35 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
             kwargs["prefetch_factor"] = prefetch_factor
     # Workers reuse their shared-memory batch buffers (the prefetcher below releases them).
     collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2) if num_workers > 0 else collate_uint8
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+    if distributed:
+        sampler, generator = _distributed_sampler(dataset, shuffle, drop_last, seed, generator)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle if sampler is None else None,
+                        sampler=sampler, num_workers=num_workers,
                         collate_fn=collate, pin_memory=pin_memory, drop_last=drop_last,
                         generator=generator, **kwargs)
     # With workers on the same CPU cores, OpenMP threads in the main process only contend
     # with them (and spin): the CPU path converts serially then.
     threads = 1 if device.type == "cpu" and num_workers > 0 else None
-    return DevicePrefetcher(loader, device, batch_transform=BatchYuvScale(dtype, num_threads=threads))
+    return DevicePrefetcher(loader, device, batch_transform=BatchYuvScale(dtype, num_threads=threads),
+                            track_epochs=True)
+
+
+def _distributed_sampler(dataset, shuffle, drop_last, seed, generator):
+    """``(DistributedSampler over the default process group, loader generator)``."""
+    import torch.distributed as dist
+    from torch.utils.data.distributed import DistributedSampler
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("make_loader(distributed=True) needs an initialised process group: call "
+                           "torch.distributed.init_process_group() first (torchrun sets up its environment)")
+    rank = dist.get_rank()
+    sampler = DistributedSampler(dataset, shuffle=shuffle, drop_last=drop_last,
+                                 seed=0 if seed is None else seed & (2**62 - 1))
+    if generator is None:
+        # The workers' base seed comes from this generator: drawn from the rank's default RNG
+        # (reproducible under torch.manual_seed) and mixed with the rank, so ranks that
+        # seeded alike still get distinct per-worker streams.
+        draw = int(torch.empty((), dtype=torch.int64).random_())
+        generator = torch.Generator().manual_seed(sample_key(draw, rank, 0) >> 1)
+    return sampler, generator
 

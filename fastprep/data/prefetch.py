@@ -55,9 +55,19 @@ class DevicePrefetcher:
         device: target device (``torch.device`` or string).
         batch_transform: callable on the device images, e.g. :class:`BatchYuvScale`.
         non_blocking: pass ``non_blocking`` to ``Tensor.to``.
+        track_epochs: count epochs (one per ``iter()``, starting at :attr:`epoch`, settable
+            with :meth:`set_epoch`) and, before each one starts, call ``set_epoch(epoch)`` on
+            the loader's ``sampler`` (e.g. ``DistributedSampler``: a new shuffle per
+            epoch) and ``dataset`` (sample-keyed randomness) where they have one.
+            :func:`make_loader` turns it on; off by default, so a sampler you drive
+            yourself is left alone.
     """
 
-    def __init__(self, loader, device, batch_transform=None, non_blocking: bool = True):
+    def __init__(self, loader, device, batch_transform=None, non_blocking: bool = True, *,
+                 track_epochs: bool = False):
+        self.track_epochs = bool(track_epochs)
+        #: the epoch the next ``iter()`` runs (with ``track_epochs``)
+        self.epoch = 0
         self.loader = loader
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -67,6 +77,21 @@ class DevicePrefetcher:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` run epoch ``epoch`` (to resume, or to follow the usual
+        ``loader.set_epoch(epoch)`` idiom of a DDP loop); later ones continue from it.
+        Only meaningful with ``track_epochs``."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self.epoch = epoch
+
+    def _begin_epoch(self) -> None:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        for owner in (getattr(self.loader, "sampler", None), getattr(self.loader, "dataset", None)):
+            set_epoch = getattr(owner, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
 
     def _stage(self, batch):
         pooled = batch if isinstance(batch, _PooledBatch) else None
@@ -93,6 +118,8 @@ class DevicePrefetcher:
         collate = getattr(self.loader, "collate_fn", None)
         if isinstance(collate, PooledCollate) and not getattr(self.loader, "persistent_workers", False):
             collate.reset()  # new workers, new buffers: slots left busy by a broken-off loop are free
+        if self.track_epochs:
+            self._begin_epoch()  # before iter(): workers created or resumed now see the epoch
         it = iter(self.loader)
         try:
             if self.device.type == "cuda":
