@@ -94,8 +94,8 @@ def read_jpegs(source, *, extensions=_DEFAULT_EXTENSIONS, shuffle_seed=None,
         shuffle_seed: if not ``None``, the rows are put in the order of a random
             permutation drawn from a ``torch.Generator`` seeded with it (done on the
             listing, in the driver: no all-to-all shuffle stage, no bytes moved).
-        num_blocks: blocks of the listing (default: about 8 files per block, at most 200
-            blocks), i.e. the granularity of the read tasks.
+        num_blocks: blocks of the listing (default: 8 files per block, at most 1000
+            blocks), i.e. the granularity of the read and decode tasks.
     """
     paths, labels = _listing(source, extensions)
     items = [{"path": p, "label": int(t), "index": i} for i, (p, t) in enumerate(zip(paths, labels))]
@@ -103,7 +103,7 @@ def read_jpegs(source, *, extensions=_DEFAULT_EXTENSIONS, shuffle_seed=None,
         gen = torch.Generator().manual_seed(int(shuffle_seed))
         items = [items[i] for i in torch.randperm(len(items), generator=gen).tolist()]
     if num_blocks is None:
-        num_blocks = max(1, min(200, len(items) // 8))
+        num_blocks = max(1, min(1000, -(-len(items) // 8)))
     ds = ray.data.from_items(items, override_num_blocks=int(num_blocks))
     return ds.map_batches(_read_bytes, batch_format="numpy", batch_size=None)
 
@@ -244,7 +244,9 @@ class RayLoader:
         if self.shuffle:
             base = self.shuffle_seed if self.shuffle_seed is not None else (self.seed or 0)
             shuffle_seed = sample_key(base, epoch, 2**64 - 1)
-        rows = read_jpegs(JpegDataset(self.paths, self.labels), shuffle_seed=shuffle_seed)
+        # one block per map batch: enough blocks to keep every actor busy
+        blocks = max(1, min(1000, -(-len(self.paths) // self.map_batch_size)))
+        rows = read_jpegs(JpegDataset(self.paths, self.labels), shuffle_seed=shuffle_seed, num_blocks=blocks)
         return rows.map_batches(
             DecodeBatch, batch_format="numpy", batch_size=self.map_batch_size,
             fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
