@@ -32,7 +32,25 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from fastprep.bench.trainer import ToyNet
-from fastprep.data import make_loader
+from fastprep.data import JpegFolder, make_loader
+
+
+class EpochShuffle(torch.utils.data.Sampler):
+    """One process: a fresh permutation per epoch, repeatable (``list(sampler)`` is the
+    order the loader uses), like ``DistributedSampler`` with one replica."""
+
+    def __init__(self, n: int, seed: int = 0):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:  # called by make_loader's loader each epoch
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def parse_args(argv=None):
@@ -66,9 +84,11 @@ def main(argv=None) -> int:
     if not use_cuda:
         torch.set_num_threads(1)  # ranks and workers share the cores
 
+    # torchrun: a DistributedSampler per rank; one process: a repeatable shuffle of the folder
+    sampler = None if distributed else EpochShuffle(len(JpegFolder(args.data)), seed=args.seed or 0)
     loader = make_loader(args.data, batch_size=args.batch_size, num_workers=args.workers, crop_size=args.crop,
                          mask_ratio=args.mask_ratio, device=device, seed=args.seed, distributed=distributed,
-                         on_error=args.on_error)
+                         sampler=sampler, on_error=args.on_error)
     sampler = loader.loader.sampler
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts rank 0's)
     model = ToyNet(args.crop).to(device)
