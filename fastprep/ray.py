@@ -12,11 +12,10 @@ Data instead of DataLoader workers, on this machine or across a cluster::
   every sample draws from the generator keyed by ``(seed, epoch, index)``, exactly as the
   sample-keyed DataLoader path does, so the multiset of samples an epoch produces is the
   same bit for bit whichever engine, actor or batch made them.
-* **Bad files.** ``on_error="raise"`` fails the iteration with a
-  :class:`fastprep.io.DecodeError` naming the file (Ray wraps it in its task error, keeping
-  the type: ``isinstance(err, DecodeError)`` holds). ``on_error="skip"`` *drops* the sample
-  (Ray batches are of variable size anyway; the DataLoader path substitutes another file
-  instead) and :class:`RayLoader` counts it in :attr:`RayLoader.skipped`, with the indices in
+* **Bad files.** ``on_error="raise"`` fails the iteration with Ray's task error carrying
+  the :class:`fastprep.io.DecodeError` raised in the actor, whose message names the file.
+  ``on_error="skip"`` *drops* the sample (Ray batches are of variable size anyway; the
+  DataLoader path substitutes another file instead) and :class:`RayLoader` counts it in :attr:`RayLoader.skipped`, with the indices in
   :attr:`RayLoader.skipped_indices`.
 * **Faults.** Ray Data starts its map actors with ``max_restarts=-1`` and
   ``max_task_retries=-1``: an actor process that dies is restarted and the batches it was
@@ -24,8 +23,8 @@ Data instead of DataLoader workers, on this machine or across a cluster::
   on every epoch: it raises ``RuntimeError`` if any index arrived twice.
 
 Reading happens in Ray tasks on the nodes where they are scheduled: on a cluster the paths
-must be readable there (a shared filesystem), or build the rows yourself with a ``bytes``
-column and pass that dataset to :meth:`RayLoader` via ``dataset=``.
+must be readable there (a shared filesystem); otherwise build the rows yourself (columns
+``bytes``, ``label``, ``index``) and apply ``map_batches(DecodeBatch, ...)`` to them.
 """
 
 from __future__ import annotations
@@ -195,13 +194,15 @@ class RayLoader:
         concurrency: number of decode actors (default 2).
         num_cpus: CPUs reserved per actor.
         map_batch_size: rows per ``map_batches`` call (per actor task).
+        drop_last: drop a last batch smaller than ``batch_size`` (its samples then count
+            as neither delivered nor skipped: :attr:`skipped` is only exact without it).
         extensions: for a folder source.
     """
 
     def __init__(self, source, *, batch_size: int = 64, crop_size=256, mask_ratio=0.25, transform=None,
                  seed=None, shuffle: bool = True, shuffle_seed=None, on_error: str = "raise", device=None,
                  dtype: torch.dtype = torch.float32, concurrency: int = 2, num_cpus: float = 1,
-                 map_batch_size: int = 16, extensions=_DEFAULT_EXTENSIONS):
+                 map_batch_size: int = 16, drop_last: bool = False, extensions=_DEFAULT_EXTENSIONS):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -218,6 +219,7 @@ class RayLoader:
         self.concurrency = int(concurrency)
         self.num_cpus = num_cpus
         self.map_batch_size = int(map_batch_size)
+        self.drop_last = bool(drop_last)
         self.extensions = extensions
         self.epoch = 0
         self.skipped_indices: list[int] = []
@@ -225,7 +227,8 @@ class RayLoader:
 
     def __len__(self) -> int:
         """Batches per epoch if no file is skipped."""
-        return -(-len(self.paths) // self.batch_size)
+        n = len(self.paths)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     @property
     def skipped(self) -> int:
@@ -257,14 +260,16 @@ class RayLoader:
     def _batches(self, ds, epoch):
         seen = torch.zeros(len(self.paths), dtype=torch.int32)
         pin = self.device.type == "cuda"
-        for batch in ds.iter_torch_batches(batch_size=self.batch_size, device="cpu", pin_memory=pin):
+        for batch in ds.iter_torch_batches(batch_size=self.batch_size, device="cpu", pin_memory=pin,
+                                           drop_last=self.drop_last):
             idx = batch["index"]
             seen.index_add_(0, idx, torch.ones_like(idx, dtype=torch.int32))
             yield batch["image"], batch["label"]
         if int(seen.max()) > 1:
             dup = torch.nonzero(seen > 1).flatten().tolist()
             raise RuntimeError(f"epoch {epoch}: Ray delivered samples more than once: indices {dup[:10]}")
-        self.skipped_indices = torch.nonzero(seen == 0).flatten().tolist()
+        if not self.drop_last:
+            self.skipped_indices = torch.nonzero(seen == 0).flatten().tolist()
 
     def __iter__(self):
         epoch = self.epoch
