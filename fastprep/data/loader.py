@@ -9,12 +9,14 @@ from collections.abc import Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
 
 from .. import functional as F
 from ..transforms import DecodeRandomCrop, RandomMask
 from .batch import BatchYuvScale, _check_dtype
 from .collate import PooledCollate, collate_uint8
-from .datasets import _DEFAULT_EXTENSIONS, JpegDataset, JpegFolder
+from .datasets import JpegDataset, JpegFolder
+from .fallback import decoded_equivalent
 from .prefetch import DevicePrefetcher
 
 __all__ = ["default_transform", "make_loader", "warm_up_kernels"]
@@ -41,30 +43,55 @@ def warm_up_kernels() -> None:
 class _SampleTransform(torch.nn.Module):
     """Decode a random crop, then mask it in uint8 (the default per-sample pipeline)."""
 
-    def __init__(self, crop_size, mask_ratio):
+    def __init__(self, crop_size, mask_ratio, decode_options=None):
         super().__init__()
-        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True)
+        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True, **(decode_options or {}))
         self.mask = None if not mask_ratio else RandomMask(mask_ratio)
 
     def forward(self, data):
         img = self.crop(data)
         return img if self.mask is None else self.mask(img)
 
+    def decoded_equivalent(self):
+        """The same pipeline on a decoded RGB image (see :mod:`fastprep.data.fallback`)."""
+        crop = decoded_equivalent(self.crop)
+        return crop if self.mask is None else v2.Compose([crop, self.mask])
 
-def default_transform(crop_size=256, mask_ratio=0.25) -> torch.nn.Module:
+
+def _decode_options(max_pixels, strict, max_scans) -> dict:
+    """Keyword arguments for the decode transform: only those given, so a fastprep.io
+    without scan limits keeps working when ``max_scans`` is not used."""
+    options = {}
+    if max_pixels is not None:
+        options["max_pixels"] = max_pixels
+    if strict:
+        options["strict"] = True
+    if max_scans is not None:
+        options["max_scans"] = max_scans
+    return options
+
+
+def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict: bool = False,
+                      max_scans=None) -> torch.nn.Module:
     """The per-sample transform of :func:`make_loader`: ``DecodeRandomCrop(crop_size,
     pad_if_needed=True)`` then ``RandomMask(mask_ratio)`` on uint8 (skipped when
-    ``mask_ratio`` is 0 or ``None``)."""
+    ``mask_ratio`` is 0 or ``None``).
+
+    ``max_pixels``, ``strict`` and ``max_scans`` go to the decode (see
+    :class:`fastprep.transforms.DecodeRandomCrop`); ``None``/``False`` keep its defaults.
+    """
     if mask_ratio is not None and not 0 <= mask_ratio <= 1:
         raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
-    return _SampleTransform(crop_size, mask_ratio)
+    return _SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
 
 
 def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size=256, mask_ratio=0.25,
                 device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
                 generator=None, persistent_workers: bool = False, multiprocessing_context=None,
                 pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
-                prefetch_factor=None, extensions=_DEFAULT_EXTENSIONS) -> DevicePrefetcher:
+                prefetch_factor=None, extensions=None, max_pixels=None, strict: bool = False,
+                max_scans=None, jpeg_only: bool = False,
+                apply_exif_orientation: bool = False) -> DevicePrefetcher:
     """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
 
     dataset -> ``DecodeRandomCrop(crop_size, pad_if_needed=True)`` -> ``RandomMask(mask_ratio)``
@@ -89,7 +116,17 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         on_error: see :class:`JpegDataset`.
         transform: replaces the default per-sample transform (must output uint8
             ``[3, H, W]`` of one size); ``crop_size`` and ``mask_ratio`` are then ignored.
-        extensions: for a folder source.
+        extensions: for a folder source (default: see :class:`JpegFolder`).
+        max_pixels: refuse images with more pixels than this, checked from the header
+            before decoding (``DecodeError`` naming the file; skipped with
+            ``on_error="skip"``); ``None``: fastprep.io's default (2**28); 0: no limit.
+        strict: decode with ``strict=True`` (corrupt data libjpeg decodes past raises).
+        max_scans: refuse progressive JPEGs with more scans than this (decode bombs);
+            ``None``: fastprep.io's default. Passed to the decode only when given.
+            ``strict`` and ``max_scans`` configure the default transform: with
+            ``transform=``, set them on your decode transform instead (``ValueError``).
+        jpeg_only, apply_exif_orientation: see :class:`JpegDataset` (non-JPEG files go
+            through a counted, warned full-decode fallback unless ``jpeg_only``).
 
     Returns:
         A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
@@ -101,13 +138,18 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         dataset = source
     else:
         if transform is None:
-            transform = default_transform(crop_size, mask_ratio)
+            transform = default_transform(crop_size, mask_ratio, max_pixels=max_pixels, strict=strict,
+                                          max_scans=max_scans)
             if transform.mask is not None:
                 warm_up_kernels()
+        elif strict or max_scans is not None:
+            raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
+                             "pass them to your decode transform")
+        ds_options = dict(max_pixels=max_pixels, jpeg_only=jpeg_only, apply_exif_orientation=apply_exif_orientation)
         if isinstance(source, (str, os.PathLike)):
-            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions)
+            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, **ds_options)
         elif isinstance(source, Sequence):
-            dataset = JpegDataset(source, transform=transform, on_error=on_error)
+            dataset = JpegDataset(source, transform=transform, on_error=on_error, **ds_options)
         else:
             raise TypeError(f"source must be a folder path, a sequence of file paths or a Dataset, "
                             f"got {type(source).__name__}")
