@@ -770,6 +770,47 @@ class TestMakeLoader:
         assert targets.count(0) + targets.count(1) == n
 
 
+def _record_warm_state(worker_id):
+    import fastprep.data.loader as L
+
+    torch.utils.data.get_worker_info().dataset.warm_at_start = L._warmed
+    torch.manual_seed(100 + worker_id)
+
+
+class _WarmProbe(torch.utils.data.Dataset):
+    """Reports whether the worker had the mask kernels loaded before its first sample."""
+
+    def __init__(self):
+        self.warm_at_start = None
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return torch.full((3, 2, 2), int(bool(self.warm_at_start)), dtype=torch.uint8), i
+
+
+class TestWorkerStart:
+    def test_spawn_runs_on_a_preloaded_forkserver(self, jpeg_files):
+        import multiprocessing
+
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            pytest.skip("no forkserver on this platform")
+        loader = D.make_loader(_WarmProbe(), batch_size=2, num_workers=1, device="cpu", shuffle=False,
+                               multiprocessing_context="spawn", worker_init_fn=_record_warm_state)
+        assert loader.loader.multiprocessing_context.get_start_method() == "forkserver"
+        (images, targets), = list(loader)
+        # the worker was forked from a server that had already loaded the kernels
+        assert targets.tolist() == [0, 1]
+        assert (images[:, 0] > 0.5 / 255).all()  # Y of pixel value 1, not 0
+        plain = D.make_loader(_WarmProbe(), num_workers=1, device="cpu", multiprocessing_context="spawn",
+                              spawn_via_forkserver=False)
+        assert plain.loader.multiprocessing_context.get_start_method() == "spawn"
+        ctx = multiprocessing.get_context("fork")
+        assert D.make_loader(_WarmProbe(), num_workers=1, device="cpu",
+                             multiprocessing_context=ctx).loader.multiprocessing_context is ctx
+
+
 class TestPooledCollate:
     """Workers reuse their shared-memory batch buffers once the prefetcher released them."""
 

@@ -85,13 +85,53 @@ def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict
     return _SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
 
 
+_PRELOAD = "fastprep.data._preload"
+
+
+def _worker_context(multiprocessing_context, spawn_via_forkserver: bool):
+    """The multiprocessing context for the DataLoader workers.
+
+    A spawned worker starts a new interpreter and imports torch, torchvision, fastprep and
+    Numba, and loads the mask kernels, before its first sample: seconds per worker, paid
+    again by every epoch without persistent workers (``bench/bench_first_batch.py``).
+    A forkserver gives the same isolation (workers come from a clean single-threaded
+    process that never touched CUDA or the parent's threads) but is started once per
+    program; with fastprep preloaded in it, each worker is a fork of a process that has
+    already imported everything. So ``"spawn"`` runs on a forkserver preloaded with
+    fastprep (unless ``spawn_via_forkserver=False`` or the platform has no forkserver), and
+    an explicit ``"forkserver"`` gets the preload too.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing_context
+    if isinstance(ctx, str):
+        method = ctx
+    elif ctx is None:
+        return None
+    else:
+        method = ctx.get_start_method()
+    if method == "spawn" and not spawn_via_forkserver:
+        return multiprocessing_context
+    if method not in ("spawn", "forkserver") or "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing_context
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    preload = list(getattr(server, "_preload_modules", []))
+    if _PRELOAD not in preload:
+        # The list is read when the server starts; a server already running keeps its own.
+        server.set_forkserver_preload(preload + [_PRELOAD])
+    forkserver.ensure_running()  # start it now: its imports overlap the caller's own setup
+    return multiprocessing.get_context("forkserver")
+
+
 def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size=256, mask_ratio=0.25,
                 device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
                 generator=None, persistent_workers: bool = False, multiprocessing_context=None,
                 pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
                 prefetch_factor=None, extensions=None, max_pixels=None, strict: bool = False,
                 max_scans=None, jpeg_only: bool = False,
-                apply_exif_orientation: bool = False) -> DevicePrefetcher:
+                apply_exif_orientation: bool = False, spawn_via_forkserver: bool = True) -> DevicePrefetcher:
     """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
 
     dataset -> ``DecodeRandomCrop(crop_size, pad_if_needed=True)`` -> ``RandomMask(mask_ratio)``
@@ -104,7 +144,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
             ``(uint8 [3, H, W] of one size, int target)``; ``crop_size``, ``mask_ratio``,
             ``transform``, ``on_error`` are then ignored).
         batch_size, num_workers, shuffle, drop_last, generator, persistent_workers,
-        multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``.
+        multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``
+            (``"spawn"``: see ``spawn_via_forkserver``).
         crop_size: output size (int or ``(h, w)``).
         mask_ratio: mask probability; 0 or ``None`` disables masking.
         device: where batches are delivered; default ``cuda`` if available, else ``cpu``.
@@ -125,6 +166,11 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
             ``None``: fastprep.io's default. Passed to the decode only when given.
             ``strict`` and ``max_scans`` configure the default transform: with
             ``transform=``, set them on your decode transform instead (``ValueError``).
+        spawn_via_forkserver: run ``multiprocessing_context="spawn"`` workers from a
+            forkserver preloaded with fastprep (same isolation from the parent: no
+            inherited CUDA state or threads; the server is started once per program), so
+            they do not each import torch, torchvision and Numba -- seconds per worker and
+            epoch. ``"forkserver"`` gets the preload as well. ``False``: plain spawn.
         jpeg_only, apply_exif_orientation: see :class:`JpegDataset` (non-JPEG files go
             through a counted, warned full-decode fallback unless ``jpeg_only``).
 
@@ -157,7 +203,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         pin_memory = device.type == "cuda"
     kwargs = {}
     if num_workers > 0:
-        kwargs.update(persistent_workers=persistent_workers, multiprocessing_context=multiprocessing_context,
+        kwargs.update(persistent_workers=persistent_workers,
+                      multiprocessing_context=_worker_context(multiprocessing_context, spawn_via_forkserver),
                       worker_init_fn=worker_init_fn)
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
