@@ -212,7 +212,8 @@ class TestJpegFolder:
         # ImageFolder's order: sorted(os.walk(class folder)), then sorted file names
         assert names == [os.path.join("cat", "y.jpg"), os.path.join("cat", "deep", "x.JPEG"),
                          os.path.join("dog", "z.jpg")]
-        assert len(D.JpegFolder(tmp_path, extensions=".jpg")) == 2
+        with pytest.warns(UserWarning, match=r"ignored image files: 1 \.jpeg"):
+            assert len(D.JpegFolder(tmp_path, extensions=".jpg")) == 2
 
     def test_flat_folder_gives_target_zero(self, tmp_path, jpeg_files):
         for i, p in enumerate(jpeg_files[:3]):
@@ -274,6 +275,129 @@ class TestJpegFolder:
             D.JpegFolder(tmp_path / "missing")
 
 
+# ------------------------------------------------------------------------- non-JPEG files
+
+
+def _png_bytes(h, w, seed):
+    import io
+
+    import PIL.Image
+
+    buf = io.BytesIO()
+    PIL.Image.fromarray(photo_like(h, w, seed=seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _pil_rgb(path, exif_transpose=False):
+    """Independent full decode: Pillow, optionally EXIF-transposed, as uint8 [3, H, W]."""
+    import PIL.Image
+    import PIL.ImageOps
+
+    with PIL.Image.open(path) as im:
+        if exif_transpose:
+            im = PIL.ImageOps.exif_transpose(im)
+        return torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1)
+
+
+def _window_reference(full, crop, seed):
+    """The window DecodeRandomCrop draws for ``full``'s size under ``seed``, sliced from the
+    padded full decode."""
+    from collections import namedtuple
+
+    torch.manual_seed(seed)
+    info = namedtuple("Info", "height width")(full.shape[1], full.shape[2])
+    pad, (top, left, h, w) = crop.get_params(info)
+    padded = torch.nn.functional.pad(full, (pad[0], pad[2], pad[1], pad[3]), value=0)
+    return padded[:, top:top + h, left:left + w]
+
+
+class TestNonJpegFiles:
+    @pytest.mark.parametrize("name", ["a.png", "renamed.JPEG"])
+    def test_png_goes_through_the_counted_fallback(self, tmp_path, name):
+        path = _write(str(tmp_path), name, _png_bytes(45, 60, seed=3))
+        crop = DecodeRandomCrop(CROP, pad_if_needed=True)
+        ds = D.JpegDataset([path], transform=crop)
+        torch.manual_seed(7)
+        with pytest.warns(UserWarning, match=r"is a PNG file; decoded in full"):
+            img, _ = ds[0]
+        assert torch.equal(img, _window_reference(_pil_rgb(path), crop, 7))
+        torch.manual_seed(8)
+        img2, _ = ds[0]  # warned once: a second warning would fail (warnings are errors)
+        assert torch.equal(img2, _window_reference(_pil_rgb(path), crop, 8))
+        assert ds.fallbacks == 2 and ds.skipped == 0
+
+    def test_jpeg_only_refuses_and_names_the_file(self, tmp_path):
+        path = _write(str(tmp_path), "x.jpg", _png_bytes(20, 20, seed=1))
+        ds = D.JpegDataset([path], transform=DecodeCenterCrop(8), jpeg_only=True)
+        with pytest.raises(fio.DecodeError, match=r"x\.jpg.*not a JPEG \(PNG data\) and jpeg_only=True"):
+            ds[0]
+        assert ds.fallbacks == 0
+
+    def test_transform_without_equivalent_names_the_file(self, tmp_path):
+        path = _write(str(tmp_path), "p.png", _png_bytes(20, 20, seed=1))
+        ds = D.JpegDataset([path], transform=lambda data: data.numel())
+        with pytest.raises(fio.DecodeError, match=r"p\.png.*a PNG file needs a full decode, and function has no"):
+            ds[0]
+
+    def test_truncated_png_is_a_decode_error(self, tmp_path):
+        path = _write(str(tmp_path), "t.png", _png_bytes(40, 40, seed=2)[:200])
+        ds = D.JpegDataset([path], transform=DecodeCenterCrop(8))
+        with pytest.raises(fio.DecodeError, match=r"t\.png"):
+            ds[0]
+
+    def test_max_pixels(self, tmp_path, jpeg_files):
+        png = _write(str(tmp_path), "big.png", _png_bytes(40, 40, seed=2))
+        ds = D.JpegDataset([jpeg_files[0], png], transform=DecodeCenterCrop(8), max_pixels=1000)
+        with pytest.raises(fio.DecodeError, match=r"img00\.jpg.*40x56 = 2240 pixels exceeds max_pixels=1000"):
+            ds[0]
+        with pytest.raises(fio.DecodeError, match=r"big\.png.*exceeds max_pixels=1000"):
+            ds[1]
+        with pytest.raises(ValueError, match="max_pixels must be"):
+            D.JpegDataset([png], max_pixels=-1)
+
+    def test_exif_orientation(self, tmp_path):
+        import PIL.Image
+
+        pil = PIL.Image.fromarray(photo_like(40, 56, seed=4))
+        exif = PIL.Image.Exif()
+        exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+        path = str(tmp_path / "rot.jpg")
+        pil.save(path, "JPEG", quality=90, exif=exif.tobytes())
+        crop = DecodeRandomCrop(CROP, pad_if_needed=True)
+        plain = D.JpegDataset([path], transform=crop)
+        torch.manual_seed(3)
+        assert torch.equal(plain[0][0], _window_reference(fio.decode_jpeg(fio.read_file(path)), crop, 3))
+        assert plain.fallbacks == 0  # default off, as torchvision
+        rotated = D.JpegDataset([path], transform=crop, apply_exif_orientation=True)
+        torch.manual_seed(3)
+        with pytest.warns(UserWarning, match="EXIF-rotated JPEG"):
+            img, _ = rotated[0]
+        full = _pil_rgb(path, exif_transpose=True)
+        assert full.shape == (3, 56, 40)
+        assert torch.equal(img, _window_reference(full, crop, 3))
+        assert rotated.fallbacks == 1
+
+    def test_folder_lists_pngs_and_make_loader_decodes_them(self, tmp_path, jpeg_files):
+        for i, p in enumerate(jpeg_files[:3]):
+            with open(p, "rb") as f:
+                _write(str(tmp_path / "jpg"), f"{i}.jpg", f.read())
+        _write(str(tmp_path / "png"), "p.png", _png_bytes(50, 50, seed=5))
+        _write(str(tmp_path / "png"), "q.gif", b"GIF89a")  # not listed by default: reported
+        with pytest.warns(UserWarning, match=r"ignored image files: 1 \.gif"):
+            ds = D.JpegFolder(tmp_path)
+        assert [os.path.basename(p) for p in ds.files] == ["0.jpg", "1.jpg", "2.jpg", "p.png"]
+        with pytest.warns(UserWarning, match=r"ignored image files: 1 \.gif, 1 \.png"):
+            assert len(D.JpegFolder(tmp_path, jpeg_only=True)) == 3
+        with pytest.warns(UserWarning):
+            loader = D.make_loader(str(tmp_path), batch_size=4, num_workers=0, crop_size=CROP, device="cpu",
+                                   shuffle=False)
+        with pytest.warns(UserWarning, match="is a PNG file"):
+            (images, targets), = list(loader)
+        assert images.shape == (4, 3, CROP, CROP) and targets.tolist() == [0, 0, 0, 1]
+        assert loader.loader.dataset.fallbacks == 1
+
+
+# ------------------------------------------------------------------------- collate
 # ------------------------------------------------------------------------- collate
 
 
@@ -604,6 +728,16 @@ class TestMakeLoader:
             want = _yuv_reference(DecodeCenterCrop(CROP)(path))
             torch.testing.assert_close(images[j], want, rtol=0, atol=1e-5)
 
+    def test_decode_options_reach_the_decode(self, jpeg_files):
+        t = D.default_transform(CROP, 0.25, max_pixels=1000, strict=True)
+        assert t.crop.max_pixels == 1000 and t.crop.strict is True
+        assert D.default_transform(CROP).crop.max_pixels == fio.DEFAULT_MAX_PIXELS
+        loader = D.make_loader(jpeg_files, batch_size=2, num_workers=0, crop_size=CROP, device="cpu", max_pixels=1000)
+        with pytest.raises(fio.DecodeError, match="exceeds max_pixels=1000"):
+            next(iter(loader))
+        with pytest.raises(ValueError, match="strict and max_scans configure"):
+            D.make_loader(jpeg_files, num_workers=0, transform=DecodeCenterCrop(CROP), strict=True)
+
     def test_bad_source(self):
         with pytest.raises(TypeError, match="source must be"):
             D.make_loader(42)
@@ -634,6 +768,47 @@ class TestMakeLoader:
             assert ds.skipped == per_epoch * epoch
         targets = torch.cat([t for _, t in batches]).tolist()
         assert targets.count(0) + targets.count(1) == n
+
+
+def _record_warm_state(worker_id):
+    import fastprep.data.loader as L
+
+    torch.utils.data.get_worker_info().dataset.warm_at_start = L._warmed
+    torch.manual_seed(100 + worker_id)
+
+
+class _WarmProbe(torch.utils.data.Dataset):
+    """Reports whether the worker had the mask kernels loaded before its first sample."""
+
+    def __init__(self):
+        self.warm_at_start = None
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return torch.full((3, 2, 2), int(bool(self.warm_at_start)), dtype=torch.uint8), i
+
+
+class TestWorkerStart:
+    def test_spawn_runs_on_a_preloaded_forkserver(self, jpeg_files):
+        import multiprocessing
+
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            pytest.skip("no forkserver on this platform")
+        loader = D.make_loader(_WarmProbe(), batch_size=2, num_workers=1, device="cpu", shuffle=False,
+                               multiprocessing_context="spawn", worker_init_fn=_record_warm_state)
+        assert loader.loader.multiprocessing_context.get_start_method() == "forkserver"
+        (images, targets), = list(loader)
+        # the worker was forked from a server that had already loaded the kernels
+        assert targets.tolist() == [0, 1]
+        assert (images[:, 0] > 0.5 / 255).all()  # Y of pixel value 1, not 0
+        plain = D.make_loader(_WarmProbe(), num_workers=1, device="cpu", multiprocessing_context="spawn",
+                              spawn_via_forkserver=False)
+        assert plain.loader.multiprocessing_context.get_start_method() == "spawn"
+        ctx = multiprocessing.get_context("fork")
+        assert D.make_loader(_WarmProbe(), num_workers=1, device="cpu",
+                             multiprocessing_context=ctx).loader.multiprocessing_context is ctx
 
 
 class TestPooledCollate:

@@ -9,13 +9,15 @@ from collections.abc import Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
 
 from .. import functional as F
 from .._seeding import check_seed, sample_key
 from ..transforms import DecodeRandomCrop, RandomMask
 from .batch import BatchYuvScale, _check_dtype
 from .collate import PooledCollate, collate_uint8
-from .datasets import _DEFAULT_EXTENSIONS, JpegDataset, JpegFolder
+from .datasets import JpegDataset, JpegFolder
+from .fallback import decoded_equivalent
 from .prefetch import DevicePrefetcher
 
 __all__ = ["default_transform", "make_loader", "warm_up_kernels"]
@@ -42,30 +44,95 @@ def warm_up_kernels() -> None:
 class _SampleTransform(torch.nn.Module):
     """Decode a random crop, then mask it in uint8 (the default per-sample pipeline)."""
 
-    def __init__(self, crop_size, mask_ratio):
+    def __init__(self, crop_size, mask_ratio, decode_options=None):
         super().__init__()
-        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True)
+        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True, **(decode_options or {}))
         self.mask = None if not mask_ratio else RandomMask(mask_ratio)
 
     def forward(self, data):
         img = self.crop(data)
         return img if self.mask is None else self.mask(img)
 
+    def decoded_equivalent(self):
+        """The same pipeline on a decoded RGB image (see :mod:`fastprep.data.fallback`)."""
+        crop = decoded_equivalent(self.crop)
+        return crop if self.mask is None else v2.Compose([crop, self.mask])
 
-def default_transform(crop_size=256, mask_ratio=0.25) -> torch.nn.Module:
+
+def _decode_options(max_pixels, strict, max_scans) -> dict:
+    """Keyword arguments for the decode transform: only those given, so a fastprep.io
+    without scan limits keeps working when ``max_scans`` is not used."""
+    options = {}
+    if max_pixels is not None:
+        options["max_pixels"] = max_pixels
+    if strict:
+        options["strict"] = True
+    if max_scans is not None:
+        options["max_scans"] = max_scans
+    return options
+
+
+def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict: bool = False,
+                      max_scans=None) -> torch.nn.Module:
     """The per-sample transform of :func:`make_loader`: ``DecodeRandomCrop(crop_size,
     pad_if_needed=True)`` then ``RandomMask(mask_ratio)`` on uint8 (skipped when
-    ``mask_ratio`` is 0 or ``None``)."""
+    ``mask_ratio`` is 0 or ``None``).
+
+    ``max_pixels``, ``strict`` and ``max_scans`` go to the decode (see
+    :class:`fastprep.transforms.DecodeRandomCrop`); ``None``/``False`` keep its defaults.
+    """
     if mask_ratio is not None and not 0 <= mask_ratio <= 1:
         raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
-    return _SampleTransform(crop_size, mask_ratio)
+    return _SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
+
+
+_PRELOAD = "fastprep.data._preload"
+
+
+def _worker_context(multiprocessing_context, spawn_via_forkserver: bool):
+    """The multiprocessing context for the DataLoader workers.
+
+    A spawned worker starts a new interpreter and imports torch, torchvision, fastprep and
+    Numba, and loads the mask kernels, before its first sample: seconds per worker, paid
+    again by every epoch without persistent workers (``bench/bench_first_batch.py``).
+    A forkserver gives the same isolation (workers come from a clean single-threaded
+    process that never touched CUDA or the parent's threads) but is started once per
+    program; with fastprep preloaded in it, each worker is a fork of a process that has
+    already imported everything. So ``"spawn"`` runs on a forkserver preloaded with
+    fastprep (unless ``spawn_via_forkserver=False`` or the platform has no forkserver), and
+    an explicit ``"forkserver"`` gets the preload too.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing_context
+    if isinstance(ctx, str):
+        method = ctx
+    elif ctx is None:
+        return None
+    else:
+        method = ctx.get_start_method()
+    if method == "spawn" and not spawn_via_forkserver:
+        return multiprocessing_context
+    if method not in ("spawn", "forkserver") or "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing_context
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    preload = list(getattr(server, "_preload_modules", []))
+    if _PRELOAD not in preload:
+        # The list is read when the server starts; a server already running keeps its own.
+        server.set_forkserver_preload(preload + [_PRELOAD])
+    forkserver.ensure_running()  # start it now: its imports overlap the caller's own setup
+    return multiprocessing.get_context("forkserver")
 
 
 def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size=256, mask_ratio=0.25,
                 device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
                 generator=None, persistent_workers: bool = False, multiprocessing_context=None,
                 pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
-                prefetch_factor=None, extensions=_DEFAULT_EXTENSIONS, seed=None, sampler=None,
+                prefetch_factor=None, extensions=None, max_pixels=None, strict: bool = False,
+                max_scans=None, jpeg_only: bool = False,
+                apply_exif_orientation: bool = False, spawn_via_forkserver: bool = True, seed=None, sampler=None,
                 distributed: bool = False) -> DevicePrefetcher:
     """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
 
@@ -79,7 +146,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
             ``(uint8 [3, H, W] of one size, int target)``; ``crop_size``, ``mask_ratio``,
             ``transform``, ``on_error`` are then ignored).
         batch_size, num_workers, shuffle, drop_last, generator, persistent_workers,
-        multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``.
+        multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``
+            (``"spawn"``: see ``spawn_via_forkserver``).
         crop_size: output size (int or ``(h, w)``).
         mask_ratio: mask probability; 0 or ``None`` disables masking.
         device: where batches are delivered; default ``cuda`` if available, else ``cpu``.
@@ -91,7 +159,22 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         on_error: see :class:`JpegDataset`.
         transform: replaces the default per-sample transform (must output uint8
             ``[3, H, W]`` of one size); ``crop_size`` and ``mask_ratio`` are then ignored.
-        extensions: for a folder source.
+        extensions: for a folder source (default: see :class:`JpegFolder`).
+        max_pixels: refuse images with more pixels than this, checked from the header
+            before decoding (``DecodeError`` naming the file; skipped with
+            ``on_error="skip"``); ``None``: fastprep.io's default (2**28); 0: no limit.
+        strict: decode with ``strict=True`` (corrupt data libjpeg decodes past raises).
+        max_scans: refuse progressive JPEGs with more scans than this (decode bombs);
+            ``None``: fastprep.io's default. Passed to the decode only when given.
+            ``strict`` and ``max_scans`` configure the default transform: with
+            ``transform=``, set them on your decode transform instead (``ValueError``).
+        spawn_via_forkserver: run ``multiprocessing_context="spawn"`` workers from a
+            forkserver preloaded with fastprep (same isolation from the parent: no
+            inherited CUDA state or threads; the server is started once per program), so
+            they do not each import torch, torchvision and Numba -- seconds per worker and
+            epoch. ``"forkserver"`` gets the preload as well. ``False``: plain spawn.
+        jpeg_only, apply_exif_orientation: see :class:`JpegDataset` (non-JPEG files go
+            through a counted, warned full-decode fallback unless ``jpeg_only``).
         seed: sample-keyed randomness (see :class:`JpegDataset`): sample ``i`` of epoch
             ``e`` gets the same crop and mask whatever the worker count, start method,
             rank or engine. ``None`` (default): per-worker torch RNG. Not for a
@@ -124,13 +207,19 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         dataset = source
     else:
         if transform is None:
-            transform = default_transform(crop_size, mask_ratio)
+            transform = default_transform(crop_size, mask_ratio, max_pixels=max_pixels, strict=strict,
+                                          max_scans=max_scans)
             if transform.mask is not None:
                 warm_up_kernels()
+        elif strict or max_scans is not None:
+            raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
+                             "pass them to your decode transform")
+        ds_options = dict(max_pixels=max_pixels, jpeg_only=jpeg_only, apply_exif_orientation=apply_exif_orientation,
+                          seed=seed)
         if isinstance(source, (str, os.PathLike)):
-            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, seed=seed)
+            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, **ds_options)
         elif isinstance(source, Sequence):
-            dataset = JpegDataset(source, transform=transform, on_error=on_error, seed=seed)
+            dataset = JpegDataset(source, transform=transform, on_error=on_error, **ds_options)
         else:
             raise TypeError(f"source must be a folder path, a sequence of file paths or a Dataset, "
                             f"got {type(source).__name__}")
@@ -138,7 +227,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
         pin_memory = device.type == "cuda"
     kwargs = {}
     if num_workers > 0:
-        kwargs.update(persistent_workers=persistent_workers, multiprocessing_context=multiprocessing_context,
+        kwargs.update(persistent_workers=persistent_workers,
+                      multiprocessing_context=_worker_context(multiprocessing_context, spawn_via_forkserver),
                       worker_init_fn=worker_init_fn)
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
