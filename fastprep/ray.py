@@ -119,9 +119,11 @@ class DecodeBatch:
             ``[C, H, W]`` of one size; default :func:`fastprep.data.default_transform`
             ``(crop_size, mask_ratio)``.
         crop_size, mask_ratio: for the default transform.
-        seed: ``None``: the actor's own torch RNG (seeded from ``torch.initial_seed()`` at
-            construction, i.e. differs per actor); an int: sample-keyed draws from
-            ``(seed, epoch, index)``.
+        seed: ``None``: the actor's own torch RNG, which the constructor seeds from
+            ``os.urandom`` (a fresh process starts torch's generator at a fixed seed and
+            Ray does not reseed it, so every actor would otherwise draw the same windows);
+            an int: sample-keyed draws from ``(seed, epoch, index)``, the process RNG is
+            left alone.
         epoch: the epoch the keys use.
         on_error: ``"raise"`` or ``"skip"`` (drop the sample).
     """
@@ -134,6 +136,8 @@ class DecodeBatch:
         self.seed = check_seed(seed)
         self.epoch = int(epoch)
         self.on_error = on_error
+        if self.seed is None:
+            torch.default_generator.manual_seed(int.from_bytes(os.urandom(8), "little"))
         # shape of an empty output batch (every sample dropped): the last image's, or the
         # default transform's
         size = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)

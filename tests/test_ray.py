@@ -173,3 +173,19 @@ class _KillOnce:
 
 # Ray's workers cannot import this test module: ship _KillOnce by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_unseeded_actors_draw_distinct_streams(tmp_path):
+    """Without a seed each DecodeBatch (one per actor) reseeds its process's generator
+    from os.urandom: two instances in fresh states give different windows/masks."""
+    folder = _make_folder(tmp_path)
+    batch = TestDecodeBatch()._batch(folder, [0, 1, 2])
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(0)
+        a = DecodeBatch(crop_size=CROP)(batch)["image"]
+        torch.manual_seed(0)  # what a fresh process would start from, before the constructor
+        b = DecodeBatch(crop_size=CROP)(batch)["image"]
+    finally:
+        torch.set_rng_state(state)
+    assert not np.array_equal(a, b)
