@@ -207,3 +207,23 @@ class TestSamplerAndDistributed:
             assert orders[0] != orders[1]  # reshuffled per epoch
         finally:
             dist.destroy_process_group()
+
+    def test_rank_distinct_worker_seeds(self, folder, tmp_path, monkeypatch):
+        """Default RNG mode: ranks that called torch.manual_seed alike still give their
+        workers different base seeds (the loader generator mixes in the rank)."""
+        from fastprep.data.loader import _distributed_sampler
+
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+        try:
+            ds = D.JpegFolder(folder)
+            monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+            seeds = []
+            for rank in (0, 1):
+                monkeypatch.setattr(dist, "get_rank", lambda group=None, r=rank: r)
+                torch.manual_seed(0)
+                sampler, gen = _distributed_sampler(ds, True, False, None, None)
+                assert sampler.rank == rank and sampler.num_replicas == 2
+                seeds.append(gen.initial_seed())
+            assert seeds[0] != seeds[1]
+        finally:
+            dist.destroy_process_group()
