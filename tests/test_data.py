@@ -495,6 +495,17 @@ class TestBatchTransforms:
         g = pickle.loads(pickle.dumps(f))
         assert torch.equal(g(x), c)
 
+    def test_one_source_for_the_coefficients(self):
+        # The compiled kernel and the benchmark still hold literal copies (modules owned
+        # elsewhere); they must not drift from fastprep._color_coeffs.
+        from fastprep._color_coeffs import YUV_COEFFS
+        from fastprep._kernels import _color
+        from fastprep.bench import pipelines
+
+        assert tuple(map(tuple, _color.COEFFS)) == YUV_COEFFS
+        assert tuple(tuple(r) + (o,) for r, o in zip(pipelines.YUV_MATRIX, pipelines.YUV_OFFSET)) == YUV_COEFFS
+        assert YUV_COEFFS[1] == (-0.16874, -0.33126, 0.5, 128.0)  # JFIF 1.02 section 7
+
     def test_functional_out_writes_into_the_buffer(self):
         import fastprep.functional as F
 
