@@ -495,6 +495,17 @@ class TestBatchTransforms:
         g = pickle.loads(pickle.dumps(f))
         assert torch.equal(g(x), c)
 
+    def test_one_source_for_the_coefficients(self):
+        # The compiled kernel and the benchmark still hold literal copies (modules owned
+        # elsewhere); they must not drift from fastprep._color_coeffs.
+        from fastprep._color_coeffs import YUV_COEFFS
+        from fastprep._kernels import _color
+        from fastprep.bench import pipelines
+
+        assert tuple(map(tuple, _color.COEFFS)) == YUV_COEFFS
+        assert tuple(tuple(r) + (o,) for r, o in zip(pipelines.YUV_MATRIX, pipelines.YUV_OFFSET)) == YUV_COEFFS
+        assert YUV_COEFFS[1] == (-0.16874, -0.33126, 0.5, 128.0)  # JFIF 1.02 section 7
+
     def test_functional_out_writes_into_the_buffer(self):
         import fastprep.functional as F
 
@@ -768,6 +779,78 @@ class TestMakeLoader:
             assert ds.skipped == per_epoch * epoch
         targets = torch.cat([t for _, t in batches]).tolist()
         assert targets.count(0) + targets.count(1) == n
+
+
+class TestLoaderOutputs:
+    MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+    def _normalized(self, x):
+        mean = torch.tensor(self.MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(self.STD).view(1, 3, 1, 1)
+        return (x.double() / 255 - mean.double()) / std.double()
+
+    def test_batch_convert_formulas(self):
+        x = torch.randint(0, 256, (3, 3, 9, 7), dtype=torch.uint8)
+        rgb = D.BatchConvert("rgb", self.MEAN, self.STD)(x)
+        torch.testing.assert_close(rgb.double(), self._normalized(x), rtol=0, atol=2e-6)
+        yuv = D.BatchConvert("yuv", self.MEAN, self.STD)(x)
+        ref = torch.stack([_yuv_reference(i) for i in x]).double() * 255
+        torch.testing.assert_close(yuv.double(), self._normalized(ref), rtol=0, atol=1e-5)
+        torch.testing.assert_close(D.BatchConvert("rgb")(x), x.float() / 255, rtol=0, atol=0)
+        plain = D.BatchConvert()(x)
+        assert torch.equal(plain, D.BatchYuvScale()(x))
+        cl = D.BatchConvert("rgb", dtype=torch.bfloat16, channels_last=True)(x)
+        assert cl.dtype == torch.bfloat16 and cl.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(cl.float(), (x.float() / 255).to(torch.bfloat16).float())
+
+    def test_batch_convert_errors(self):
+        with pytest.raises(ValueError, match="color must be 'yuv' or 'rgb', got 'hsv'"):
+            D.BatchConvert("hsv")
+        with pytest.raises(ValueError, match="mean and std go together"):
+            D.BatchConvert("rgb", mean=self.MEAN)
+        with pytest.raises(ValueError, match="std must be nonzero"):
+            D.BatchConvert("rgb", mean=0.5, std=0)
+        with pytest.raises(ValueError, match="mean must have 3 values"):
+            D.BatchConvert("rgb", mean=(0.5, 0.5), std=1)
+        with pytest.raises(TypeError, match=r"must output uint8 images \[3, H, W\]; got a batch of torch.float32"):
+            D.BatchConvert(require_uint8=True)(torch.zeros((1, 3, 2, 2)))
+
+    def test_float_per_sample_transform_is_refused(self, jpeg_files):
+        from torchvision.transforms import v2
+
+        transform = v2.Compose([DecodeCenterCrop(CROP), v2.ToDtype(torch.float32, scale=True)])
+        loader = D.make_loader(jpeg_files, batch_size=2, num_workers=0, device="cpu", transform=transform)
+        with pytest.raises(TypeError, match="got a batch of torch.float32 .*drop ToDtype/Normalize"):
+            next(iter(loader))
+
+    def test_rgb_normalized_channels_last(self, jpeg_files):
+        loader = D.make_loader(jpeg_files, batch_size=len(jpeg_files), num_workers=0, device="cpu", shuffle=False,
+                               transform=DecodeCenterCrop(CROP), color="rgb", mean=self.MEAN, std=self.STD,
+                               channels_last=True)
+        (images, _), = list(loader)
+        ref = torch.stack([DecodeCenterCrop(CROP)(fio.read_file(f)) for f in jpeg_files])
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(images.double(), self._normalized(ref), rtol=0, atol=2e-6)
+
+    @pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+    def test_recipes(self, jpeg_files, recipe):
+        from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
+
+        make = {"imagenet-train": lambda: DecodeRandomResizedCrop(224, flip_p=0.5),
+                "imagenet-eval": lambda: DecodeResizeCenterCrop(256, 224)}[recipe]
+        loader = D.make_loader(jpeg_files[:4], batch_size=4, num_workers=0, device="cpu", shuffle=False,
+                               recipe=recipe)
+        torch.manual_seed(5)
+        (images, _), = list(loader)
+        torch.manual_seed(5)
+        t = make()
+        ref = torch.stack([t(fio.read_file(f)) for f in jpeg_files[:4]])
+        assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32
+        torch.testing.assert_close(images.double(), self._normalized(ref), rtol=0, atol=2e-6)
+        with pytest.raises(ValueError, match="either recipe= or transform="):
+            D.make_loader(jpeg_files, num_workers=0, recipe=recipe, transform=DecodeCenterCrop(CROP))
+        with pytest.raises(ValueError, match="recipe must be one of"):
+            D.make_loader(jpeg_files, num_workers=0, recipe="imagenet")
 
 
 def _record_warm_state(worker_id):

@@ -32,17 +32,21 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 (make_loader). Every public name is re-exported here. See ``docs/design.md``.
 """
 
-from .batch import BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
+from .batch import BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
 from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
-from .loader import default_transform, make_loader, warm_up_kernels
+from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
 from .prefetch import DevicePrefetcher
 
 __all__ = [
+    "BatchConvert",
     "BatchConvertColor",
     "BatchScale",
     "BatchYuvScale",
     "DevicePrefetcher",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "RECIPES",
     "JpegDataset",
     "JpegFolder",
     "PooledCollate",

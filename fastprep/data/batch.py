@@ -12,7 +12,7 @@ import torch
 from .. import functional as F
 from .._color_coeffs import YUV_COEFFS
 
-__all__ = ["BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
+__all__ = ["BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
 
 
 def _check_batch(x) -> None:
@@ -201,3 +201,96 @@ class BatchYuvScale(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, num_threads={self.num_threads}"
 
+
+
+_COLORS = ("yuv", "rgb")
+
+
+def _channel_values(values, name):
+    if values is None:
+        return None
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        values = (values,) * 3
+    try:
+        out = tuple(float(v) for v in values)
+    except TypeError:
+        raise TypeError(f"{name} must be a number or 3 numbers, got {values!r}") from None
+    if len(out) != 3:
+        raise ValueError(f"{name} must have 3 values (one per channel), got {len(out)}")
+    return out
+
+
+class BatchConvert(torch.nn.Module):
+    """uint8 batch ``[N, 3, H, W]`` -> the float batch a model takes, in one step.
+
+    ``out = (colour(x) / 255 - mean) / std`` per channel, cast to ``dtype``, optionally in
+    channels-last memory format, where ``colour`` is the identity (``"rgb"``) or the JFIF
+    RGB -> YUV transform (``"yuv"``). ``mean``/``std`` are on the [0, 1] scale, as
+    torchvision's ``Normalize`` after ``ToDtype(float32, scale=True)``.
+
+    Paths: ``"yuv"`` without ``mean``/``std`` on the CPU is :class:`BatchYuvScale` (the
+    fused kernel into recycled buffers). Otherwise plain torch ops on ``x``'s device, with
+    ``/ 255``, ``- mean`` and ``/ std`` folded into one multiply-add per channel
+    (``x * (1 / (255 std)) + (-mean / std)``): equal to the three-step formula to float32
+    rounding.
+
+    Args:
+        color: ``"yuv"`` (default) or ``"rgb"``.
+        mean, std: 3 values (or one for all channels) on the [0, 1] scale, or ``None``.
+        dtype: float32 (default), float16 or bfloat16 (computed in float32, cast once).
+        channels_last: return ``torch.channels_last`` memory format.
+        num_threads: threads of the CPU kernel (``"yuv"`` path); ``None``: torch's.
+        require_uint8: raise ``TypeError`` for a batch that is not uint8 (``make_loader``
+            sets it: a float batch there means the per-sample transform already converted
+            it, and it would be converted again).
+    """
+
+    def __init__(self, color: str = "yuv", mean=None, std=None, dtype: torch.dtype = torch.float32, *,
+                 channels_last: bool = False, num_threads: int | None = None, require_uint8: bool = False):
+        super().__init__()
+        if color not in _COLORS:
+            raise ValueError(f"color must be 'yuv' or 'rgb', got {color!r}")
+        self.color = color
+        self.mean = _channel_values(mean, "mean")
+        self.std = _channel_values(std, "std")
+        if (self.mean is None) != (self.std is None):
+            raise ValueError("mean and std go together: pass both or neither")
+        if self.std is not None and any(v == 0 for v in self.std):
+            raise ValueError(f"std must be nonzero, got {self.std}")
+        self.dtype = _check_dtype(dtype)
+        self.channels_last = bool(channels_last)
+        self.require_uint8 = bool(require_uint8)
+        self._yuv = BatchYuvScale(torch.float32, num_threads=num_threads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, 3, H, W]`` uint8 (or float on the 0-255 scale) -> ``[N, 3, H, W]`` ``dtype``."""
+        _check_batch(x)
+        if self.require_uint8 and x.dtype != torch.uint8:
+            raise TypeError(f"make_loader's per-sample transform must output uint8 images [3, H, W]; got a batch "
+                            f"of {x.dtype} {tuple(x.shape)}. Leave conversion and normalisation to the loader: "
+                            "drop ToDtype/Normalize from the transform and pass make_loader(color=, mean=, std=, "
+                            "dtype=)")
+        if self.mean is None and self.color == "yuv":
+            out = self._yuv(x)
+        else:
+            out = _yuv_torch(x, None) if self.color == "yuv" else x.float()
+            if self.mean is None:
+                out = out / 255
+            else:
+                shape = (1, 3, 1, 1)
+                gain = torch.tensor([1.0 / (255.0 * s) for s in self.std], device=out.device).view(shape)
+                bias = torch.tensor([-m / s for m, s in zip(self.mean, self.std)], device=out.device).view(shape)
+                out = torch.addcmul(bias, out, gain)
+        if self.dtype != torch.float32:
+            out = out.to(self.dtype)
+        if self.channels_last:
+            out = out.contiguous(memory_format=torch.channels_last)
+        return out
+
+    def extra_repr(self) -> str:
+        s = f"color={self.color!r}, dtype={self.dtype}"
+        if self.mean is not None:
+            s += f", mean={self.mean}, std={self.std}"
+        if self.channels_last:
+            s += ", channels_last=True"
+        return s

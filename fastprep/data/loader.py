@@ -13,14 +13,26 @@ from torchvision.transforms import v2
 
 from .. import functional as F
 from .._seeding import check_seed, sample_key
-from ..transforms import DecodeRandomCrop, RandomMask
-from .batch import BatchYuvScale, _check_dtype
+from ..transforms import DecodeRandomCrop, DecodeRandomResizedCrop, DecodeResizeCenterCrop, RandomMask
+from .batch import BatchConvert, _check_dtype
 from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
 from .fallback import decoded_equivalent
 from .prefetch import DevicePrefetcher
 
-__all__ = ["default_transform", "make_loader", "warm_up_kernels"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
+
+#: torchvision's ImageNet normalisation, on the [0, 1] scale (RGB).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: ``make_loader(recipe=...)``: the per-sample decode transform of each standard recipe
+#: (built with the decode options); the loader then outputs RGB normalised with
+#: ImageNet's mean and std unless ``color``/``mean``/``std`` say otherwise.
+RECIPES = {
+    "imagenet-train": lambda options: DecodeRandomResizedCrop(224, flip_p=0.5, **options),
+    "imagenet-eval": lambda options: DecodeResizeCenterCrop(256, 224, **options),
+}
 
 _warm_lock = threading.Lock()
 _warmed = False
@@ -132,7 +144,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
                 pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
                 prefetch_factor=None, extensions=None, max_pixels=None, strict: bool = False,
                 max_scans=None, jpeg_only: bool = False,
-                apply_exif_orientation: bool = False, spawn_via_forkserver: bool = True, seed=None, sampler=None,
+                apply_exif_orientation: bool = False, spawn_via_forkserver: bool = True, recipe=None,
+                color=None, mean=None, std=None, channels_last: bool = False, seed=None, sampler=None,
                 distributed: bool = False) -> DevicePrefetcher:
     """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
 
@@ -175,6 +188,14 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
             epoch. ``"forkserver"`` gets the preload as well. ``False``: plain spawn.
         jpeg_only, apply_exif_orientation: see :class:`JpegDataset` (non-JPEG files go
             through a counted, warned full-decode fallback unless ``jpeg_only``).
+        recipe: ``"imagenet-train"`` (``DecodeRandomResizedCrop(224, flip_p=0.5)``) or
+            ``"imagenet-eval"`` (``DecodeResizeCenterCrop(256, 224)``) as the per-sample
+            transform (see :data:`RECIPES`), no mask, and by default ``color="rgb"`` with
+            ImageNet's ``mean``/``std``. Not with ``transform=``.
+        color: ``"yuv"`` (default without a recipe) or ``"rgb"``.
+        mean, std: per-channel normalisation on the [0, 1] scale, fused into the batch
+            conversion on ``device`` (:class:`BatchConvert`); ``None``: none.
+        channels_last: deliver images in ``torch.channels_last`` memory format.
         seed: sample-keyed randomness (see :class:`JpegDataset`): sample ``i`` of epoch
             ``e`` gets the same crop and mask whatever the worker count, start method,
             rank or engine. ``None`` (default): per-worker torch RNG. Not for a
@@ -192,21 +213,42 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
     loader: ...`` does the right thing, and calling ``sampler.set_epoch`` yourself is
     unnecessary (it would be overridden).
 
+    The per-sample transform must output uint8 ``[3, H, W]`` images (all of one size): the
+    conversion to ``dtype``, colour and normalisation happen once per batch on ``device``.
+    A float batch raises ``TypeError`` naming what arrived.
+
     Returns:
         A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
-        on ``device``; images are YUV / 255: Y in [0, 1], U and V in [0.5/255, 255.5/255].
+        on ``device``. By default images are YUV / 255: Y in [0, 1], U and V in
+        [0.5/255, 255.5/255]; with ``color="rgb"`` RGB / 255; then ``(x - mean) / std``.
     """
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    _check_dtype(dtype)
     seed = check_seed(seed)
     if sampler is not None and distributed:
         raise ValueError("pass either sampler= or distributed=True, not both")
+    if recipe is not None:
+        color = "rgb" if color is None else color
+        if mean is None and std is None:
+            mean, std = IMAGENET_MEAN, IMAGENET_STD
+    # With workers on the same CPU cores, OpenMP threads in the main process only contend
+    # with them (and spin): the CPU path converts serially then.
+    threads = 1 if device.type == "cpu" and num_workers > 0 else None
+    convert = BatchConvert(color or "yuv", mean, std, dtype, channels_last=channels_last, num_threads=threads,
+                           require_uint8=True)
     if isinstance(source, Dataset):
         if seed is not None:
             raise ValueError("seed= is for a folder or a list of files; give a Dataset source its own seed")
+        if recipe is not None:
+            raise ValueError("recipe= builds the per-sample transform; a Dataset source brings its own")
         dataset = source
     else:
-        if transform is None:
+        if recipe is not None:
+            if recipe not in RECIPES:
+                raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
+            if transform is not None:
+                raise ValueError("pass either recipe= or transform=, not both")
+            transform = RECIPES[recipe](_decode_options(max_pixels, strict, max_scans))
+        elif transform is None:
             transform = default_transform(crop_size, mask_ratio, max_pixels=max_pixels, strict=strict,
                                           max_scans=max_scans)
             if transform.mask is not None:
@@ -240,11 +282,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
                         sampler=sampler, num_workers=num_workers,
                         collate_fn=collate, pin_memory=pin_memory, drop_last=drop_last,
                         generator=generator, **kwargs)
-    # With workers on the same CPU cores, OpenMP threads in the main process only contend
-    # with them (and spin): the CPU path converts serially then.
-    threads = 1 if device.type == "cpu" and num_workers > 0 else None
-    return DevicePrefetcher(loader, device, batch_transform=BatchYuvScale(dtype, num_threads=threads),
-                            track_epochs=True)
+    return DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True)
 
 
 def _distributed_sampler(dataset, shuffle, drop_last, seed, generator):
