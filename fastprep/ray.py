@@ -5,7 +5,7 @@ Data instead of DataLoader workers, on this machine or across a cluster::
 
     read_jpegs: rows (path, label, index) -> Ray tasks read the bytes
       -> map_batches(DecodeBatch) on CPU actors: decode + per-sample transforms -> uint8 NCHW
-      -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchYuvScale on the device
+      -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchConvert (YUV / 255) on the device
 
 * **Same output.** :class:`DecodeBatch` runs the per-sample transform of
   :func:`fastprep.data.default_transform` (or yours) on each file's bytes. With a ``seed``
@@ -44,7 +44,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from . import io as fio
 from ._seeding import check_seed, keyed_default_rng, sample_key
-from .data import BatchYuvScale, DevicePrefetcher, JpegDataset, JpegFolder, default_transform
+from .data import BatchConvert, DevicePrefetcher, JpegDataset, JpegFolder, default_transform
 
 __all__ = ["DecodeBatch", "RayLoader", "read_jpegs"]
 
@@ -180,7 +180,8 @@ class RayLoader:
 
     Iterating yields ``(images [N, 3, H, W] dtype (YUV / 255), targets int64 [N])`` on
     ``device``: Ray's ``iter_torch_batches`` -> :class:`fastprep.data.DevicePrefetcher` ->
-    :class:`fastprep.data.BatchYuvScale` ``(dtype)``, as :func:`make_loader` delivers.
+    :class:`fastprep.data.BatchConvert` ``("yuv", dtype=dtype)``, as :func:`make_loader`
+    delivers by default.
     Each ``iter()`` is one epoch: epoch ``e`` (0, 1, ... unless :meth:`set_epoch` says
     otherwise) shuffles with ``(shuffle_seed, e)`` and, with ``seed``, keys the samples' draws
     on ``(seed, e, index)``. Call ``ray.init(...)`` first (any address); otherwise Ray
@@ -227,7 +228,9 @@ class RayLoader:
         self.extensions = extensions
         self.epoch = 0
         self.skipped_indices: list[int] = []
-        self._batch_transform = BatchYuvScale(dtype, num_threads=1 if self.device.type == "cpu" else None)
+        # make_loader's default batch conversion (YUV / 255), one thread on the CPU
+        self._batch_transform = BatchConvert("yuv", None, None, dtype, require_uint8=True,
+                                             num_threads=1 if self.device.type == "cpu" else None)
 
     def __len__(self) -> int:
         """Batches per epoch if no file is skipped."""
