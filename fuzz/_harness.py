@@ -1,0 +1,77 @@
+"""Shared pieces of the fuzz targets: input layout, the exceptions that are not findings,
+and the ``main`` that hands a target to atheris (libFuzzer).
+
+Input layout: the first :data:`PARAM_BYTES` bytes feed an ``atheris.FuzzedDataProvider``
+that picks the call's parameters (mode, strict, window, crop...); the rest is the encoded
+JPEG. Seeds written by ``make_corpus.py`` follow it.
+
+What is a finding: any exception other than ``fastprep.io.DecodeError`` and the
+documented ``ValueError``/``TypeError`` for bad arguments, any warning other than
+``fastprep.io.DecodeWarning`` (warnings are turned into errors), an oracle mismatch
+(raised as :class:`Finding`), a crash, a sanitizer report, a hang past libFuzzer's
+``-timeout`` or memory past ``-rss_limit_mb``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import atheris
+
+with atheris.instrument_imports(include=["fastprep"]):
+    import fastprep.io as fio
+    import fastprep.transforms  # noqa: F401  (instrumented here; used by fuzz_transforms)
+
+PARAM_BYTES = 16
+
+#: Pixel limit the targets decode under: big enough for every seed and for mutated headers
+#: a few times larger, small enough that a header declaring 65500x65500 costs no time.
+#: Images above it are refused (a DecodeError), which is the ``max_pixels`` path itself.
+MAX_PIXELS = 1 << 22
+
+MODES = list(fio.ImageReadMode)
+
+
+class Finding(AssertionError):
+    """An oracle check failed: the decoder returned a wrong result without raising."""
+
+
+def split(data: bytes):
+    """``(FuzzedDataProvider over the parameter bytes, JPEG bytes)``."""
+    return atheris.FuzzedDataProvider(data[:PARAM_BYTES]), data[PARAM_BYTES:]
+
+
+def channels(mode, info) -> int:
+    """Channels a decode in ``mode`` returns for a file with header ``info``."""
+    if mode == fio.ImageReadMode.GRAY:
+        return 1
+    if mode in (fio.ImageReadMode.RGB, fio.ImageReadMode.YCbCr):
+        return 3
+    return {1: 1, 3: 3, 4: 4}.get(info.num_components, info.num_components)
+
+
+def quiet(fn, *args, **kwargs):
+    """Call ``fn``; return ``(result or None on DecodeError, saw_decode_warning)``.
+
+    DecodeWarning is expected for corrupt data; every other warning is an error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fio.DecodeWarning)
+        try:
+            out = fn(*args, **kwargs)
+        except fio.DecodeError:
+            out = None
+    saw = False
+    for w in caught:
+        if not issubclass(w.category, fio.DecodeWarning):
+            raise Finding(f"unexpected warning {w.category.__name__}: {w.message}")
+        saw = True
+    return out, saw
+
+
+def main(test_one_input):
+    """Run ``test_one_input`` under atheris with ``sys.argv`` as libFuzzer arguments."""
+    warnings.simplefilter("error")
+    warnings.simplefilter("always", fio.DecodeWarning)
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
