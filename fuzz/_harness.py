@@ -14,6 +14,8 @@ documented ``ValueError``/``TypeError`` for bad arguments, any warning other tha
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 import warnings
 
@@ -56,7 +58,7 @@ def quiet(fn, *args, **kwargs):
 
     DecodeWarning is expected for corrupt data; every other warning is an error."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", fio.DecodeWarning)
+        warnings.simplefilter("always")
         try:
             out = fn(*args, **kwargs)
         except fio.DecodeError:
@@ -69,9 +71,33 @@ def quiet(fn, *args, **kwargs):
     return out, saw
 
 
+def _artifact_prefix(argv) -> str:
+    for arg in argv:
+        if arg.startswith("-artifact_prefix="):
+            return arg.split("=", 1)[1]
+    return "./"
+
+
 def main(test_one_input):
-    """Run ``test_one_input`` under atheris with ``sys.argv`` as libFuzzer arguments."""
+    """Run ``test_one_input`` under atheris with ``sys.argv`` as libFuzzer arguments.
+
+    An input that raises is saved as ``<artifact_prefix>crash-<sha1>`` before the
+    exception reaches atheris: atheris's bundled libFuzzer writes no artifact for a Python
+    exception unless a sanitizer runtime is loaded."""
     warnings.simplefilter("error")
     warnings.simplefilter("always", fio.DecodeWarning)
-    atheris.Setup(sys.argv, test_one_input)
+    prefix = _artifact_prefix(sys.argv)
+
+    def run(data: bytes) -> None:
+        try:
+            test_one_input(data)
+        except BaseException:
+            path = f"{prefix}crash-{hashlib.sha1(data).hexdigest()}"
+            if not os.path.exists(path):
+                with open(path, "wb") as f:
+                    f.write(data)
+                print(f"fuzz harness: input that raised written to {path}", file=sys.stderr, flush=True)
+            raise
+
+    atheris.Setup(sys.argv, run)
     atheris.Fuzz()
