@@ -10,6 +10,7 @@
 # the venv, whose site-packages come first on sys.path, and the check asserts that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+here="$PWD/ci"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -30,28 +31,4 @@ python -m venv --system-site-packages "$work/venv"
 
 mkdir "$work/elsewhere"
 cd "$work/elsewhere"
-"$work/venv/bin/python" -W error - "$work/venv" <<'PY'
-import io, os, sys
-import numpy as np
-import torch
-from PIL import Image
-import fastprep, fastprep.io as fio
-from fastprep._kernels import _color  # Cython kernels built into the wheel
-
-venv = os.path.realpath(sys.argv[1])
-for mod in (fastprep, _color):
-    assert os.path.realpath(mod.__file__).startswith(venv + os.sep), f"{mod.__name__} from {mod.__file__}, not the wheel"
-so = [f for f in os.listdir(os.path.dirname(fastprep.__file__)) if f.startswith("_C") and f.endswith(".so")]
-assert so, "the wheel has no compiled op"
-
-rng = np.random.default_rng(0)
-rgb = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
-buf = io.BytesIO()
-Image.fromarray(rgb).save(buf, "JPEG", quality=95, subsampling="4:4:4")
-data = buf.getvalue()
-full = fio.decode_jpeg(data)
-ref = torch.from_numpy(np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
-assert full.shape == (3, 48, 64) and (full.int() - ref.int()).abs().max() <= 2, "decode disagrees with Pillow"
-assert torch.equal(fio.decode_jpeg_roi(data, 5, 9, 20, 30), full[:, 5:25, 9:39])
-print(f"packaging check: fastprep {fastprep.__file__} (ops {so[0]}), torch {torch.__version__}: OK")
-PY
+"$work/venv/bin/python" -W error "$here/check_installed.py" "$work/venv"
