@@ -91,14 +91,9 @@ def paths(tmp_path_factory):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGKILL and fork-based workers")
-@pytest.mark.parametrize("persistent", [
-    False,
-    # Known gap: with persistent workers torch's DataLoader keeps its iterator (and the
-    # dead worker) across epochs, so every later epoch raises "exited unexpectedly" again
-    # after the status-check interval. Recovering needs the data layer to drop the broken
-    # iterator; strict, so this flips to a failure once that is fixed.
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason="a persistent loader stays broken after a worker death")),
-])
+# persistent: the prefetcher must drop torch's broken persistent iterator (and its dead
+# worker) so the next epoch starts fresh workers instead of failing again.
+@pytest.mark.parametrize("persistent", [False, True])
 def test_killed_worker_raises_then_next_epoch_works(paths, tmp_path, persistent):
     flag = str(tmp_path / "killed")
     code = _CHILD.format(here=HERE, paths=paths, flag=flag, persistent=persistent)

@@ -32,6 +32,17 @@ def _tensors(obj):
             yield from _tensors(o)
 
 
+def _drop_broken_persistent_iterator(loader, it) -> None:
+    """After a worker died (``RuntimeError: DataLoader worker ... exited unexpectedly``),
+    a persistent-workers DataLoader would hand the same broken iterator to every later
+    epoch; shut it down and forget it so the next epoch starts fresh workers."""
+    if getattr(loader, "persistent_workers", False) and getattr(loader, "_iterator", None) is it:
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        loader._iterator = None
+
+
 class DevicePrefetcher:
     """Iterate a loader with batches moved to ``device`` one step ahead of the consumer.
 
@@ -130,6 +141,9 @@ class DevicePrefetcher:
                     cur = nxt
                     nxt = self._next(it, None)
                     yield cur
+        except RuntimeError:
+            _drop_broken_persistent_iterator(self.loader, it)
+            raise
         finally:
             # On early exit, dropping the last reference to a DataLoader iterator shuts
             # its (non-persistent) workers down now rather than at garbage collection.
