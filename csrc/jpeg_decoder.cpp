@@ -6,8 +6,14 @@
 // padded so that the crop's first and last columns and the first row after the skip --
 // where fancy upsampling lacks neighbours -- are never needed pixels, and rows are skipped
 // only in whole iMCU rows (libjpeg-turbo 2.1's jpeg_skip_scanlines returns wrong context
-// when a skip does not end on a row-group boundary). Rows below the window are never
-// decoded (jpeg_abort_decompress).
+// when a skip does not end on a row-group boundary). Progressive files whose first AC
+// coefficients are not all fully refined go through libjpeg's block smoothing, which
+// estimates them from the DC values of the blocks up to two block columns and rows away
+// and treats the crop's left edge as an image edge: there the crop starts two iMCU
+// columns further left, so that every block of every component holding a needed pixel
+// sees the same neighbours as in the full decode. (Rows need nothing: the coefficient
+// buffer holds every row, and the right side reads blocks beyond the crop.) Rows below
+// the window are never decoded (jpeg_abort_decompress).
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -292,6 +298,18 @@ static void scatter_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk,
   }
 }
 
+// Whether libjpeg's coefficient controller may smooth blocks in the output pass (a
+// superset of its own test in jdcoefct.c, which also needs nonzero quantizers): a
+// progressive file in which some of the first nine AC coefficients of some component are
+// missing or not fully refined. Valid once jpeg_start_decompress has absorbed all scans.
+static int block_smoothing_possible(j_decompress_ptr cinfo) {
+  if (!cinfo->progressive_mode || !cinfo->do_block_smoothing || cinfo->coef_bits == NULL) return 0;
+  for (int c = 0; c < cinfo->num_components; c++)
+    for (int k = 1; k <= 9; k++)
+      if (cinfo->coef_bits[c][k] != 0) return 1;
+  return 0;
+}
+
 int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64_t height,
                      int64_t width, uint8_t* out) {
   struct jpeg_decompress_struct* cinfo = &dec->cinfo;
@@ -345,6 +363,7 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   // so neither may be a needed column unless it is one in the full image too. Widen to
   // the iMCU grid around [left - 1, left + width + 1).
   int64_t x0 = ((left > 0 ? left - 1 : 0) / mcu_w) * mcu_w;
+  if (block_smoothing_possible(cinfo)) x0 = x0 > 2 * mcu_w ? x0 - 2 * mcu_w : 0;
   int64_t x1 = ((left + width + 1 + mcu_w - 1) / mcu_w) * mcu_w;
   if (x1 > full_w) x1 = full_w;
   // When DCT scaling enlarges a component's IDCT output (libjpeg does so for chroma whose
