@@ -53,6 +53,10 @@ inline void check_scale(int64_t scale_num) {
                     scale_num);
 }
 
+inline void check_max_scans(int64_t max_scans) {
+  TORCH_CHECK_VALUE(max_scans >= 0, "max_scans must be >= 0 (0 = no limit), got ", max_scans);
+}
+
 inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
   fp_info info;
   if (fp_read_header(dec.get(), data.data_ptr<uint8_t>(), (size_t)data.numel(), &info) != FP_OK)
@@ -61,10 +65,11 @@ inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
 }
 
 // Decode a window of an image whose header `dec` has read, at scale_num/8 of the size
-// (window in scaled coordinates). Window bounds and scale_num must be checked.
+// (window in scaled coordinates), refusing files with more than max_scans scans (0: no
+// limit). Window bounds and scale_num must be checked.
 inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t mode,
                                 int64_t top, int64_t left, int64_t height, int64_t width,
-                                int64_t max_pixels, int64_t scale_num = 8) {
+                                int64_t max_pixels, int64_t scale_num = 8, int64_t max_scans = 0) {
   // Before any allocation: headers can declare 65500x65500 in a few bytes of data.
   const int64_t pixels = info.height * info.width;
   TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
@@ -77,6 +82,7 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
               ") in mode ", mode);
   at::Tensor out = at::empty({channels, height, width}, at::kByte);
   fp_set_scale(dec.get(), (int)scale_num);
+  fp_set_max_scans(dec.get(), max_scans > INT32_MAX ? 0 : (int)max_scans);
   if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out.data_ptr<uint8_t>()) !=
       FP_OK)
     TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));

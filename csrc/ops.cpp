@@ -19,11 +19,13 @@ TORCH_LIBRARY(fastprep, m) {
   // then h, v sampling factors of components 0..3 (a tensor, so fake kernels can describe it)
   m.def("jpeg_info(Tensor data) -> Tensor");
   // scale_num: decode at scale_num/8 of the size (DCT scaling); ROI windows are in scaled
-  // coordinates.
-  m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict, int scale_num=8) -> Tensor");
+  // coordinates. max_scans: refuse files with more scans (0: no limit).
+  m.def(
+      "decode_jpeg(Tensor data, int mode, int max_pixels, bool strict, int scale_num=8, "
+      "int max_scans=0) -> Tensor");
   m.def(
       "decode_jpeg_roi(Tensor data, int top, int left, int height, int width, int mode, "
-      "int max_pixels, bool strict, int scale_num=8) -> Tensor");
+      "int max_pixels, bool strict, int scale_num=8, int max_scans=0) -> Tensor");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.
