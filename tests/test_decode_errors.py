@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fastprep.io as fio
-from conftest import ENCODINGS, make_jpeg
+from conftest import ENCODINGS, cjpeg, make_jpeg
 
 PHOTO = make_jpeg("420", 120, 160, seed=4)
 PROGRESSIVE = make_jpeg("420-progressive", 120, 160, seed=4)
@@ -249,7 +249,8 @@ class TestLimits:
             assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100_000  # KiB
 
     def test_max_pixels_argument(self):
-        with pytest.raises(fio.DecodeError, match="max_pixels=1000"):
+        with pytest.raises(fio.DecodeError, match=r"^image is 120x160 = 19200 pixels, more than max_pixels=1000; "
+                                                  r"pass a larger max_pixels \(0: no limit\) to decode it$"):
             fio.decode_jpeg(PHOTO, max_pixels=1000)
         assert fio.decode_jpeg(PHOTO, max_pixels=120 * 160).shape == (3, 120, 160)
         assert fio.decode_jpeg(PHOTO, max_pixels=0).shape == (3, 120, 160)
@@ -359,8 +360,31 @@ class TestBadArguments:
             torch.ops.fastprep.decode_jpeg(fio._as_tensor(PHOTO), 7, 0, False)
 
     def test_unsupported_mode_for_color_space(self):
-        with pytest.raises(fio.DecodeError, match="mode 4"):
-            fio.decode_jpeg(make_jpeg("cmyk", 16, 16), "YCbCr")
+        cmyk = make_jpeg("cmyk", 16, 16)
+        expect = r"^a (CMYK|YCCK) JPEG cannot be decoded to YCbCr; use mode='RGB' \(converted\) or mode='UNCHANGED' \(the 4 CMYK channels\)$"
+        with pytest.raises(fio.DecodeError, match=expect):
+            fio.decode_jpeg(cmyk, "YCbCr")
+        with pytest.raises(fio.DecodeError, match=expect):
+            fio.decode_jpeg_roi(cmyk, 0, 0, 4, 4, fio.ImageReadMode.YCbCr)
+        # An RGB-coded (Adobe transform 0) file has no YCbCr to hand out either.
+        rgb_coded = cjpeg(np.full((16, 16, 3), 90, np.uint8), "-rgb")
+        assert fio.jpeg_info(rgb_coded).color_space == "RGB"
+        with pytest.raises(fio.DecodeError, match=r"^an RGB JPEG cannot be decoded to YCbCr; use mode='RGB'$"):
+            fio.decode_jpeg(rgb_coded, "YCbCr")
+        assert fio.decode_jpeg(rgb_coded, "RGB").shape == (3, 16, 16)
+
+    def test_unknown_color_space(self):
+        """Two components (no colour space libjpeg knows): the message says what is supported."""
+        data = bytearray(make_jpeg("gray", 16, 16))
+        sof = data.index(b"\xff\xc0")
+        # Frame with two components, both using table 0; a scan that codes only the first.
+        two = bytes(data[sof + 4:sof + 9]) + bytes([2, 1, 0x11, 0, 2, 0x11, 0])
+        data[sof:sof + 2 + 11] = b"\xff\xc0" + (len(two) + 2).to_bytes(2, "big") + two
+        assert fio.jpeg_info(bytes(data)).color_space == "UNKNOWN"
+        with pytest.raises(fio.DecodeError, match=r"^the JPEG has 2 components in a colour space libjpeg does not "
+                                                  r"know, so it cannot be decoded \(mode='RGB'\); fastprep decodes "
+                                                  r"grayscale, YCbCr, RGB, CMYK and YCCK JPEGs$"):
+            fio.decode_jpeg(bytes(data), "RGB")
 
 
 _QUIET_SCRIPT = r"""
