@@ -59,10 +59,11 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
 
 at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
                            int64_t width, int64_t mode, int64_t max_pixels, bool strict,
-                           int64_t scale_num) {
+                           int64_t scale_num, int64_t max_scans) {
   check_data(data);
   check_mode(mode);
   check_scale(scale_num);
+  check_max_scans(max_scans);
   TORCH_CHECK_VALUE(height > 0 && width > 0, "window height and width must be positive, got ",
                     height, "x", width);
   TORCH_CHECK_VALUE(top >= 0 && left >= 0, "window top and left must be >= 0, got top=", top,
@@ -81,7 +82,7 @@ at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, in
     at::Tensor out = decode_restart_roi(data, info, mode, top, left, height, width);
     if (out.defined()) return out;
   }
-  return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num);
+  return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num, max_scans);
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg_roi", &decode_jpeg_roi); }

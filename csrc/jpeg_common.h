@@ -56,6 +56,12 @@ int fp_output_channels(const fp_info* info, int mode);
 void fp_set_scale(fp_decoder* dec, int scale_num);
 int64_t fp_scaled_size(int64_t dimension, int scale_num);
 
+// Refuse files with more than `max_scans` scans (0: no limit), counted as each scan's
+// header is read, before its data is decoded. Whatever the limit, a scan that adds no
+// coefficient bit to what earlier scans carried (a repeat) and a progressive AC scan of a
+// component before its DC scan are refused. Set before fp_decode_window.
+void fp_set_max_scans(fp_decoder* dec, int max_scans);
+
 
 // Decode rows [top, top+height) and columns [left, left+width) into `out`, a contiguous
 // channels x height x width uint8 buffer. The window must lie inside the image.

@@ -6,8 +6,14 @@
 // padded so that the crop's first and last columns and the first row after the skip --
 // where fancy upsampling lacks neighbours -- are never needed pixels, and rows are skipped
 // only in whole iMCU rows (libjpeg-turbo 2.1's jpeg_skip_scanlines returns wrong context
-// when a skip does not end on a row-group boundary). Rows below the window are never
-// decoded (jpeg_abort_decompress).
+// when a skip does not end on a row-group boundary). Progressive files whose first AC
+// coefficients are not all fully refined go through libjpeg's block smoothing, which
+// estimates them from the DC values of the blocks up to two block columns and rows away
+// and treats the crop's left edge as an image edge: there the crop starts two iMCU
+// columns further left, so that every block of every component holding a needed pixel
+// sees the same neighbours as in the full decode. (Rows need nothing: the coefficient
+// buffer holds every row, and the right side reads blocks beyond the crop.) Rows below
+// the window are never decoded (jpeg_abort_decompress).
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -34,10 +40,23 @@ struct fp_source_mgr {
   JDIMENSION eof_imcu_row;  // the iMCU row being entropy-decoded when that first happened
 };
 
+// Scans: counted and checked by the progress monitor, which libjpeg calls before each
+// step of input; a new scan shows up there after its header is parsed, before its data.
+struct fp_progress_mgr {
+  struct jpeg_progress_mgr pub;
+  int max_scans;   // 0: no limit
+  int seen_scans;  // input_scan_number already checked
+  // Lowest successive-approximation bit position received so far for each component
+  // and coefficient (-1: none yet): a scan that adds no bit anywhere is a repeat, and an
+  // AC scan needs the component's DC first.
+  signed char known[MAX_COMPONENTS][DCTSIZE2];
+};
+
 struct fp_decoder {
   struct jpeg_decompress_struct cinfo;
   struct fp_error_mgr err;
   struct fp_source_mgr src;
+  struct fp_progress_mgr progress;
   int created;
   int strict;
   int scale_num;
@@ -86,6 +105,58 @@ static void fp_emit_message(j_common_ptr cinfo, int msg_level) {
   if (dec->warnings++ == 0) (*cinfo->err->format_message)(cinfo, dec->first_warning);
 }
 
+static void fp_progress_monitor(j_common_ptr common) {
+  j_decompress_ptr cinfo = (j_decompress_ptr)common;
+  fp_decoder* dec = decoder_of(common);
+  struct fp_progress_mgr* prog = &dec->progress;
+  const int scan = cinfo->input_scan_number;
+  if (scan <= prog->seen_scans || cinfo->comps_in_scan <= 0) return;
+  prog->seen_scans = scan;
+  if (prog->max_scans > 0 && scan > prog->max_scans) {
+    snprintf(dec->message, sizeof(dec->message),
+             "the JPEG has more than max_scans=%d scans (scan %d found); encoders write at most "
+             "a few dozen, so this looks like a decode bomb. Pass a larger max_scans (0: no limit) "
+             "to decode it anyway",
+             prog->max_scans, scan);
+    longjmp(dec->err.jump, 1);
+  }
+  // Sequential files: every scan carries all coefficient bits of its components.
+  const int ss = cinfo->progressive_mode ? cinfo->Ss : 0;
+  const int se = cinfo->progressive_mode ? cinfo->Se : DCTSIZE2 - 1;
+  const int al = cinfo->progressive_mode ? cinfo->Al : 0;
+  if (ss < 0 || se >= DCTSIZE2 || ss > se || al < 0) return;  // libjpeg rejects these itself
+  int adds = 0;
+  for (int i = 0; i < cinfo->comps_in_scan; i++) {
+    const int c = cinfo->cur_comp_info[i]->component_index;
+    if (c < 0 || c >= MAX_COMPONENTS) return;
+    // libjpeg only warns and decodes on without DC; such a scan is also the cheapest way
+    // to make a pass over millions of blocks (no per-block DC bit), so refuse it here,
+    // before any data of the scan is decoded.
+    if (ss > 0 && prog->known[c][0] < 0) {
+      snprintf(dec->message, sizeof(dec->message),
+               "scan %d carries AC coefficients of component %d before any DC scan of it; a "
+               "valid progressive JPEG sends DC first (corrupt data or a decode bomb)",
+               scan, c + 1);
+      longjmp(dec->err.jump, 1);
+    }
+    for (int k = ss; k <= se; k++) {
+      signed char* bit = &prog->known[c][k];
+      if (*bit < 0 || al < *bit) {
+        adds = 1;
+        *bit = (signed char)(al < 127 ? al : 127);
+      }
+    }
+  }
+  if (!adds) {
+    snprintf(dec->message, sizeof(dec->message),
+             "scan %d repeats coefficient data that earlier scans already carried (coefficients "
+             "%d-%d, bit %d); no encoder writes this and decoding it costs a full pass over the "
+             "image, so the file is refused as a decode bomb",
+             scan, ss, se, al);
+    longjmp(dec->err.jump, 1);
+  }
+}
+
 static void fp_init_source(j_decompress_ptr cinfo) { (void)cinfo; }
 
 // The whole image is in memory, so running out means the data is truncated. Never wait:
@@ -121,6 +192,8 @@ fp_decoder* fp_create(int strict) {
   if (dec == NULL) return NULL;
   dec->strict = strict;
   dec->scale_num = 8;
+  memset(dec->progress.known, -1, sizeof(dec->progress.known));
+  dec->progress.pub.progress_monitor = fp_progress_monitor;
   dec->cinfo.err = jpeg_std_error(&dec->err.pub);
   dec->err.pub.error_exit = fp_error_exit;
   dec->err.pub.emit_message = fp_emit_message;
@@ -132,6 +205,7 @@ fp_decoder* fp_create(int strict) {
   }
   jpeg_create_decompress(&dec->cinfo);
   dec->cinfo.client_data = dec;
+  dec->cinfo.progress = &dec->progress.pub;
   dec->created = 1;
   return dec;
 }
@@ -150,6 +224,10 @@ void fp_set_scale(fp_decoder* dec, int scale_num) {
 
 int64_t fp_scaled_size(int64_t dimension, int scale_num) {
   return (dimension * scale_num + 7) / 8;
+}
+
+void fp_set_max_scans(fp_decoder* dec, int max_scans) {
+  dec->progress.max_scans = max_scans > 0 ? max_scans : 0;
 }
 
 int fp_warning_count(const fp_decoder* dec) { return dec->warnings; }
@@ -292,6 +370,18 @@ static void scatter_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk,
   }
 }
 
+// Whether libjpeg's coefficient controller may smooth blocks in the output pass (a
+// superset of its own test in jdcoefct.c, which also needs nonzero quantizers): a
+// progressive file in which some of the first nine AC coefficients of some component are
+// missing or not fully refined. Valid once jpeg_start_decompress has absorbed all scans.
+static int block_smoothing_possible(j_decompress_ptr cinfo) {
+  if (!cinfo->progressive_mode || !cinfo->do_block_smoothing || cinfo->coef_bits == NULL) return 0;
+  for (int c = 0; c < cinfo->num_components; c++)
+    for (int k = 1; k <= 9; k++)
+      if (cinfo->coef_bits[c][k] != 0) return 1;
+  return 0;
+}
+
 int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64_t height,
                      int64_t width, uint8_t* out) {
   struct jpeg_decompress_struct* cinfo = &dec->cinfo;
@@ -345,6 +435,7 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   // so neither may be a needed column unless it is one in the full image too. Widen to
   // the iMCU grid around [left - 1, left + width + 1).
   int64_t x0 = ((left > 0 ? left - 1 : 0) / mcu_w) * mcu_w;
+  if (block_smoothing_possible(cinfo)) x0 = x0 > 2 * mcu_w ? x0 - 2 * mcu_w : 0;
   int64_t x1 = ((left + width + 1 + mcu_w - 1) / mcu_w) * mcu_w;
   if (x1 > full_w) x1 = full_w;
   // When DCT scaling enlarges a component's IDCT output (libjpeg does so for chroma whose

@@ -53,6 +53,29 @@ inline void check_scale(int64_t scale_num) {
                     scale_num);
 }
 
+// Why a file cannot be decoded in `mode`, in the user's terms (mode and colour space
+// names, what to pass instead). Colour space numbers are libjpeg's J_COLOR_SPACE.
+inline std::string unsupported_mode_message(const fp_info& info, int64_t mode) {
+  static const char* const spaces[] = {"unknown", "grayscale", "RGB", "YCbCr", "CMYK", "YCCK"};
+  const char* mode_name = mode == FP_MODE_UNCHANGED ? "UNCHANGED"
+                          : mode == FP_MODE_GRAY    ? "GRAY"
+                          : mode == FP_MODE_RGB     ? "RGB"
+                                                    : "YCbCr";
+  const int cs = info.color_space;
+  if (cs < 1 || cs > 5)
+    return "the JPEG has " + std::to_string(info.components) +
+           " components in a colour space libjpeg does not know, so it cannot be decoded (mode='" +
+           mode_name + "'); fastprep decodes grayscale, YCbCr, RGB, CMYK and YCCK JPEGs";
+  std::string out = std::string(cs == 2 ? "an " : "a ") + spaces[cs] + " JPEG cannot be decoded to " +
+                    (mode == FP_MODE_YCBCR ? "YCbCr" : mode_name) + "; use mode='RGB'";
+  if (cs == 4 || cs == 5) out += " (converted) or mode='UNCHANGED' (the 4 CMYK channels)";
+  return out;
+}
+
+inline void check_max_scans(int64_t max_scans) {
+  TORCH_CHECK_VALUE(max_scans >= 0, "max_scans must be >= 0 (0 = no limit), got ", max_scans);
+}
+
 inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
   fp_info info;
   if (fp_read_header(dec.get(), data.data_ptr<uint8_t>(), (size_t)data.numel(), &info) != FP_OK)
@@ -61,22 +84,22 @@ inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
 }
 
 // Decode a window of an image whose header `dec` has read, at scale_num/8 of the size
-// (window in scaled coordinates). Window bounds and scale_num must be checked.
+// (window in scaled coordinates), refusing files with more than max_scans scans (0: no
+// limit). Window bounds and scale_num must be checked.
 inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t mode,
                                 int64_t top, int64_t left, int64_t height, int64_t width,
-                                int64_t max_pixels, int64_t scale_num = 8) {
+                                int64_t max_pixels, int64_t scale_num = 8, int64_t max_scans = 0) {
   // Before any allocation: headers can declare 65500x65500 in a few bytes of data.
   const int64_t pixels = info.height * info.width;
   TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
               info.height, "x", info.width, " = ", pixels, " pixels, more than max_pixels=",
-              max_pixels);
+              max_pixels, "; pass a larger max_pixels (0: no limit) to decode it");
   thread_warning().clear();  // a warning left by a direct torch.ops call must not leak into this one
   const int channels = fp_output_channels(&info, (int)mode);
-  TORCH_CHECK(channels > 0, FASTPREP_DECODE_ERROR_PREFIX, "cannot decode a JPEG with ",
-              info.components, " components (libjpeg colour space ", info.color_space,
-              ") in mode ", mode);
+  TORCH_CHECK(channels > 0, FASTPREP_DECODE_ERROR_PREFIX, unsupported_mode_message(info, mode));
   at::Tensor out = at::empty({channels, height, width}, at::kByte);
   fp_set_scale(dec.get(), (int)scale_num);
+  fp_set_max_scans(dec.get(), max_scans > INT32_MAX ? 0 : (int)max_scans);
   if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out.data_ptr<uint8_t>()) !=
       FP_OK)
     TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));

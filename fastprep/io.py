@@ -32,6 +32,7 @@ from . import _C, _ops
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "DEFAULT_MAX_SCANS",
     "DecodeError",
     "DecodeWarning",
     "ImageReadMode",
@@ -47,6 +48,13 @@ __all__ = [
 #: Images with more pixels than this are refused before any pixel memory is allocated
 #: (a 20-byte header can declare 65500x65500). Pass ``max_pixels=0`` to lift the limit.
 DEFAULT_MAX_PIXELS = 1 << 28
+
+#: Files with more scans than this are refused as each scan starts, before its data is
+#: decoded (every scan costs a pass over the whole coefficient buffer, and a few bytes of
+#: "EOB runs" can make a scan of millions of blocks). Encoders write 1 (baseline) to about
+#: 10-20 (libjpeg's progressive script: 10 for colour, 6 for gray; mozjpeg and jpegli
+#: similar); libjpeg-turbo's own fuzzers allow 100. Pass ``max_scans=0`` to lift the limit.
+DEFAULT_MAX_SCANS = 64
 
 #: Type of the ``scale`` argument: ``None`` (full size), ``(num, 8)`` or ``num`` (eighths).
 Scale = Union[None, int, tuple]
@@ -240,6 +248,13 @@ def scaled_size(height: int, width: int, scale: Scale) -> tuple[int, int]:
     return (height * num + 7) // 8, (width * num + 7) // 8
 
 
+def _max_scans(max_scans) -> int:
+    max_scans = _int("max_scans", max_scans)
+    if max_scans < 0:
+        raise ValueError(f"max_scans must be >= 0 (0 = no limit), got {max_scans}")
+    return max_scans
+
+
 def _run(op, *args):
     try:
         out = op(*args)
@@ -282,7 +297,7 @@ def jpeg_info(data: Buffer) -> JpegInfo:
 
 
 def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                strict: bool = False, scale: Scale = None) -> torch.Tensor:
+                strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None) -> torch.Tensor:
     """Decode a whole JPEG image, optionally at reduced size (DCT scaling).
 
     Args:
@@ -292,6 +307,9 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
             pixels of the stored image, whatever ``scale``.
         strict: raise :class:`DecodeError` on any libjpeg warning (corrupt data) instead of
             warning and returning a possibly damaged image.
+        max_scans: refuse files with more scans than this (0: no limit), before decoding
+            the first scan over the limit. A scan that only repeats coefficient bits that
+            earlier scans carried is refused whatever the limit.
         scale: decode at ``num/8`` of the size inside the inverse DCT, for much less work
             than a full decode plus a resize: ``None`` (full size), ``(num, 8)`` with
             ``1 <= num <= 8``, an equal fraction such as ``(1, 2)``, or the int ``num``.
@@ -301,12 +319,12 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
         uint8 tensor ``[C, H, W]``, contiguous; ``(H, W) = scaled_size(height, width, scale)``.
     """
     return _run(torch.ops.fastprep.decode_jpeg, _as_tensor(data), _mode(mode), _max_pixels(max_pixels),
-                bool(strict), _scale_num(scale))
+                bool(strict), _scale_num(scale), _max_scans(max_scans))
 
 
 def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
                     mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                    strict: bool = False, scale: Scale = None) -> torch.Tensor:
+                    strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None) -> torch.Tensor:
     """Decode only a window of a JPEG image, optionally at reduced size (DCT scaling).
 
     The result is bit-identical to ``decode_jpeg(data, mode, scale=scale)[:, top:top+height,
@@ -329,18 +347,19 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
         top, left: window origin in pixels of the scaled image, ``>= 0``.
         height, width: window size, ``>= 1``; the window must lie inside the scaled image,
             whose size is :func:`scaled_size` ``(info.height, info.width, scale)``.
-        mode, max_pixels, strict, scale: as in :func:`decode_jpeg`.
+        mode, max_pixels, strict, max_scans, scale: as in :func:`decode_jpeg`.
 
     Returns:
         uint8 tensor ``[C, height, width]``, contiguous.
 
     Raises:
-        DecodeError: undecodable data, or truncated data that the window needs.
+        DecodeError: undecodable data, truncated data that the window needs, or a file
+            over ``max_pixels``/``max_scans`` (every scan is decoded whatever the window).
         ValueError: a window that is empty or does not fit in the (scaled) image.
     """
     return _run(torch.ops.fastprep.decode_jpeg_roi, _as_tensor(data), _int("top", top), _int("left", left),
                 _int("height", height), _int("width", width), _mode(mode), _max_pixels(max_pixels),
-                bool(strict), _scale_num(scale))
+                bool(strict), _scale_num(scale), _max_scans(max_scans))
 
 
 def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimize: bool = True,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fastprep.io as fio
-from conftest import ENCODINGS, make_jpeg
+from conftest import ENCODINGS, cjpeg, make_jpeg
 
 PHOTO = make_jpeg("420", 120, 160, seed=4)
 PROGRESSIVE = make_jpeg("420-progressive", 120, 160, seed=4)
@@ -51,6 +51,84 @@ def warning_flip(data: bytes) -> bytes:
             if any(issubclass(w.category, fio.DecodeWarning) for w in caught):
                 return bytes(out)
     raise AssertionError("no bit flip produced a libjpeg warning")
+
+
+class _Bits:
+    """MSB-first bit writer with JPEG byte stuffing (0xFF -> 0xFF 0x00), padded with 1s."""
+
+    def __init__(self):
+        self.out, self.acc, self.n = bytearray(), 0, 0
+
+    def put(self, value, nbits):
+        for i in range(nbits - 1, -1, -1):
+            self.acc = (self.acc << 1) | ((value >> i) & 1)
+            self.n += 1
+            if self.n == 8:
+                self.out.append(self.acc)
+                if self.acc == 0xFF:
+                    self.out.append(0)
+                self.acc, self.n = 0, 0
+
+    def data(self):
+        if self.n:
+            self.put((1 << (8 - self.n)) - 1, 8 - self.n)
+        return bytes(self.out)
+
+
+def _segment(marker, payload):
+    return bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def progressive_gray(height, width, scans, dc_scan=True):
+    """A hand-written progressive grayscale JPEG whose scans carry no image data.
+
+    Huffman tables have one 1-bit code each: DC category 0 (a zero difference, one bit per
+    block) and the AC symbol EOB14, so any AC scan over all blocks is a few EOB runs of
+    32767 blocks (15 bits each): a scan costs a pass over every block for a few bytes.
+
+    Args:
+        height, width: frame size.
+        scans: (Ss, Se, Ah, Al) of each AC scan, in order.
+        dc_scan: start with a DC scan (one bit per block); without it the AC scans come
+            first, which libjpeg decodes with a warning.
+    """
+    blocks = -(-height // 8) * -(-width // 8)
+    out = bytearray(b"\xff\xd8")
+    out += _segment(0xDB, bytes([0]) + bytes([1] * 64))  # 8-bit quantizers, all 1
+    out += _segment(0xC2, bytes([8]) + height.to_bytes(2, "big") + width.to_bytes(2, "big") + bytes([1, 1, 0x11, 0]))
+    one_code = bytes([1] + [0] * 15)
+    out += _segment(0xC4, bytes([0x00]) + one_code + bytes([0x00]))  # DC table 0: category 0
+    out += _segment(0xC4, bytes([0x10]) + one_code + bytes([0xE0]))  # AC table 0: EOB14
+
+    def sos(ss, se, ah, al):
+        return _segment(0xDA, bytes([1, 1, 0x00, ss, se, (ah << 4) | al]))
+
+    if dc_scan:
+        bits = _Bits()
+        for _ in range(blocks):
+            bits.put(0, 1)
+        out += sos(0, 0, 0, 0) + bits.data()
+    runs = _Bits()
+    for _ in range(-(-blocks // 32767)):
+        runs.put(0, 1)
+        runs.put(32767 - 16384, 14)
+    ac = runs.data()
+    for ss, se, ah, al in scans:
+        out += sos(ss, se, ah, al) + ac
+    return bytes(out + b"\xff\xd9")
+
+
+def many_scans_bomb():
+    """A valid ~50 KB progressive 3584x4096 file with 883 scans: every AC coefficient on its
+    own, sent from bit 13 down to bit 0 (each scan adds a bit)."""
+    scans = [(k, k, 0, 13) for k in range(1, 64)]
+    scans += [(k, k, al + 1, al) for al in range(12, -1, -1) for k in range(1, 64)]
+    return progressive_gray(3584, 4096, scans)
+
+
+def repeated_scans_bomb():
+    """A ~35 KB 16384x16384 file of 139 identical AC scans (no DC scan)."""
+    return progressive_gray(16384, 16384, [(1, 63, 0, 0)] * 139, dc_scan=False)
 
 
 UNDECODABLE = {
@@ -170,12 +248,75 @@ class TestLimits:
             assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100_000  # KiB
 
     def test_max_pixels_argument(self):
-        with pytest.raises(fio.DecodeError, match="max_pixels=1000"):
+        with pytest.raises(fio.DecodeError, match=r"^image is 120x160 = 19200 pixels, more than max_pixels=1000; "
+                                                  r"pass a larger max_pixels \(0: no limit\) to decode it$"):
             fio.decode_jpeg(PHOTO, max_pixels=1000)
         assert fio.decode_jpeg(PHOTO, max_pixels=120 * 160).shape == (3, 120, 160)
         assert fio.decode_jpeg(PHOTO, max_pixels=0).shape == (3, 120, 160)
         with pytest.raises(ValueError, match="max_pixels must be >= 0"):
             fio.decode_jpeg(PHOTO, max_pixels=-1)
+
+
+class TestScanLimits:
+    def test_handwritten_file_is_valid(self):
+        """The hand-written progressive files decode (no data: every pixel is the level
+        shift, 128) when they stay within the rules."""
+        data = progressive_gray(40, 72, [(k, k, 0, 1) for k in range(1, 40)] + [(40, 63, 0, 1), (1, 63, 1, 0)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = fio.decode_jpeg(data, "GRAY", strict=True)
+        assert out.shape == (1, 40, 72) and bool((out == 128).all())
+
+    def test_many_scans_bomb(self):
+        data = many_scans_bomb()
+        assert len(data) < 60_000 and data.count(b"\xff\xda") == 883
+        for decode in (lambda: fio.decode_jpeg(data), lambda: fio.decode_jpeg_roi(data, 100, 200, 64, 64),
+                       lambda: fio.decode_jpeg(data, scale=(1, 8))):
+            with pytest.raises(fio.DecodeError, match="more than max_scans=64 scans \\(scan 65 found\\)"):
+                decode()
+
+    def test_repeated_scans_bomb(self):
+        """16384x16384 (exactly DEFAULT_MAX_PIXELS) in ~50 KB: refused at the first scan's
+        header, before the coefficient buffer is touched."""
+        data = repeated_scans_bomb()
+        assert len(data) < 64_000 and data.count(b"\xff\xda") == 139
+        assert fio.jpeg_info(data).height * fio.jpeg_info(data).width == fio.DEFAULT_MAX_PIXELS
+        for strict in (False, True):
+            with pytest.raises(fio.DecodeError, match="before any DC scan" if not strict else "strict"):
+                fio.decode_jpeg(data, strict=strict)
+        with pytest.raises(fio.DecodeError, match="before any DC scan"):
+            fio.decode_jpeg_roi(data, 0, 0, 8, 8, max_scans=0)
+
+    @pytest.mark.parametrize("scans", [
+        [(1, 63, 0, 0), (1, 63, 0, 0)],               # a first scan sent twice
+        [(1, 63, 0, 1), (1, 63, 1, 0), (1, 63, 1, 0)],  # a refinement sent twice
+        [(1, 5, 0, 0), (6, 63, 0, 0), (2, 4, 0, 0)],  # a sub-band of what was sent
+    ])
+    def test_repeated_scans_refused_whatever_the_limit(self, scans):
+        data = progressive_gray(256, 256, scans)
+        for max_scans in (0, 64):
+            with pytest.raises(fio.DecodeError, match=f"scan {len(scans) + 1} repeats coefficient data"):
+                fio.decode_jpeg(data, max_scans=max_scans)
+
+    def test_limit_counts_every_scan(self):
+        n = PROGRESSIVE.count(b"\xff\xda")
+        assert n >= 6
+        full = fio.decode_jpeg(PROGRESSIVE)
+        assert torch.equal(fio.decode_jpeg(PROGRESSIVE, max_scans=n), full)
+        assert torch.equal(fio.decode_jpeg(PROGRESSIVE, max_scans=0), full)
+        with pytest.raises(fio.DecodeError, match=f"more than max_scans={n - 1} scans \\(scan {n} found\\)"):
+            fio.decode_jpeg(PROGRESSIVE, max_scans=n - 1)
+        with pytest.raises(fio.DecodeError, match="max_scans=1 "):
+            fio.decode_jpeg_roi(PROGRESSIVE, 0, 0, 4, 4, max_scans=1)
+        assert torch.equal(fio.decode_jpeg(PHOTO, max_scans=1), fio.decode_jpeg(PHOTO))  # baseline: 1 scan
+
+    def test_max_scans_argument(self):
+        with pytest.raises(ValueError, match="max_scans must be >= 0 \\(0 = no limit\\), got -1"):
+            fio.decode_jpeg(PHOTO, max_scans=-1)
+        with pytest.raises(TypeError, match="max_scans must be an int, got str"):
+            fio.decode_jpeg_roi(PHOTO, 0, 0, 1, 1, max_scans="10")
+        with pytest.raises(ValueError, match="max_scans must be >= 0"):
+            torch.ops.fastprep.decode_jpeg(fio._as_tensor(PHOTO), 3, 0, False, 8, -5)
 
 
 class TestBadArguments:
@@ -218,8 +359,31 @@ class TestBadArguments:
             torch.ops.fastprep.decode_jpeg(fio._as_tensor(PHOTO), 7, 0, False)
 
     def test_unsupported_mode_for_color_space(self):
-        with pytest.raises(fio.DecodeError, match="mode 4"):
-            fio.decode_jpeg(make_jpeg("cmyk", 16, 16), "YCbCr")
+        cmyk = make_jpeg("cmyk", 16, 16)
+        expect = r"^a (CMYK|YCCK) JPEG cannot be decoded to YCbCr; use mode='RGB' \(converted\) or mode='UNCHANGED' \(the 4 CMYK channels\)$"
+        with pytest.raises(fio.DecodeError, match=expect):
+            fio.decode_jpeg(cmyk, "YCbCr")
+        with pytest.raises(fio.DecodeError, match=expect):
+            fio.decode_jpeg_roi(cmyk, 0, 0, 4, 4, fio.ImageReadMode.YCbCr)
+        # An RGB-coded (Adobe transform 0) file has no YCbCr to hand out either.
+        rgb_coded = cjpeg(np.full((16, 16, 3), 90, np.uint8), "-rgb")
+        assert fio.jpeg_info(rgb_coded).color_space == "RGB"
+        with pytest.raises(fio.DecodeError, match=r"^an RGB JPEG cannot be decoded to YCbCr; use mode='RGB'$"):
+            fio.decode_jpeg(rgb_coded, "YCbCr")
+        assert fio.decode_jpeg(rgb_coded, "RGB").shape == (3, 16, 16)
+
+    def test_unknown_color_space(self):
+        """Two components (no colour space libjpeg knows): the message says what is supported."""
+        data = bytearray(make_jpeg("gray", 16, 16))
+        sof = data.index(b"\xff\xc0")
+        # Frame with two components, both using table 0; a scan that codes only the first.
+        two = bytes(data[sof + 4:sof + 9]) + bytes([2, 1, 0x11, 0, 2, 0x11, 0])
+        data[sof:sof + 2 + 11] = b"\xff\xc0" + (len(two) + 2).to_bytes(2, "big") + two
+        assert fio.jpeg_info(bytes(data)).color_space == "UNKNOWN"
+        with pytest.raises(fio.DecodeError, match=r"^the JPEG has 2 components in a colour space libjpeg does not "
+                                                  r"know, so it cannot be decoded \(mode='RGB'\); fastprep decodes "
+                                                  r"grayscale, YCbCr, RGB, CMYK and YCCK JPEGs$"):
+            fio.decode_jpeg(bytes(data), "RGB")
 
 
 _QUIET_SCRIPT = r"""

@@ -252,6 +252,87 @@ class TestScaledDecode:
             assert torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww, "YCbCr", scale=num), full[:, t:t + hh, l:l + ww])
 
 
+# Progressive scan scripts (cjpeg -scans) that stop before the last refinement scans: valid
+# files that libjpeg decodes through its block smoothing (it estimates the missing low AC
+# coefficients from the DC values of the 5x5 neighbouring blocks).
+INCOMPLETE_SCANS = {
+    "no-ac-refinement": "0,1,2: 0-0, 0, 1; 0: 1-5, 0, 2; 2: 1-63, 0, 1; 1: 1-63, 0, 1; 0: 6-63, 0, 2;"
+                        " 0: 1-63, 2, 1; 0,1,2: 0-0, 1, 0;",
+    "dc-only": "0,1,2: 0-0, 0, 0;",
+    "dc-first-bits": "0,1,2: 0-0, 0, 2;",
+    "luma-low-band": "0,1,2: 0-0, 0, 0; 0: 1-9, 0, 0;",
+    "chroma-missing-ac": "0,1,2: 0-0, 0, 0; 0: 1-63, 0, 0; 1: 1-2, 0, 0;",
+}
+GRAY_INCOMPLETE_SCANS = {
+    "dc-only": "0: 0-0, 0, 0;",
+    "no-ac-refinement": "0: 0-0, 0, 1; 0: 1-5, 0, 2; 0: 6-63, 0, 2; 0: 1-63, 2, 1;",
+    "low-band": "0: 0-0, 0, 1; 0: 1-3, 0, 0; 0: 0-0, 1, 0;",
+}
+
+
+def incomplete_progressive(script, sample, arithmetic, h=45, w=67, seed=6):
+    """A cjpeg-encoded progressive JPEG whose scans follow `script` (sample=None: gray)."""
+    key = ("incomplete", script, sample, arithmetic, h, w, seed)
+    if key not in _scaled_cache:
+        import tempfile
+
+        from fastprep.bench.synthetic import photo_like
+
+        rgb = photo_like(h, w, seed)
+        args = ["-quality", "90"] + (["-arithmetic"] if arithmetic else [])
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            f.write(script)
+            f.flush()
+            if sample is None:
+                tool = _need_tool("cjpeg")
+                pgm = b"P5\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb[..., 1]).tobytes()
+                out = subprocess.run([tool, *args, "-scans", f.name], input=pgm, capture_output=True,
+                                     check=True).stdout
+            else:
+                out = cjpeg(rgb, *args, "-sample", sample, "-scans", f.name)
+        _scaled_cache[key] = out
+    return _scaled_cache[key]
+
+
+_SAMPLINGS = {"444": "1x1", "422": "2x1", "420": "2x2", "440": "1x2", "411": "4x1"}
+_INCOMPLETE_CASES = ([(name, sub, arith) for name in INCOMPLETE_SCANS for sub in _SAMPLINGS for arith in (0, 1)] +
+                     [(name, "gray", arith) for name in GRAY_INCOMPLETE_SCANS for arith in (0, 1)])
+
+
+class TestIncompleteProgressive:
+    """Croptest over valid progressive files with missing refinement scans: libjpeg's block
+    smoothing reads neighbouring blocks' DC values, and a cropped decode must see the same
+    neighbours as the full decode."""
+
+    @pytest.mark.parametrize("name,sampling,arithmetic", _INCOMPLETE_CASES)
+    def test_sweep(self, name, sampling, arithmetic):
+        if sampling == "gray":
+            data = incomplete_progressive(GRAY_INCOMPLETE_SCANS[name], None, arithmetic)
+        else:
+            data = incomplete_progressive(INCOMPLETE_SCANS[name], _SAMPLINGS[sampling] + ",1x1,1x1", arithmetic)
+        info = fio.jpeg_info(data)
+        assert info.progressive and bool(info.arithmetic) == bool(arithmetic)
+        data = fio._as_tensor(data)
+        bad = []
+        for num in (8, 5, 4, 2):  # full size and scales with and without chroma IDCT enlargement
+            full = fio.decode_jpeg(data, scale=num)
+            h, w = full.shape[1:]
+            grid = (num, 2 * num, 4 * num)
+            for t, l, hh, ww in _sampled_windows(h, w, grid, seed=num):
+                if not torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww, scale=num), full[:, t:t + hh, l:l + ww]):
+                    bad.append((num, t, l, hh, ww))
+        assert not bad, f"{len(bad)} windows differ (scale, top, left, h, w), e.g. {bad[:5]}"
+
+    def test_smoothing_is_applied(self):
+        """The files above do go through block smoothing: a file that stops before its DC
+        refinement decodes differently from the same scans plus the refinement, in
+        blocks other than those whose data changed (a check that the sweep tests smoothing)."""
+        dc_only = fio.decode_jpeg(incomplete_progressive("0: 0-0, 0, 0;", None, 0)).float()
+        # Without smoothing every 8x8 block of a DC-only decode would be flat.
+        blocks = dc_only[0, :40, :64].reshape(5, 8, 8, 8).permute(0, 2, 1, 3).reshape(5, 8, 64)
+        assert bool((blocks.amax(-1) != blocks.amin(-1)).any())
+
+
 class TestAgreesWithPillow:
     @pytest.mark.parametrize("encoding", [e for e in ALL if not e.startswith("gray")])
     def test_mean_abs_diff(self, encoding):
