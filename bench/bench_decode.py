@@ -118,15 +118,9 @@ def bench(subsampling: str, runs: int, block: int = 25, seed: int = 0):
         maxdiff[name] = int((out.int() - ref[:, t:t + h, l:l + w].int()).abs().max())
         if name.startswith("fastprep") and maxdiff[name] != 0:
             raise AssertionError(f"{name} is not exact")
-    times = {name: [] for name in methods}
     # Methods take turns in blocks of `block` windows: each is timed in steady state (as a
     # worker decoding a stream of images), and slow drifts of the machine hit all alike.
-    for start in range(0, len(windows), block):
-        for name, fn in methods.items():
-            for win in windows[start:start + block]:
-                t0 = time.perf_counter()
-                fn(*win)
-                times[name].append(time.perf_counter() - t0)
+    times = _timed_turns(methods, windows, block)
     base = statistics.median(times["fastprep decode_jpeg_roi"])
     rows = []
     for name, ts in times.items():
