@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fastprep.bench import cli
-from fastprep.bench.dataset import BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset
+from fastprep.bench.dataset import BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset, packed_copy
 from fastprep.bench.pipelines import (PIPELINES, DivideScale, MatmulConvertColor, NumpyRandomMask, PipelineConfig,
                                       SampleDataset, SampleError, ScipyRandomMask, StackYuvScale)
 from fastprep.bench.profiling import Labelled, LabelledCompose
@@ -143,8 +143,9 @@ def test_pipeline_batches_have_the_same_semantics(name, cache):
         pytest.skip(pipe.unavailable())
     data = builtin_dataset(4, SMALL, processes=1, progress=False)
     cfg = PipelineConfig(crop_size=64, batch_size=4, num_workers=0)
+    files = pipe.prepare_files(data.files, progress=False)
     torch.manual_seed(0)
-    images, targets = next(iter(pipe.loader(data.files, data.targets, 4, cfg)))
+    images, targets = next(iter(pipe.loader(files, data.targets, 4, cfg)))
     assert images.dtype == torch.float32 and images.shape == (4, 3, 64, 64)
     assert targets.dtype == torch.int64 and sorted(targets.tolist()) == [0, 1, 2, 3]
     for c, (lo, hi) in enumerate(((0, 255), (0, 255.5), (0, 255.5))):  # YUV of RGB in [0, 255]^3, or uint8 YCbCr
@@ -309,11 +310,11 @@ def test_cli_quick_json_and_plot(cache, tmp_path):
 def test_diagnose_returns_five_rungs(cache, tmp_path, capsys):
     out = tmp_path / "d.json"
     rc = cli.main(["diagnose", "--num-images", "4", "--batch-size", "2", "--crop-size", "64", "--steps", "2",
-                   "--warmup", "1", "--workers", "0", "--pipelines", "reference,fastprep", "--step-ms", "1",
+                   "--warmup", "1", "--workers", "0", "--pipelines", "reference,fastprep-packed", "--step-ms", "1",
                    "--no-progress", "--json", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
-    for name in ("reference", "fastprep"):
+    for name in ("reference", "fastprep-packed"):
         rungs = report["ladders"][name]
         assert [r["rung"] for r in rungs] == ["device batch", "host batch", "sample cached", "bytes cached", "full"]
         assert all(r["error"] is None and r["samples_per_s"] > 0 for r in rungs)
@@ -655,3 +656,73 @@ def test_a_registered_pipeline_is_usable_everywhere(cache):
         PIPELINES.pop("crop-only")
     with pytest.raises(TypeError, match="Pipeline instance"):
         register_pipeline("crop-only")
+
+
+def _pil_rgb(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def test_packed_copy_is_pixel_identical_has_restart_markers_and_is_cached(cache, tmp_path):
+    """Only the selected files are packed, at their relative paths under the cache; Pillow
+    (an independent decoder) gives the original's pixels; the copies carry a restart
+    interval the ROI fast path uses; a second call transcodes nothing."""
+    from fastprep.io import jpeg_info
+
+    data = builtin_dataset(12, SMALL, processes=1, progress=False)
+    chosen = data.files[:5] + data.files[7:9]
+    out = packed_copy(chosen, progress=False, workers=1)
+    assert len(out) == len(chosen)
+    root = Path(os.path.commonpath(chosen))
+    for src, dst in zip(chosen, out):
+        assert Path(dst).is_relative_to(cache) and dst.endswith(os.path.relpath(src, root))
+        assert np.array_equal(_pil_rgb(dst), _pil_rgb(src))
+        info = jpeg_info(Path(dst).read_bytes())
+        assert info.restart_interval > 0 and info.restart_roi
+        assert jpeg_info(Path(src).read_bytes()).restart_interval == 0
+    packed_root = Path(os.path.commonpath(out))
+    packed_all = sorted(str(p.relative_to(packed_root)) for p in packed_root.rglob("*.jpg"))
+    assert packed_all == sorted(os.path.relpath(d, packed_root) for d in out)  # files 5, 6, 9.. left alone
+    stamps = [os.stat(d).st_mtime_ns for d in out]
+    inodes = [os.stat(d).st_ino for d in out]
+    assert packed_copy(chosen, progress=False, workers=1) == out
+    assert [os.stat(d).st_mtime_ns for d in out] == stamps and [os.stat(d).st_ino for d in out] == inodes
+    with pytest.raises(ValueError, match="at least one file"):
+        packed_copy([])
+
+
+def test_fastprep_packed_gives_exactly_the_fastprep_batches(cache):
+    """Packing is lossless and the ROI fast path exact: with the same seed, fastprep-packed
+    yields the very same tensors as fastprep on the original files."""
+    data = builtin_dataset(8, SMALL, processes=1, progress=False)
+    cfg = PipelineConfig(crop_size=64, batch_size=4, num_workers=0)
+    batches = {}
+    for name in ("fastprep", "fastprep-packed"):
+        pipe = PIPELINES[name]
+        files = pipe.prepare_files(data.files, progress=False)
+        assert (files == data.files) == (name == "fastprep")
+        torch.manual_seed(3)
+        batches[name] = [(x.clone(), y.clone()) for x, y in pipe.loader(files, data.targets, 8, cfg)]
+    assert len(batches["fastprep"]) == 2
+    for (a, ta), (b, tb) in zip(batches["fastprep"], batches["fastprep-packed"]):
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+
+
+def test_cli_reports_a_pipeline_whose_files_cannot_be_prepared(cache, tmp_path, monkeypatch, capsys):
+    """A failing prepare_files is one error line for that pipeline; the others still run."""
+
+    def broken(files, *, progress=True):
+        raise BenchDataError("packing into /nowhere failed")
+
+    monkeypatch.setattr(PIPELINES["fastprep-packed"], "prepare_files", broken)
+    out = tmp_path / "r.json"
+    rc = cli.main(["--num-images", "2", "--batch-size", "2", "--crop-size", "64", "--steps", "1", "--warmup", "0",
+                   "--workers", "0", "--pipelines", "fastprep,fastprep-packed", "--step-ms", "1", "--no-progress",
+                   "--json", str(out)])
+    assert rc != 0
+    results = {r["pipeline"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["fastprep"]["error"] is None and results["fastprep"]["samples_per_s"] > 0
+    assert "packing into /nowhere failed" in results["fastprep-packed"]["error"]
+    assert "fastprep-packed with 0 workers failed" in capsys.readouterr().err

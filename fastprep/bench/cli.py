@@ -241,12 +241,27 @@ def run(cfg: BenchConfig) -> int:
             print(f"Skipping {name}: {reason}", flush=True)
         configs.extend((pipe, w, reason) for w in cfg.workers)
 
+    files = {}  # per pipeline: the files it reads (prepared once, before anything is timed)
+    for pipe, _, reason in configs:
+        if not reason and pipe.name not in files:
+            try:
+                files[pipe.name] = pipe.prepare_files(data.files, progress=cfg.progress)
+            except Exception as e:  # noqa: BLE001 - reported per configuration below
+                files[pipe.name] = e
     total = sum(cfg.warmup + cfg.steps for _, _, r in configs if not r)
     bar = tqdm(total=total, unit="step", disable=not cfg.progress, leave=False, dynamic_ncols=True)
     results = []
     failed = False
     for pipe, w, reason in configs:
         res = ConfigResult(pipe.name, w, cfg.batch_size, cfg.steps, cfg.warmup)
+        pfiles = files.get(pipe.name)
+        if isinstance(pfiles, Exception) and not (failed and cfg.on_error == "raise"):
+            failed = True
+            res.error = f"preparing the files failed: {one_line_error(pfiles)}"
+            print(f"{pipe.name} with {w} workers failed: {res.error}", file=sys.stderr, flush=True)
+            bar.update(cfg.warmup + cfg.steps)
+            results.append(res.as_dict())
+            continue
         if reason or (failed and cfg.on_error == "raise"):
             res.skipped = reason or "not run: an earlier configuration failed (--on-error raise)"
             results.append(res.as_dict())
@@ -258,7 +273,7 @@ def run(cfg: BenchConfig) -> int:
         length = (cfg.warmup + cfg.steps + slack_batches(w)) * cfg.batch_size
         done_before = bar.n
         try:
-            measure(lambda: pipe.loader(data.files, data.targets, length, pcfg), trainer, steps=cfg.steps,
+            measure(lambda: pipe.loader(pfiles, data.targets, length, pcfg), trainer, steps=cfg.steps,
                     warmup=cfg.warmup, result=res, crop=cfg.crop_size, on_step=bar.update,
                     check_syncs=cfg.check_syncs)
         except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero

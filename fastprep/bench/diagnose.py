@@ -19,6 +19,8 @@ only the stages that make the accelerator wait matter.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from .config import BenchConfig, trainer_line
@@ -228,8 +230,9 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
     ladders = {}
     for pipe in pipes:
         bar.set_description(f"diagnose {pipe.name}")
+        pdata = dataclasses.replace(data, files=pipe.prepare_files(data.files, progress=cfg.progress))
         ladders[pipe.name] = ladder(
-            pipe, data, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
+            pipe, pdata, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
             steps=cfg.steps, warmup=cfg.warmup, crop=cfg.crop_size, on_step=bar.update)
     bar.close()
     lines = [line for name, rungs in ladders.items() for line in explain(name, rungs)] + skipped

@@ -17,6 +17,10 @@ in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``. Y lies in [0, 1]; U a
 * ``fastprep`` -- :func:`fastprep.data.make_loader`: ROI decode, compiled uint8 mask in the
   worker, uint8 collate into shared memory, :class:`~fastprep.data.DevicePrefetcher`, and
   YUV + scale as one batch op on the device.
+* ``fastprep-packed`` -- ``fastprep`` on copies of the files made once by
+  :func:`fastprep.pack.pack_folder` (cached, see :func:`~fastprep.bench.dataset.packed_copy`):
+  same pixels, but restart markers let the ROI decode entropy-decode only the intervals
+  the crop needs. The packing is done before timing and is not counted.
 * ``fastprep-ycbcr`` -- as ``fastprep`` but the decoder outputs JFIF YCbCr directly
   (``mode="YCbCr"``), skipping the YCbCr->RGB->YCbCr round trip; the mask sets
   (Y, Cb, Cr) = (0, 128, 128), the YCbCr of RGB black, so masking means the same as in
@@ -32,6 +36,8 @@ it on every file of a ``--data`` folder and leaves out, and lists, the files tha
 Adding a pipeline: subclass :class:`Pipeline`, set ``name`` and ``summary``, implement
 :meth:`~Pipeline.parts`; override :meth:`~Pipeline.loader_from` when the pipeline builds its
 own loader around a dataset (as ``fastprep`` does with :func:`fastprep.data.make_loader`),
+:meth:`~Pipeline.prepare_files` when it reads prepared copies of the files (as
+``fastprep-packed`` does),
 :meth:`~Pipeline.check` and ``check_key`` when it reads files differently, and
 :meth:`~Pipeline.unavailable` when it needs optional packages; then
 ``register_pipeline(MyPipeline())``. ``docs/bench.md`` walks through an example.
@@ -404,6 +410,11 @@ class Pipeline:
         file damaged late in its data is caught even though a crop may not reach it."""
         check_fastprep(data, "RGB")
 
+    def prepare_files(self, files: Sequence[str], *, progress: bool = True) -> list[str]:
+        """The files this pipeline reads in place of ``files`` (same order, same targets),
+        prepared once before anything is timed. Default: ``files`` themselves."""
+        return list(files)
+
     def parts(self, cfg: PipelineConfig) -> Parts:
         """The pipeline cut at its stages (see :class:`Parts`)."""
         raise NotImplementedError
@@ -529,6 +540,16 @@ class FastprepYCbCr(Pipeline):
         return label_parts(parts, cfg, names, steps)
 
 
+class FastprepPacked(Fastprep):
+    name = "fastprep-packed"
+    summary = "as fastprep, on copies made by fastprep.pack (restart markers: the ROI decode skips what the crop misses)"
+
+    def prepare_files(self, files, *, progress=True):
+        from .dataset import packed_copy
+
+        return packed_copy(list(files), progress=progress)
+
+
 #: Every pipeline ``--pipelines`` knows, by name, in the order the report lists them.
 PIPELINES: dict[str, Pipeline] = {}
 
@@ -545,7 +566,7 @@ def register_pipeline(pipe: Pipeline, *, replace: bool = False) -> Pipeline:
     return pipe
 
 
-for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepYCbCr()):
+for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepPacked(), FastprepYCbCr()):
     register_pipeline(_pipe)
 del _pipe
 
