@@ -2,7 +2,8 @@
 
 * ``fastprep._C``: the C++ torch extension (``torch.ops.fastprep.*``) over the
   system libjpeg-turbo.
-* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths).
+* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths), with
+  baseline, AVX2 and AVX-512 variants chosen at import (docs/kernels.md).
 
 Build against the installed torch: ``pip install --no-build-isolation .``
 """
@@ -104,6 +105,16 @@ def _build_ext_class():
     return build_ext
 
 
+def _sanitizer_flags():
+    """``FASTPREP_SANITIZE=1``: build the C++ op with AddressSanitizer and UBSan (for fuzzing
+    and tests; Python then needs libasan preloaded, see docs/fuzzing.md)."""
+    if os.environ.get("FASTPREP_SANITIZE", "0") in ("", "0"):
+        return [], []
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined",
+             "-g", "-O1"]
+    return flags, ["-fsanitize=address,undefined"]
+
+
 def main():
     from Cython.Build import cythonize
     from torch.utils.cpp_extension import CppExtension
@@ -112,16 +123,22 @@ def main():
     omp_compile, omp_link = _openmp_flags()
     print(f"fastprep: libjpeg-turbo {version} (headers in {include_dirs[0]})")
     print(f"fastprep: OpenMP for Cython kernels: {'yes' if omp_compile else 'no'}")
+    san_compile, san_link = _sanitizer_flags()
+    if san_compile:
+        print(f"fastprep: sanitizers for the C++ op: {' '.join(san_compile)}")
 
     csrc = "csrc"
     sources = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".cpp"))
+    headers = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".h"))
     cpp_ext = CppExtension(
         "fastprep._C",
         sources=sources,
         include_dirs=include_dirs + [os.path.abspath(csrc)],
         library_dirs=library_dirs,
         libraries=["jpeg"],
-        extra_compile_args={"cxx": ["-O3"]},
+        depends=headers,
+        extra_compile_args={"cxx": ["-O3"] + san_compile},
+        extra_link_args=san_link,
         define_macros=[("FASTPREP_LIBJPEG_VERSION", f'"{version}"')],
     )
     cython_exts = cythonize(
@@ -129,7 +146,11 @@ def main():
             Extension(
                 "fastprep._kernels._color",
                 ["fastprep/_kernels/_color.pyx"],
-                extra_compile_args=["-O3"] + omp_compile,
+                # The AVX2 / AVX-512 variants are selected at run time by per-function
+                # target attributes inside the module, so the module itself stays at the
+                # x86-64 baseline and imports on any CPU. No FP contraction: no variant
+                # may fuse a multiply-add, which keeps the variants bit-identical.
+                extra_compile_args=["-O3", "-ffp-contract=off"] + omp_compile,
                 extra_link_args=omp_link,
             ),
         ],

@@ -13,8 +13,15 @@ to the reference measured in the same run:
   fastprep.io.decode_jpeg_roi for a 256x256 window of a 533x800 JPEG.
 * Time to the first mask call in a fresh process (import of fastprep.functional, Numba
   compile or cache load, first call), with a cold and then a warm on-disk Numba cache.
+* With the other cores busy (one busy-loop process per other usable CPU): mean time per
+  call of the per-sample mask_yuv_scale at default settings vs one thread, and of the
+  OpenMP path the kernels used before (torch.get_num_threads() threads), plus a batch.
 
-    python bench/bench_kernels.py [--runs 2000] [--json out.json]
+Each code path runs in its own process: ``native`` (the kernels this CPU selects) and
+``avx2`` (an AVX2-only CPU such as AMD Zen 3, emulated: Numba compiled for haswell with
+NUMBA_CPU_NAME/NUMBA_CPU_FEATURES, the C kernels' AVX2 variant with FASTPREP_ISA=avx2).
+
+    python bench/bench_kernels.py [--runs 2000] [--target both|native|avx2] [--json out.json]
 """
 
 import argparse
@@ -33,7 +40,15 @@ from scipy.signal import convolve2d
 
 import fastprep.functional as F
 import fastprep.transforms as FT
+from fastprep._platform import describe
 from fastprep.bench.synthetic import photo_like
+
+# An AVX2-only CPU emulated on any x86-64 host (see docs/kernels.md). NUMBA_CPU_NAME alone
+# would keep the host's AVX-512 features.
+TARGET_ENV = {
+    "native": {},
+    "avx2": {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx2,+fma", "FASTPREP_ISA": "avx2"},
+}
 
 H = W = 256
 RATIO = 0.25
@@ -147,14 +162,79 @@ def first_call_times():
     return out
 
 
+def code_path():
+    """The Numba target and the C kernels' variant in use in this process."""
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    from fastprep._kernels import _color
+
+    cpu = config.CPU_NAME or ll.get_host_cpu_name()
+    features = "host features" if config.CPU_FEATURES is None else config.CPU_FEATURES or "none"
+    return f"Numba target {cpu} ({features}); C kernels {_color.active_isa()} variant"
+
+
+def busy_cores_rows(runs, default_threads):
+    """Mean per-call time with a busy-loop process on every other usable CPU."""
+    from fastprep._kernels import _color
+
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    img = torch.from_numpy(np.ascontiguousarray(photo_like(H, W, seed=3).transpose(2, 0, 1)))
+    batch = img.expand(64, 3, H, W).contiguous()
+    buf, buf64 = F._scratch_mask(H, W)
+    out = np.empty((1, 3, H, W), np.float32)
+    m = F._mask_kernels().probability_numerator(RATIO)
+
+    def openmp_before(x):
+        # the kernels' previous path: mask, then OpenMP with torch.get_num_threads() threads
+        F._mask_kernels().random_dilated_mask(np.uint64(1), m, H, W, buf64)
+        _color.mask_yuv(x.numpy()[None], buf, out, 0.0, 1.0 / 255.0, torch.get_num_threads())
+
+    cases = [
+        ("mask_yuv_scale 3x256x256, default threads", img, lambda x: F.mask_yuv_scale(x, RATIO)),
+        ("mask_yuv_scale 3x256x256, num_threads=1", img, lambda x: F.mask_yuv_scale(x, RATIO, num_threads=1)),
+        ("previous OpenMP path, torch threads", img, openmp_before),
+        ("yuv_scale 64x3x256x256, default threads", batch, lambda x: F.yuv_scale(x)),
+        ("yuv_scale 64x3x256x256, num_threads=1", batch, lambda x: F.yuv_scale(x, num_threads=1)),
+    ]
+    prev = torch.get_num_threads()
+    torch.set_num_threads(default_threads)  # the main process's default, not the benchmark's 1
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, ncpu - 1))]
+    try:
+        time.sleep(0.5)
+        for name, x, fn in cases:  # warm-up
+            fn(x)
+        times = {name: [] for name, _, _ in cases}
+        for _ in range(max(4, runs // 200)):  # alternate in blocks, as measure() does
+            for name, x, fn in cases:
+                for _ in range(50 if x is img else 1):
+                    t0 = time.perf_counter()
+                    fn(x)
+                    times[name].append(time.perf_counter() - t0)
+        means = {name: statistics.fmean(ts) for name, ts in times.items()}
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+        torch.set_num_threads(prev)
+    return means, len(busy), default_threads
+
+
 # ------------------------------------------------------------------------------ main
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000, help="timed calls per method (default 2000)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--target", choices=("both", "native", "avx2"), default="both",
+                        help="code path: both (default; each in its own process), native, or avx2 "
+                             "(an AVX2-only CPU emulated through NUMBA_CPU_NAME/FEATURES and FASTPREP_ISA)")
     args = parser.parse_args()
 
+    if args.target == "both" or (args.target == "avx2" and os.environ.get("FASTPREP_ISA") != "avx2"):
+        return run_targets(args)
+
+    default_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     np.random.seed(0)
     torch.manual_seed(0)
@@ -212,8 +292,11 @@ def main():
     if roi:
         rows.append(("decode", "fastprep decode_jpeg_roi 256x256 of 533x800", roi * 1e6, "", ""))
 
+    busy_means, n_busy, busy_threads = busy_cores_rows(args.runs, default_threads)
+
+    print(f"\n{describe()}\nCode path: {code_path()}")
     print(f"\nfastprep kernels, 3x{H}x{W} uint8, ratio {RATIO}, one thread, median of {args.runs} calls "
-          f"({platform.processor() or platform.machine()}, torch {torch.__version__})\n")
+          f"(torch {torch.__version__})\n")
     print("| step | method | median µs | ratio | target |")
     print("|---|---|---:|---|---|")
     for step, method, t, ratio, target in rows:
@@ -225,8 +308,21 @@ def main():
         print(f"| {state} | {f['import_torch']:.2f} | {f['import_fastprep']:.2f} | {f['first_mask']:.2f} | "
               f"{f['first_fused']:.3f} |")
 
+    one = busy_means["mask_yuv_scale 3x256x256, num_threads=1"]
+    one_batch = busy_means["yuv_scale 64x3x256x256, num_threads=1"]
+    print(f"\nWith the other cores busy ({n_busy} busy-loop process(es), not pinned), torch threads "
+          f"{busy_threads} (the main process's default); mean per call, ratio to 1 thread in the same run:\n")
+    print("| kernel | mean µs | vs 1 thread | target |")
+    print("|---|---:|---:|---|")
+    for name, t in busy_means.items():
+        ref = one_batch if name.startswith("yuv_scale") else one
+        target = "<= 2x" if name == "mask_yuv_scale 3x256x256, default threads" else ""
+        print(f"| {name} | {t * 1e6:.1f} | {t / ref:.2f}x | {target} |")
+
     if args.json:
         result = {
+            "cpu": describe(), "code_path": code_path(), "target": args.target,
+            "busy_cores_mean_us": {k: v * 1e6 for k, v in busy_means.items()},
             "shape": [3, H, W], "ratio": RATIO, "runs": args.runs, "threads": 1,
             "median_us": us, "roi_decode_us": roi * 1e6 if roi else None,
             "first_call_s": first,
@@ -237,9 +333,28 @@ def main():
                 "fused_vs_roi_decode": med["fastprep Compose (MaskYUVScale)"] / roi if roi else None,
             },
             "platform": platform.platform(), "torch": torch.__version__,
+            "busy_default_vs_one_thread": busy_means["mask_yuv_scale 3x256x256, default threads"] / one,
         }
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
+
+
+def run_targets(args):
+    """Run the benchmark once per code path, each in a fresh process with its overrides."""
+    targets = ("native", "avx2") if args.target == "both" else (args.target,)
+    results = {}
+    for target in targets:
+        env = dict(os.environ, **TARGET_ENV[target])
+        cmd = [sys.executable, os.path.abspath(__file__), "--runs", str(args.runs), "--target", target]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "r.json")
+            print(f"\n===== code path: {target} =====", flush=True)
+            subprocess.run(cmd + ["--json", out], env=env, check=True)
+            with open(out) as f:
+                results[target] = json.load(f)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -47,8 +47,8 @@ except ImportError:  # run from a source checkout without installing
 
 import fastprep.data as D  # noqa: E402
 from fastprep import io as fio  # noqa: E402
-from fastprep._decode_transforms import DecodeRandomCrop  # noqa: E402
 from fastprep._platform import describe  # noqa: E402
+from fastprep.decode_transforms import DecodeRandomCrop  # noqa: E402
 from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
 from fastprep.pack import pack_folder  # noqa: E402
 

@@ -1,16 +1,19 @@
-// torch.ops.fastprep.decode_jpeg: the whole image.
+// torch.ops.fastprep.decode_jpeg: the whole image, at scale_num/8 of its size.
 #include <torch/library.h>
 
 #include "jpeg_ops.h"
 
 namespace fastprep {
 
-at::Tensor decode_jpeg(const at::Tensor& data, int64_t mode, int64_t max_pixels, bool strict) {
+at::Tensor decode_jpeg(const at::Tensor& data, int64_t mode, int64_t max_pixels, bool strict,
+                       int64_t scale_num) {
   check_data(data);
   check_mode(mode);
+  check_scale(scale_num);
   Decoder dec(strict);
   const fp_info info = read_header(dec, data);
-  return decode_window(dec, info, mode, 0, 0, info.height, info.width, max_pixels);
+  return decode_window(dec, info, mode, 0, 0, fp_scaled_size(info.height, (int)scale_num),
+                       fp_scaled_size(info.width, (int)scale_num), max_pixels, scale_num);
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg", &decode_jpeg); }

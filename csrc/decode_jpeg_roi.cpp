@@ -1,5 +1,6 @@
-// torch.ops.fastprep.decode_jpeg_roi: a window of the image, bit-identical to a full
-// decode sliced to the same window (see jpeg_decoder.cpp for how). Files whose restart
+// torch.ops.fastprep.decode_jpeg_roi: a window of the image at scale_num/8 of its size
+// (window in scaled coordinates), bit-identical to a full decode at that scale sliced to
+// the same window (see jpeg_decoder.cpp for how). At full scale, files whose restart
 // intervals tile the MCU rows take a faster path (restart_index.h): only the intervals
 // the window needs are decoded.
 #include <torch/library.h>
@@ -57,25 +58,30 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
 }  // namespace
 
 at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
-                           int64_t width, int64_t mode, int64_t max_pixels, bool strict) {
+                           int64_t width, int64_t mode, int64_t max_pixels, bool strict,
+                           int64_t scale_num) {
   check_data(data);
   check_mode(mode);
+  check_scale(scale_num);
   TORCH_CHECK_VALUE(height > 0 && width > 0, "window height and width must be positive, got ",
                     height, "x", width);
   TORCH_CHECK_VALUE(top >= 0 && left >= 0, "window top and left must be >= 0, got top=", top,
                     ", left=", left);
   Decoder dec(strict);
   const fp_info info = read_header(dec, data);
-  TORCH_CHECK_VALUE(top < info.height && height <= info.height - top && left < info.width &&
-                        width <= info.width - left,
-                    "window (top=", top, ", left=", left, ", height=", height, ", width=", width,
-                    ") does not fit in the ", info.height, "x", info.width, " image");
-  if (max_pixels <= 0 || info.height * info.width <= max_pixels) {
+  const int64_t h = fp_scaled_size(info.height, (int)scale_num);
+  const int64_t w = fp_scaled_size(info.width, (int)scale_num);
+  TORCH_CHECK_VALUE(top < h && height <= h - top && left < w && width <= w - left, "window (top=",
+                    top, ", left=", left, ", height=", height, ", width=", width,
+                    ") does not fit in the ", h, "x", w, " image",
+                    scale_num == 8 ? "" : " (its size at the requested DCT scale)");
+  // The restart-interval path plans in full-scale MCUs; scaled decodes take the general path.
+  if (scale_num == 8 && (max_pixels <= 0 || info.height * info.width <= max_pixels)) {
     thread_warning().clear();
     at::Tensor out = decode_restart_roi(data, info, mode, top, left, height, width);
     if (out.defined()) return out;
   }
-  return decode_window(dec, info, mode, top, left, height, width, max_pixels);
+  return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num);
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg_roi", &decode_jpeg_roi); }

@@ -50,6 +50,13 @@ int fp_read_header(fp_decoder* dec, const uint8_t* data, size_t size, fp_info* i
 // Number of output channels for `mode` given the parsed header (0 if unsupported).
 int fp_output_channels(const fp_info* info, int mode);
 
+// DCT scaling: decode at scale_num/8 of the size (1 <= scale_num <= 8; default 8). The
+// output is ceil(dimension * scale_num / 8) pixels in each direction (libjpeg's rule,
+// fp_scaled_size). Set before fp_decode_window; window coordinates are then scaled ones.
+void fp_set_scale(fp_decoder* dec, int scale_num);
+int64_t fp_scaled_size(int64_t dimension, int scale_num);
+
+
 // Decode rows [top, top+height) and columns [left, left+width) into `out`, a contiguous
 // channels x height x width uint8 buffer. The window must lie inside the image.
 // Call after fp_read_header, at most once.

@@ -1,12 +1,13 @@
 // libjpeg-turbo glue, written in the C subset: no C++ object with a destructor may live
 // in a frame that calls setjmp, because libjpeg's error path longjmps back to it.
 //
-// ROI decoding is exact (bit-identical to a full decode, sliced): the decoder is asked
-// for a window aligned to the iMCU grid and padded so that the crop's first and last
-// columns and the first row after the skip -- where fancy upsampling lacks neighbours --
-// are never needed pixels, and rows are skipped only in whole iMCU rows (libjpeg-turbo
-// 2.1's jpeg_skip_scanlines returns wrong context when a skip does not end on a row-group
-// boundary). Rows below the window are never decoded (jpeg_abort_decompress).
+// ROI decoding is exact (bit-identical to a full decode at the same DCT scale, sliced):
+// the decoder is asked for a window aligned to the iMCU grid (at the output scale) and
+// padded so that the crop's first and last columns and the first row after the skip --
+// where fancy upsampling lacks neighbours -- are never needed pixels, and rows are skipped
+// only in whole iMCU rows (libjpeg-turbo 2.1's jpeg_skip_scanlines returns wrong context
+// when a skip does not end on a row-group boundary). Rows below the window are never
+// decoded (jpeg_abort_decompress).
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ struct fp_decoder {
   struct fp_source_mgr src;
   int created;
   int strict;
+  int scale_num;
   int header_read;
   int decoding;
   int warnings;
@@ -118,6 +120,7 @@ fp_decoder* fp_create(int strict) {
   fp_decoder* dec = (fp_decoder*)calloc(1, sizeof(fp_decoder));
   if (dec == NULL) return NULL;
   dec->strict = strict;
+  dec->scale_num = 8;
   dec->cinfo.err = jpeg_std_error(&dec->err.pub);
   dec->err.pub.error_exit = fp_error_exit;
   dec->err.pub.emit_message = fp_emit_message;
@@ -140,6 +143,15 @@ void fp_destroy(fp_decoder* dec) {
 }
 
 const char* fp_message(const fp_decoder* dec) { return dec->message; }
+
+void fp_set_scale(fp_decoder* dec, int scale_num) {
+  dec->scale_num = (scale_num >= 1 && scale_num <= 8) ? scale_num : 8;
+}
+
+int64_t fp_scaled_size(int64_t dimension, int scale_num) {
+  return (dimension * scale_num + 7) / 8;
+}
+
 int fp_warning_count(const fp_decoder* dec) { return dec->warnings; }
 const char* fp_first_warning(const fp_decoder* dec) { return dec->first_warning; }
 
@@ -314,11 +326,17 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
     default:
       fp_fail(dec, "internal error: unknown mode");
   }
+  cinfo->scale_num = (unsigned int)dec->scale_num;
+  cinfo->scale_denom = 8;
   jpeg_start_decompress(cinfo);
+  if ((int64_t)cinfo->output_width != fp_scaled_size(cinfo->image_width, dec->scale_num) ||
+      (int64_t)cinfo->output_height != fp_scaled_size(cinfo->image_height, dec->scale_num))
+    fp_fail(dec, "internal error: libjpeg chose an unexpected output size for the DCT scale");
 
   const int nc = cinfo->output_components;
   const int64_t full_w = cinfo->output_width;
   // Size of an iMCU at the output scale; single-component images are non-interleaved.
+  // (jpeg_crop_scanline aligns to the same grid.)
   const int scaled = cinfo->min_DCT_scaled_size;
   const int64_t mcu_w = cinfo->num_components == 1 ? scaled : (int64_t)scaled * cinfo->max_h_samp_factor;
   const int64_t mcu_h = cinfo->num_components == 1 ? scaled : (int64_t)scaled * cinfo->max_v_samp_factor;
@@ -329,11 +347,23 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   int64_t x0 = ((left > 0 ? left - 1 : 0) / mcu_w) * mcu_w;
   int64_t x1 = ((left + width + 1 + mcu_w - 1) / mcu_w) * mcu_w;
   if (x1 > full_w) x1 = full_w;
-  if (x0 > 0 || x1 < full_w) {
+  // When DCT scaling enlarges a component's IDCT output (libjpeg does so for chroma whose
+  // subsampling is a power of two in both directions, to spare upsampling) but the
+  // component still needs upsampling, libjpeg-turbo before 3.0.1 computes its cropped
+  // width wrongly (4x2 and 2x4 sampling): decode the full width then.
+  int crop_ok = 1;
+  for (int c = 0; c < cinfo->num_components; c++) {
+    const jpeg_component_info* comp = &cinfo->comp_info[c];
+    if (comp->DCT_scaled_size != scaled &&
+        comp->h_samp_factor * comp->DCT_scaled_size != cinfo->max_h_samp_factor * scaled)
+      crop_ok = 0;
+  }
+  if (crop_ok && (x0 > 0 || x1 < full_w)) {
     JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
     jpeg_crop_scanline(cinfo, &xoff, &cw);
     x0 = xoff;
   }
+  if (!crop_ok) x0 = 0;
   const int64_t col = left - x0;
   if (col < 0 || col + width > (int64_t)cinfo->output_width)
     fp_fail(dec, "internal error: crop window does not cover the requested columns");

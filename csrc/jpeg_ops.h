@@ -47,6 +47,12 @@ inline void check_mode(int64_t mode) {
                     "mode must be 0 (UNCHANGED), 1 (GRAY), 3 (RGB) or 4 (YCbCr), got ", mode);
 }
 
+inline void check_scale(int64_t scale_num) {
+  TORCH_CHECK_VALUE(scale_num >= 1 && scale_num <= 8,
+                    "scale_num must be in [1, 8] (the output is scale_num/8 of the size), got ",
+                    scale_num);
+}
+
 inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
   fp_info info;
   if (fp_read_header(dec.get(), data.data_ptr<uint8_t>(), (size_t)data.numel(), &info) != FP_OK)
@@ -54,10 +60,11 @@ inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
   return info;
 }
 
-// Decode a window of an image whose header `dec` has read. Window bounds must be checked.
+// Decode a window of an image whose header `dec` has read, at scale_num/8 of the size
+// (window in scaled coordinates). Window bounds and scale_num must be checked.
 inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t mode,
                                 int64_t top, int64_t left, int64_t height, int64_t width,
-                                int64_t max_pixels) {
+                                int64_t max_pixels, int64_t scale_num = 8) {
   // Before any allocation: headers can declare 65500x65500 in a few bytes of data.
   const int64_t pixels = info.height * info.width;
   TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
@@ -69,6 +76,7 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
               info.components, " components (libjpeg colour space ", info.color_space,
               ") in mode ", mode);
   at::Tensor out = at::empty({channels, height, width}, at::kByte);
+  fp_set_scale(dec.get(), (int)scale_num);
   if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out.data_ptr<uint8_t>()) !=
       FP_OK)
     TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));

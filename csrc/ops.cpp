@@ -21,10 +21,12 @@ TORCH_LIBRARY(fastprep, m) {
   // then the restart interval in MCUs (0: none) and whether decode_jpeg_roi's restart-interval
   // path applies (1/0)
   m.def("jpeg_info(Tensor data) -> Tensor");
-  m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict) -> Tensor");
+  // scale_num: decode at scale_num/8 of the size (DCT scaling); ROI windows are in scaled
+  // coordinates.
+  m.def("decode_jpeg(Tensor data, int mode, int max_pixels, bool strict, int scale_num=8) -> Tensor");
   m.def(
       "decode_jpeg_roi(Tensor data, int top, int left, int height, int width, int mode, "
-      "int max_pixels, bool strict) -> Tensor");
+      "int max_pixels, bool strict, int scale_num=8) -> Tensor");
   // Lossless transcode; restart_interval in MCUs, -1 = automatic (see transcode_jpeg.cpp).
   m.def(
       "transcode_jpeg(Tensor data, int restart_interval, bool optimize, bool keep_metadata, "

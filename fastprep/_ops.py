@@ -19,7 +19,7 @@ def _channels_or_dynamic(mode):
 
 
 @torch.library.register_fake("fastprep::decode_jpeg_roi")
-def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, strict):
+def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, strict, scale_num=8):
     torch._check(height > 0)
     torch._check(width > 0)
     return data.new_empty((_channels_or_dynamic(mode), height, width))
@@ -31,7 +31,7 @@ def _jpeg_info_fake(data):
 
 
 @torch.library.register_fake("fastprep::decode_jpeg")
-def _decode_jpeg_fake(data, mode, max_pixels, strict):
+def _decode_jpeg_fake(data, mode, max_pixels, strict, scale_num=8):
     ctx = torch.library.get_ctx()
     channels = _channels_or_dynamic(mode)
     return data.new_empty((channels, ctx.new_dynamic_size(), ctx.new_dynamic_size()))

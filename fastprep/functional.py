@@ -6,7 +6,9 @@ strides (copied to contiguous only when they are not). The result has the input'
 numpy in, numpy out; tensor in, tensor out (``tv_tensors`` subclasses are returned as
 plain tensors, as torchvision's functionals do; :mod:`fastprep.transforms` re-wraps
 them). Results are new arrays; the inputs are never modified. The kernels run on the CPU,
-release the GIL, and are not differentiable.
+release the GIL, and are not differentiable. The colour/scale functions run a per-sample
+image on the calling thread and add threads only for large batches (:func:`kernel_threads`,
+``num_threads=``); the C kernels use the best SIMD level of the CPU (docs/kernels.md).
 
 Randomness: every random function takes a seed from torch's RNG (the default generator,
 or ``generator``) -- one 63-bit draw per call -- and feeds it to a counter-based PRNG in
@@ -24,8 +26,12 @@ ITU-T T.871 (JFIF 1.02) section 7:
 computed in float32 with no clamping.
 """
 
+import itertools
 import math
 import numbers
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -41,7 +47,9 @@ __all__ = [
     "scale",
     "yuv_scale",
     "mask_yuv_scale",
+    "kernel_threads",
     "MASK_PROBABILITY_RESOLUTION",
+    "PARALLEL_MIN_ELEMENTS",
 ]
 
 MASK_PROBABILITY_RESOLUTION = 2.0**-16
@@ -57,7 +65,8 @@ _TORCH_DTYPE = {
     np.dtype(np.float32): torch.float32,
     np.dtype(np.bool_): torch.bool,
 }
-_TORCH_DTYPES = {dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES)}
+_OUT_DTYPES = (_F32,)
+_TORCH_DTYPES = {dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES, _OUT_DTYPES)}
 _mask_module = None
 
 
@@ -72,9 +81,113 @@ def _mask_kernels():
     return _mask_module
 
 
-def _num_threads():
-    # torch sets 1 inside DataLoader workers; the Cython kernels then skip OpenMP.
-    return max(1, torch.get_num_threads())
+# ---------------------------------------------------------------------------- threads
+
+PARALLEL_MIN_ELEMENTS = 1 << 20
+"""Output elements per thread below which the colour/scale kernels do not add a thread
+(about 0.3-0.5 ms of work per thread): a per-sample image (3x256x256 = 196,608 elements,
+even 3x512x512) always runs on the calling thread alone."""
+
+_TASK_ELEMENTS = 1 << 18  # work unit handed out to the threads, in output elements
+
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def kernel_threads(elements, num_threads=None):
+    """Threads the colour/scale kernels use for an output of ``elements`` float32 values.
+
+    Args:
+        elements (int): output elements of the call (``N * 3 * H * W`` for a batch).
+        num_threads (int, optional): an explicit count, returned as is (checked).
+            ``None``: one thread per :data:`PARALLEL_MIN_ELEMENTS` elements, at most
+            ``torch.get_num_threads()`` and the CPUs this process may use -- so one
+            thread for every per-sample image and inside DataLoader workers (where torch
+            sets one thread), and up to all cores for large batches in the main process.
+
+    Returns:
+        int: >= 1.
+    """
+    if num_threads is not None:
+        if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
+            raise TypeError(f"num_threads must be None or a positive int, got {num_threads!r} "
+                            f"({type(num_threads).__name__})")
+        if num_threads < 1:
+            raise ValueError(f"num_threads must be None or a positive int, got {num_threads}")
+        return int(num_threads)
+    cap = min(torch.get_num_threads(), _usable_cpus())
+    return max(1, min(cap, int(elements) // PARALLEL_MIN_ELEMENTS))
+
+
+_pool = None
+_pool_workers = 0
+_pool_lock = threading.Lock()
+
+
+def _reset_pool():  # in a forked child the parent's pool threads do not exist
+    global _pool, _pool_workers, _pool_lock
+    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool)
+
+
+def _helpers(workers):
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool is None or _pool_workers < workers:
+            old = _pool
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fastprep-kernel")
+            _pool_workers = workers
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool
+
+
+def _run(run_task, tasks, threads):
+    """Call ``run_task(i)`` for ``i < tasks`` on the calling thread and ``threads - 1`` helpers.
+
+    Caller-runs: every thread takes the next task from a shared counter, and the caller
+    never waits for a helper that has not started (its job is cancelled), only for one
+    that is inside a task. So a helper that the OS does not schedule, because another
+    process holds its core, costs nothing: the caller does its share, and the call is
+    never slower than one thread by more than one task (OpenMP's fork-join instead
+    waits at its barrier for every team thread, which made one 3x256x256 image take
+    8-12 ms instead of 0.15 ms with the other core busy). The kernels release the GIL.
+    """
+    threads = min(threads, tasks)
+    if threads <= 1:
+        for i in range(tasks):
+            run_task(i)
+        return
+    counter = itertools.count()
+
+    def loop():
+        for i in counter:  # next() on itertools.count is atomic under the GIL
+            if i >= tasks:
+                return
+            run_task(i)
+
+    pool = _helpers(threads - 1)
+    futures = [pool.submit(loop) for _ in range(threads - 1)]
+    try:
+        loop()
+    finally:
+        for f in futures:
+            if not f.cancel():
+                f.result()
+
+
+def _spans(length, per_task):
+    """(tasks, bounds(i)) splitting ``range(length)`` into pieces of about ``per_task``."""
+    per_task = max(1, per_task)
+    tasks = max(1, -(-length // per_task))
+    return tasks, lambda i: (i * per_task, min(length, (i + 1) * per_task))
 
 
 # ----------------------------------------------------------------------------- checks
@@ -309,18 +422,52 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
 # ----------------------------------------------------------------------------- colour
 
 
-def _yuv(validated, gain, out_dtype=None, mask_args=None):
+def _yuv(validated, gain, out_dtype=None, mask_args=None, num_threads=None, out=None):
     arr, shape, is_tensor = validated
-    out, out_np = _new(shape, _F32, is_tensor)
+    if out is None:
+        out, out_np = _new(shape, _F32, is_tensor)
+    else:
+        out_np = _check_out(out, arr, shape, is_tensor)
+    threads = kernel_threads(out_np.size, num_threads)
     if arr.size and mask_args is None:
         n = arr.shape[0]
-        _color.yuv(arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1), gain, _num_threads())
+        src, dst = arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1)
+        tasks, bounds = _spans(src.shape[2], _TASK_ELEMENTS // (3 * n))
+
+        def task(i):
+            a, b = bounds(i)
+            _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain, 1)
+
+        _run(task, tasks, threads)
     elif arr.size:
         m, f, s = mask_args
         buf, buf64 = _scratch_mask(shape[-2], shape[-1])
         _mask_kernels().random_dilated_mask(s, m, shape[-2], shape[-1], buf64)
-        _color.mask_yuv(arr, buf, out_np.reshape(arr.shape), float(f), gain, _num_threads())
+        dst = out_np.reshape(arr.shape)
+        tasks, bounds = _spans(arr.shape[2], _TASK_ELEMENTS // (3 * arr.shape[0] * arr.shape[3]))
+
+        def task(i):
+            a, b = bounds(i)
+            _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain, 1)
+
+        _run(task, tasks, threads)
     return _cast(out, out_dtype, is_tensor)
+
+
+def _check_out(out, arr, shape, is_tensor):
+    """The numpy view of a caller's ``out``: same container type, float32, C-contiguous,
+    ``shape``, not overlapping the input."""
+    kind = torch.Tensor if is_tensor else np.ndarray
+    if not isinstance(out, kind):
+        raise TypeError(f"out must be a {kind.__module__}.{kind.__name__} like img, got {type(out).__name__}")
+    out_np, _ = _to_numpy(out, "out", _OUT_DTYPES)
+    if tuple(out_np.shape) != tuple(shape):
+        raise ValueError(f"out must have img's shape {tuple(shape)}, got {tuple(out_np.shape)}")
+    if not out_np.flags.c_contiguous or not out_np.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    if np.may_share_memory(out_np, arr):
+        raise ValueError("out must not overlap img")
+    return out_np
 
 
 def _cast(out, dtype, is_tensor):
@@ -344,7 +491,7 @@ def _check_out_dtype(dtype, is_tensor):
     raise TypeError(f"dtype must be {allowed}, got {dtype!r}")
 
 
-def rgb_to_yuv(img):
+def rgb_to_yuv(img, *, num_threads=None, out=None):
     """Convert RGB to YUV (JPEG/JFIF YCbCr, BT.601 full range; ITU-T T.871 section 7).
 
     ``Y = 0.299 R + 0.587 G + 0.114 B``, ``U = -0.16874 R - 0.33126 G + 0.5 B + 128``,
@@ -353,51 +500,77 @@ def rgb_to_yuv(img):
     Args:
         img (torch.Tensor | numpy.ndarray): ``(3, H, W)`` or ``(N, 3, H, W)`` RGB, uint8
             or float32 on the 0..255 scale.
+        num_threads (int, optional): threads for this call; ``None`` (default): see
+            :func:`kernel_threads` (one for a per-sample image, more only for large
+            batches in the main process).
+        out (optional): float32 destination of ``img``'s container type and shape,
+            C-contiguous, not overlapping ``img`` (e.g. a reused batch buffer); returned.
 
     Returns:
         Same type and shape as ``img``, float32; Y in [0, 255] and U, V in [0.5, 255.5]
         for inputs in [0, 255].
     """
-    return _yuv(_image4d(img, channels=3), 1.0)
+    return _yuv(_image4d(img, channels=3), 1.0, num_threads=num_threads, out=out)
 
 
-def scale(img):
+def scale(img, *, num_threads=None, out=None):
     """Scale to [0, 1]: ``img / 255`` in float32 (a true division, as in torch).
 
     Args:
         img (torch.Tensor | numpy.ndarray): any shape, uint8 or float32.
+        num_threads (int, optional): threads for this call; ``None`` (default): see
+            :func:`kernel_threads` (one for a per-sample image, more only for large
+            batches in the main process).
+        out (optional): float32 destination of ``img``'s container type and shape,
+            C-contiguous, not overlapping ``img`` (e.g. a reused batch buffer); returned.
 
     Returns:
         Same type and shape as ``img``, float32.
     """
     arr, is_tensor = _to_numpy(img)
     src = np.ascontiguousarray(arr).reshape(-1)
-    out, out_np = _new(arr.shape, _F32, is_tensor)
-    _color.scale(src, out_np.reshape(-1), _num_threads())
+    if out is None:
+        out, out_np = _new(arr.shape, _F32, is_tensor)
+    else:
+        out_np = _check_out(out, arr, arr.shape, is_tensor)
+    dst = out_np.reshape(-1)
+    tasks, bounds = _spans(src.size, _TASK_ELEMENTS)
+
+    def task(i):
+        a, b = bounds(i)
+        _color.scale(src[a:b], dst[a:b], 1)
+
+    _run(task, tasks, kernel_threads(src.size, num_threads))
     return out
 
 
-def yuv_scale(img, dtype=None):
+def yuv_scale(img, dtype=None, *, num_threads=None, out=None):
     """``scale(rgb_to_yuv(img))`` in one pass (coefficients pre-divided by 255).
 
-    Agrees with the two-step result to float32 rounding (< 1e-6). Batches use OpenMP
-    with ``torch.get_num_threads()`` threads.
+    Agrees with the two-step result to float32 rounding (< 1e-6).
 
     Args:
         img (torch.Tensor | numpy.ndarray): ``(3, H, W)`` or ``(N, 3, H, W)`` RGB, uint8
             or float32 on the 0..255 scale.
         dtype (optional): output dtype: float32 (default), float16, or bfloat16 for
-            tensors (a cast of the float32 result).
+            tensors (a cast of the float32 result); float32 or ``None`` with ``out``.
+        num_threads (int, optional): threads for this call; ``None`` (default): see
+            :func:`kernel_threads` (one for a per-sample image, more only for large
+            batches in the main process).
+        out (optional): float32 destination of ``img``'s container type and shape,
+            C-contiguous, not overlapping ``img`` (e.g. a reused batch buffer); returned.
 
     Returns:
         Same type and shape as ``img``; Y in [0, 1], U and V in [0.5/255, 255.5/255].
     """
     validated = _image4d(img, channels=3)
     _check_out_dtype(dtype, validated[2])
-    return _yuv(validated, 1.0 / 255.0, dtype)
+    if out is not None and _cast(out, dtype, validated[2]) is not out:
+        raise ValueError(f"out is float32: dtype must be None or float32 with out, got {dtype!r}")
+    return _yuv(validated, 1.0 / 255.0, dtype, num_threads=num_threads, out=out)
 
 
-def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None):
+def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None, num_threads=None):
     """``yuv_scale(apply_random_mask(img, ratio, fill))`` fused: each output written once.
 
     The mask is the one :func:`apply_random_mask` draws for the same seed; a masked
@@ -411,6 +584,9 @@ def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None):
         generator (torch.Generator, optional): source of the seed; default torch RNG.
         fill (int | float): value of masked pixels before the conversion.
         seed (int, optional): use this seed instead of drawing one.
+        num_threads (int, optional): threads for this call; ``None`` (default): see
+            :func:`kernel_threads` (one for a per-sample image, more only for large
+            batches in the main process).
 
     Returns:
         Same type and shape as ``img``, float32.
@@ -419,4 +595,4 @@ def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None):
     m = _mask_kernels().probability_numerator(_check_ratio(ratio))
     f = _fill_scalar(fill, validated[0].dtype)
     s = _draw_seed(generator, seed)
-    return _yuv(validated, 1.0 / 255.0, None, (m, f, s))
+    return _yuv(validated, 1.0 / 255.0, None, (m, f, s), num_threads)

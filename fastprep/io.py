@@ -40,12 +40,16 @@ __all__ = [
     "decode_jpeg_roi",
     "jpeg_info",
     "read_file",
+    "scaled_size",
     "transcode_jpeg",
 ]
 
 #: Images with more pixels than this are refused before any pixel memory is allocated
 #: (a 20-byte header can declare 65500x65500). Pass ``max_pixels=0`` to lift the limit.
 DEFAULT_MAX_PIXELS = 1 << 28
+
+#: Type of the ``scale`` argument: ``None`` (full size), ``(num, 8)`` or ``num`` (eighths).
+Scale = Union[None, int, tuple]
 
 _ERROR_PREFIX = "fastprep.DecodeError: "
 _INT64_MAX = (1 << 63) - 1
@@ -117,6 +121,10 @@ class JpegInfo:
     sampling_factors: tuple
     restart_interval: int = 0
     restart_roi: bool = False
+
+    def scaled_size(self, scale: Scale) -> tuple[int, int]:
+        """``(height, width)`` of a decode at DCT scale ``scale``; see :func:`scaled_size`."""
+        return scaled_size(self.height, self.width, scale)
 
 
 def _as_tensor(data: Buffer) -> torch.Tensor:
@@ -191,6 +199,47 @@ def _max_pixels(max_pixels) -> int:
     return max_pixels
 
 
+def _scale_num(scale) -> int:
+    """``scale`` as the numerator over 8: None -> 8, (num, 8) or num -> num, (1, 2) -> 4."""
+    if scale is None:
+        return 8
+    if isinstance(scale, tuple):
+        if len(scale) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in scale):
+            raise ValueError(f"scale must be None, an int num or a (num, 8) tuple of ints, got {scale!r}")
+        num, denom = scale
+        if denom <= 0 or (8 * num) % denom or not 1 <= 8 * num // denom <= 8:
+            raise ValueError(f"scale must be num/8 with 1 <= num <= 8, such as (1, 8), (3, 8) or (1, 2); got {scale!r}")
+        return 8 * num // denom
+    if isinstance(scale, bool):
+        raise TypeError(f"scale must be None, an int num or a (num, 8) tuple, got {scale!r}")
+    try:
+        num = operator.index(scale)
+    except TypeError:
+        raise TypeError(f"scale must be None, an int num or a (num, 8) tuple, got {type(scale).__name__} "
+                        f"{scale!r}") from None
+    if not 1 <= num <= 8:
+        raise ValueError(f"scale as an int is num in num/8 and must be in [1, 8], got {num}")
+    return num
+
+
+def scaled_size(height: int, width: int, scale: Scale) -> tuple[int, int]:
+    """Size of a decode at DCT scale ``scale``: exactly libjpeg's output size.
+
+    Args:
+        height, width: the image's size in pixels (as in :class:`JpegInfo`).
+        scale: ``None`` (8/8), ``(num, 8)`` with ``1 <= num <= 8``, an equal fraction such
+            as ``(1, 2)``, or the int ``num``.
+
+    Returns:
+        ``(ceil(height * num / 8), ceil(width * num / 8))``.
+    """
+    num = _scale_num(scale)
+    height, width = _int("height", height), _int("width", width)
+    if height < 0 or width < 0:
+        raise ValueError(f"height and width must be >= 0, got {height}x{width}")
+    return (height * num + 7) // 8, (width * num + 7) // 8
+
+
 def _run(op, *args):
     try:
         out = op(*args)
@@ -233,30 +282,35 @@ def jpeg_info(data: Buffer) -> JpegInfo:
 
 
 def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                strict: bool = False) -> torch.Tensor:
-    """Decode a whole JPEG image.
+                strict: bool = False, scale: Scale = None) -> torch.Tensor:
+    """Decode a whole JPEG image, optionally at reduced size (DCT scaling).
 
     Args:
         data: encoded JPEG bytes.
         mode: output channels, an :class:`ImageReadMode` or its name (default ``"RGB"``).
-        max_pixels: refuse images with more pixels than this (0: no limit).
+        max_pixels: refuse images with more pixels than this (0: no limit); counts the
+            pixels of the stored image, whatever ``scale``.
         strict: raise :class:`DecodeError` on any libjpeg warning (corrupt data) instead of
             warning and returning a possibly damaged image.
+        scale: decode at ``num/8`` of the size inside the inverse DCT, for much less work
+            than a full decode plus a resize: ``None`` (full size), ``(num, 8)`` with
+            ``1 <= num <= 8``, an equal fraction such as ``(1, 2)``, or the int ``num``.
+            The output is :func:`scaled_size` (libjpeg's rounding up).
 
     Returns:
-        uint8 tensor ``[C, H, W]``, contiguous.
+        uint8 tensor ``[C, H, W]``, contiguous; ``(H, W) = scaled_size(height, width, scale)``.
     """
     return _run(torch.ops.fastprep.decode_jpeg, _as_tensor(data), _mode(mode), _max_pixels(max_pixels),
-                bool(strict))
+                bool(strict), _scale_num(scale))
 
 
 def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
                     mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                    strict: bool = False) -> torch.Tensor:
-    """Decode only a window of a JPEG image.
+                    strict: bool = False, scale: Scale = None) -> torch.Tensor:
+    """Decode only a window of a JPEG image, optionally at reduced size (DCT scaling).
 
-    The result is bit-identical to ``decode_jpeg(data, mode)[:, top:top+height,
-    left:left+width]`` from the same libjpeg-turbo, for every window, every chroma
+    The result is bit-identical to ``decode_jpeg(data, mode, scale=scale)[:, top:top+height,
+    left:left+width]`` from the same libjpeg-turbo, for every window, scale, chroma
     subsampling and progressive files, at a fraction of the cost: columns outside the
     window are not inverse-transformed, upsampled or colour-converted, rows above it are
     only entropy-decoded, and rows below it are not read at all.
@@ -272,20 +326,21 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
 
     Args:
         data: encoded JPEG bytes.
-        top, left: window origin in pixels, ``>= 0``.
-        height, width: window size, ``>= 1``; the window must lie inside the image.
-        mode, max_pixels, strict: as in :func:`decode_jpeg`.
+        top, left: window origin in pixels of the scaled image, ``>= 0``.
+        height, width: window size, ``>= 1``; the window must lie inside the scaled image,
+            whose size is :func:`scaled_size` ``(info.height, info.width, scale)``.
+        mode, max_pixels, strict, scale: as in :func:`decode_jpeg`.
 
     Returns:
         uint8 tensor ``[C, height, width]``, contiguous.
 
     Raises:
         DecodeError: undecodable data, or truncated data that the window needs.
-        ValueError: a window that is empty or does not fit in the image.
+        ValueError: a window that is empty or does not fit in the (scaled) image.
     """
     return _run(torch.ops.fastprep.decode_jpeg_roi, _as_tensor(data), _int("top", top), _int("left", left),
                 _int("height", height), _int("width", width), _mode(mode), _max_pixels(max_pixels),
-                bool(strict))
+                bool(strict), _scale_num(scale))
 
 
 def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimize: bool = True,

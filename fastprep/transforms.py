@@ -1,7 +1,8 @@
 """Drop-in transforms over the compiled kernels, compatible with torchvision v2.
 
 ``RandomMask``, ``ConvertColor`` and ``Scale`` give the outputs of the reference transforms
-of the same names (see ``DESIGN.md``); :class:`Compose` runs any transforms and replaces a
+of the same names (a cross-dilated random mask; BT.601 full-range YCbCr; ``x / 255``);
+:class:`Compose` runs any transforms and replaces a
 run ``RandomMask -> ConvertColor -> Scale`` by one fused pass (:class:`MaskYUVScale`) and
 ``ConvertColor -> Scale`` by :class:`YUVScale`, with the same results.
 
@@ -25,13 +26,22 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from . import functional as F
-from ._decode_transforms import DecodeCenterCrop, DecodeRandomCrop  # noqa: F401
+from .decode_transforms import (  # noqa: F401  (re-exported)
+    DecodeCenterCrop,
+    DecodeRandomCrop,
+    DecodeRandomResizedCrop,
+    DecodeResize,
+    DecodeResizeCenterCrop,
+)
 
 __all__ = [
     "Compose",
     "ConvertColor",
     "DecodeCenterCrop",
     "DecodeRandomCrop",
+    "DecodeRandomResizedCrop",
+    "DecodeResize",
+    "DecodeResizeCenterCrop",
     "MaskYUVScale",
     "RandomMask",
     "Scale",

@@ -1,5 +1,9 @@
 """Colour and scale kernels (Cython): rgb_to_yuv, scale, yuv_scale, mask_yuv_scale."""
 
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -229,3 +233,162 @@ def test_two_threads_match_serial():
     for per_thread in results:
         for rep in per_thread:
             assert all(torch.equal(a, b) for a, b in zip(rep, serial))
+
+
+# --------------------------------------------------------------- ISA variants (C)
+
+from fastprep._kernels import _color  # noqa: E402
+
+
+def _all_colour_outputs():
+    outs = []
+    for k, shape in enumerate(SHAPES + [(3, 61, 257)]):
+        for dtype in (torch.uint8, torch.float32):
+            img = image(shape, dtype, seed=k)
+            outs += [F.rgb_to_yuv(img), F.yuv_scale(img), F.scale(img),
+                     F.mask_yuv_scale(img, 0.3, seed=k, fill=7)]
+    outs.append(F.rgb_to_yuv(ALL_PIXELS))
+    return outs
+
+
+class TestIsaVariants:
+    def test_every_supported_variant_is_bit_identical(self):
+        supported = _color.supported_isas()
+        assert supported[0] == "baseline"
+        try:
+            results = {}
+            for isa in supported:
+                assert _color.set_isa(isa) == isa and _color.active_isa() == isa
+                results[isa] = _all_colour_outputs()
+        finally:
+            _color.set_isa("auto")
+        base = results["baseline"]
+        # the baseline against the formulas (the per-op tests above check the default variant)
+        torch.testing.assert_close(base[-1], ref_yuv(ALL_PIXELS), rtol=0, atol=1e-4)
+        for isa, outs in results.items():
+            assert len(outs) == len(base)
+            for a, b in zip(outs, base):
+                assert torch.equal(a, b), isa
+
+    def test_auto_is_the_best_supported(self):
+        assert _color.set_isa("auto") == _color.supported_isas()[-1] == _color.active_isa()
+
+    def test_unsupported_request_falls_back(self):
+        try:
+            for isa in _color.ISA_LEVELS:
+                got = _color.set_isa(isa)
+                assert got in _color.supported_isas()
+                assert _color.ISA_LEVELS.index(got) <= _color.ISA_LEVELS.index(isa)
+        finally:
+            _color.set_isa("auto")
+
+    def test_bad_name(self):
+        with pytest.raises(ValueError, match="FASTPREP_ISA must be one of auto, baseline, avx2, avx512; got 'sse9'"):
+            _color.set_isa("sse9")
+
+    @pytest.mark.parametrize("value, warns", [("baseline", False), ("AVX2", False), ("nonsense", True)])
+    def test_environment_override(self, tmp_path, value, warns):
+        code = ("import warnings, json, sys\n"
+                "with warnings.catch_warnings(record=True) as w:\n"
+                "    warnings.simplefilter('always')\n"
+                "    from fastprep._kernels import _color\n"
+                "json.dump([_color.active_isa(), [str(x.message) for x in w]], sys.stdout)\n")
+        env = dict(os.environ, FASTPREP_ISA=value,
+                   PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+        proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        active, messages = json.loads(proc.stdout)
+        supported = _color.supported_isas()
+        if warns:
+            assert active == supported[-1]
+            assert len(messages) == 1 and "FASTPREP_ISA must be one of" in messages[0]
+        else:
+            want = value.lower()
+            assert active == (want if want in supported else supported[-1]) and not messages
+
+
+# -------------------------------------------------------------------------- threads
+
+
+class TestThreads:
+    def test_default_is_one_thread_per_sample(self):
+        prev = torch.get_num_threads()
+        try:
+            torch.set_num_threads(8)
+            assert F.kernel_threads(3 * 256 * 256) == 1
+            assert F.kernel_threads(3 * 512 * 512) == 1
+            assert F.kernel_threads(0) == 1
+            big = 64 * 3 * 256 * 256
+            assert F.kernel_threads(big) == min(8, len(os.sched_getaffinity(0)), big // F.PARALLEL_MIN_ELEMENTS)
+            torch.set_num_threads(1)  # as in a DataLoader worker
+            assert F.kernel_threads(big) == 1
+        finally:
+            torch.set_num_threads(prev)
+
+    def test_explicit_and_errors(self):
+        assert F.kernel_threads(10, 3) == 3
+        with pytest.raises(ValueError, match="positive int, got 0"):
+            F.kernel_threads(10, 0)
+        with pytest.raises(TypeError, match="positive int, got 2.0"):
+            F.kernel_threads(10, 2.0)
+        with pytest.raises(TypeError, match="positive int, got True"):
+            F.yuv_scale(image((3, 4, 4)), num_threads=True)
+
+    @pytest.mark.parametrize("shape", [(4, 3, 256, 256), (3, 700, 1100), (2, 3, 1, 300000)])
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    def test_threaded_equals_one_thread(self, shape, dtype):
+        img = image(shape, dtype)
+        for fn in (F.rgb_to_yuv, F.yuv_scale, F.scale, lambda x, **kw: F.mask_yuv_scale(x, 0.25, seed=3, **kw)):
+            one = fn(img, num_threads=1)
+            for t in (2, 3, 5):
+                assert torch.equal(fn(img, num_threads=t), one)
+        torch.testing.assert_close(F.rgb_to_yuv(img, num_threads=3), ref_yuv(img), rtol=0, atol=1e-4)
+
+    def test_threaded_after_fork(self):
+        import multiprocessing as mp
+
+        F.yuv_scale(image((4, 3, 256, 256)), num_threads=2)  # the parent's helper threads exist
+        if "fork" not in mp.get_all_start_methods():
+            pytest.skip("no fork")
+        ctx = mp.get_context("fork")
+        with ctx.Pool(1) as pool:
+            assert pool.apply(_threaded_in_child) is True
+
+
+def _threaded_in_child():
+    # as in a DataLoader worker: torch's own OpenMP is not usable after a fork, fastprep's
+    # helper threads are
+    torch.set_num_threads(1)
+    img = image((4, 3, 256, 256)).numpy()
+    return bool(np.array_equal(F.yuv_scale(img, num_threads=2), F.yuv_scale(img, num_threads=1)))
+
+
+class TestOut:
+    @pytest.mark.parametrize("as_numpy", [False, True])
+    def test_writes_into_out(self, as_numpy):
+        img = image((2, 3, 17, 33))
+        if as_numpy:
+            img = img.numpy()
+        for fn in (F.rgb_to_yuv, F.yuv_scale, F.scale):
+            out = np.full(img.shape, np.nan, np.float32)
+            out = out if as_numpy else torch.from_numpy(out)
+            got = fn(img, out=out)
+            assert got is out
+            np.testing.assert_array_equal(np.asarray(out), np.asarray(fn(img)))
+
+    def test_errors(self):
+        img = image((3, 4, 5))
+        with pytest.raises(ValueError, match=r"img's shape \(3, 4, 5\), got \(3, 4, 6\)"):
+            F.yuv_scale(img, out=torch.empty(3, 4, 6))
+        with pytest.raises(TypeError, match="out must be float32, got torch.float64"):
+            F.scale(img, out=torch.empty(3, 4, 5, dtype=torch.float64))
+        with pytest.raises(TypeError, match="out must be a torch.Tensor like img, got ndarray"):
+            F.rgb_to_yuv(img, out=np.empty((3, 4, 5), np.float32))
+        with pytest.raises(ValueError, match="C-contiguous"):
+            F.yuv_scale(img, out=torch.empty(3, 5, 4).transpose(1, 2))
+        x = torch.zeros(3, 4, 5)
+        with pytest.raises(ValueError, match="must not overlap"):
+            F.scale(x, out=x)
+        with pytest.raises(ValueError, match="dtype must be None or float32 with out"):
+            F.yuv_scale(img, torch.float16, out=torch.empty(3, 4, 5))

@@ -14,9 +14,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import fastprep.data as D
+from fastprep.data.batch import _yuv_torch
 from fastprep.transforms import RandomMask
 from fastprep import io as fio
-from fastprep._decode_transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.transforms import DecodeCenterCrop, DecodeRandomCrop
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 CROP = 32
@@ -57,7 +58,7 @@ def folder_with_corrupt(tmp_path_factory, jpeg_files):
 
 
 def _yuv_reference(rgb_uint8):
-    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (DESIGN.md formulas)."""
+    """Plain-torch BT.601 full-range YUV / 255 of [3, H, W] uint8 (JFIF / BT.601 full-range formulas)."""
     r, g, b = rgb_uint8.double()
     y = 0.299 * r + 0.587 * g + 0.114 * b
     u = -0.16874 * r - 0.33126 * g + 0.5 * b + 128
@@ -142,7 +143,7 @@ class TestJpegDataset:
         img, target = ds[3]
         assert target != 3 and torch.equal(img, ds[target][0])
         assert ds[3][1] == target  # same substitute every time
-        assert ds.skipped == 2
+        assert ds.skipped == 2  # two samples replaced
         assert ds[0][1] == 0 and ds.skipped == 2
         ds.reset_skipped()
         assert ds.skipped == 0
@@ -150,9 +151,37 @@ class TestJpegDataset:
     def test_skip_gives_up(self, tmp_path):
         bad = [_write(str(tmp_path), f"{i}.jpg", b"junk") for i in range(3)]
         ds = D.JpegDataset(bad, transform=DecodeCenterCrop(CROP), on_error="skip", max_skip_attempts=4)
-        with pytest.raises(fio.DecodeError, match="no decodable file"):
+        with pytest.raises(fio.DecodeError, match=r"0.jpg.*none of the 2 substitutes") as info:
             ds[0]
-        assert ds.skipped == 5
+        assert isinstance(info.value.__cause__, fio.DecodeError) and "0.jpg" in str(info.value.__cause__)
+        assert ds.skipped == 0  # nothing was replaced
+
+    @pytest.mark.parametrize("n", [2, 3, 17, 100, 241, 256, 257])
+    def test_substitutes_visit_every_other_index_once(self, n):
+        ds = D.JpegDataset([f"f{i}.jpg" for i in range(n)], on_error="skip")
+        for index in range(n):
+            order = [ds._substitute(index, a) for a in range(n - 1)]
+            assert sorted(order) == [i for i in range(n) if i != index], (n, index)
+
+    @pytest.mark.parametrize("n", [17, 241, 256])
+    def test_skip_with_the_first_half_unreadable(self, tmp_path, jpeg_files, n):
+        # Half the indices are missing files; every index must still resolve, and
+        # ``skipped`` counts replaced samples (not attempts).
+        bad = n // 2
+        files = [str(tmp_path / f"missing{i}.jpg") for i in range(bad)] + [jpeg_files[0]] * (n - bad)
+        ds = D.JpegDataset(files, targets=range(n), on_error="skip")
+        for index in range(n):
+            data, target = ds[index]
+            assert target >= bad and (index < bad or target == index)
+        assert ds.skipped == bad
+
+    def test_skip_finds_the_only_good_file(self, tmp_path, jpeg_files):
+        n = 17
+        files = [str(tmp_path / f"missing{i}.jpg") for i in range(n)]
+        files[5] = jpeg_files[0]
+        ds = D.JpegDataset(files, targets=range(n), on_error="skip")
+        assert all(ds[i][1] == 5 for i in range(n))
+        assert ds.skipped == n - 1
 
     def test_pickles(self, jpeg_files):
         ds = D.JpegDataset(jpeg_files, transform=DecodeCenterCrop(CROP), on_error="skip")
@@ -183,7 +212,8 @@ class TestJpegFolder:
         # ImageFolder's order: sorted(os.walk(class folder)), then sorted file names
         assert names == [os.path.join("cat", "y.jpg"), os.path.join("cat", "deep", "x.JPEG"),
                          os.path.join("dog", "z.jpg")]
-        assert len(D.JpegFolder(tmp_path, extensions=".jpg")) == 2
+        with pytest.warns(UserWarning, match=r"ignored image files: 1 \.jpeg"):
+            assert len(D.JpegFolder(tmp_path, extensions=".jpg")) == 2
 
     def test_flat_folder_gives_target_zero(self, tmp_path, jpeg_files):
         for i, p in enumerate(jpeg_files[:3]):
@@ -193,6 +223,51 @@ class TestJpegFolder:
         assert ds.classes == [] and ds.class_to_idx == {}
         assert len(ds) == 3 and all(ds[i][1] == 0 for i in range(3))
 
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+    def test_special_files_named_jpg_are_never_listed(self, tmp_path, jpeg_files):
+        with open(jpeg_files[0], "rb") as f:
+            data = f.read()
+        # class layout: a FIFO and a directory named like JPEGs inside a class folder
+        _write(str(tmp_path / "cls" / "a"), "good.jpg", data)
+        os.mkfifo(tmp_path / "cls" / "a" / "f.jpg")
+        (tmp_path / "cls" / "a" / "d.jpg").mkdir()
+        ds = D.JpegFolder(tmp_path / "cls")
+        assert [os.path.basename(p) for p in ds.files] == ["good.jpg"]
+        assert ds[0][0].equal(fio.read_file(ds.files[0]))
+        # flat layout: 3 JPEGs, a FIFO and a directory named x.jpg (which must not turn
+        # the folder into class mode)
+        flat = tmp_path / "flat"
+        for i in range(3):
+            _write(str(flat), f"{i}.jpg", data)
+        os.mkfifo(flat / "f.jpg")
+        (flat / "x.jpg").mkdir()
+        ds = D.JpegFolder(flat)
+        assert ds.classes == [] and [os.path.basename(p) for p in ds.files] == ["0.jpg", "1.jpg", "2.jpg"]
+
+    @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+    def test_dataset_refuses_a_fifo_without_opening_it(self, tmp_path, jpeg_files):
+        import threading
+
+        fifo = str(tmp_path / "f.jpg")
+        os.mkfifo(fifo)
+        # Should the dataset open the FIFO, this writer unblocks it (with EOF) after a
+        # while, so a regression fails on the message instead of hanging the run.
+        def writer():
+            with open(fifo, "wb"):
+                time.sleep(2)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        ds = D.JpegDataset([fifo, str(tmp_path)], on_error="raise")
+        with pytest.raises(fio.DecodeError, match=r"f\.jpg.*not a regular file \(a FIFO\)"):
+            ds[0]
+        with pytest.raises(fio.DecodeError, match=r"not a regular file \(a directory\)"):
+            ds[1]
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer's open return
+        t.join(10)
+        os.close(fd)
+        assert not t.is_alive()
+
     def test_empty_folder(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="no files ending in"):
             D.JpegFolder(tmp_path)
@@ -200,6 +275,129 @@ class TestJpegFolder:
             D.JpegFolder(tmp_path / "missing")
 
 
+# ------------------------------------------------------------------------- non-JPEG files
+
+
+def _png_bytes(h, w, seed):
+    import io
+
+    import PIL.Image
+
+    buf = io.BytesIO()
+    PIL.Image.fromarray(photo_like(h, w, seed=seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _pil_rgb(path, exif_transpose=False):
+    """Independent full decode: Pillow, optionally EXIF-transposed, as uint8 [3, H, W]."""
+    import PIL.Image
+    import PIL.ImageOps
+
+    with PIL.Image.open(path) as im:
+        if exif_transpose:
+            im = PIL.ImageOps.exif_transpose(im)
+        return torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1)
+
+
+def _window_reference(full, crop, seed):
+    """The window DecodeRandomCrop draws for ``full``'s size under ``seed``, sliced from the
+    padded full decode."""
+    from collections import namedtuple
+
+    torch.manual_seed(seed)
+    info = namedtuple("Info", "height width")(full.shape[1], full.shape[2])
+    pad, (top, left, h, w) = crop.get_params(info)
+    padded = torch.nn.functional.pad(full, (pad[0], pad[2], pad[1], pad[3]), value=0)
+    return padded[:, top:top + h, left:left + w]
+
+
+class TestNonJpegFiles:
+    @pytest.mark.parametrize("name", ["a.png", "renamed.JPEG"])
+    def test_png_goes_through_the_counted_fallback(self, tmp_path, name):
+        path = _write(str(tmp_path), name, _png_bytes(45, 60, seed=3))
+        crop = DecodeRandomCrop(CROP, pad_if_needed=True)
+        ds = D.JpegDataset([path], transform=crop)
+        torch.manual_seed(7)
+        with pytest.warns(UserWarning, match=r"is a PNG file; decoded in full"):
+            img, _ = ds[0]
+        assert torch.equal(img, _window_reference(_pil_rgb(path), crop, 7))
+        torch.manual_seed(8)
+        img2, _ = ds[0]  # warned once: a second warning would fail (warnings are errors)
+        assert torch.equal(img2, _window_reference(_pil_rgb(path), crop, 8))
+        assert ds.fallbacks == 2 and ds.skipped == 0
+
+    def test_jpeg_only_refuses_and_names_the_file(self, tmp_path):
+        path = _write(str(tmp_path), "x.jpg", _png_bytes(20, 20, seed=1))
+        ds = D.JpegDataset([path], transform=DecodeCenterCrop(8), jpeg_only=True)
+        with pytest.raises(fio.DecodeError, match=r"x\.jpg.*not a JPEG \(PNG data\) and jpeg_only=True"):
+            ds[0]
+        assert ds.fallbacks == 0
+
+    def test_transform_without_equivalent_names_the_file(self, tmp_path):
+        path = _write(str(tmp_path), "p.png", _png_bytes(20, 20, seed=1))
+        ds = D.JpegDataset([path], transform=lambda data: data.numel())
+        with pytest.raises(fio.DecodeError, match=r"p\.png.*a PNG file needs a full decode, and function has no"):
+            ds[0]
+
+    def test_truncated_png_is_a_decode_error(self, tmp_path):
+        path = _write(str(tmp_path), "t.png", _png_bytes(40, 40, seed=2)[:200])
+        ds = D.JpegDataset([path], transform=DecodeCenterCrop(8))
+        with pytest.raises(fio.DecodeError, match=r"t\.png"):
+            ds[0]
+
+    def test_max_pixels(self, tmp_path, jpeg_files):
+        png = _write(str(tmp_path), "big.png", _png_bytes(40, 40, seed=2))
+        ds = D.JpegDataset([jpeg_files[0], png], transform=DecodeCenterCrop(8), max_pixels=1000)
+        with pytest.raises(fio.DecodeError, match=r"img00\.jpg.*40x56 = 2240 pixels exceeds max_pixels=1000"):
+            ds[0]
+        with pytest.raises(fio.DecodeError, match=r"big\.png.*exceeds max_pixels=1000"):
+            ds[1]
+        with pytest.raises(ValueError, match="max_pixels must be"):
+            D.JpegDataset([png], max_pixels=-1)
+
+    def test_exif_orientation(self, tmp_path):
+        import PIL.Image
+
+        pil = PIL.Image.fromarray(photo_like(40, 56, seed=4))
+        exif = PIL.Image.Exif()
+        exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+        path = str(tmp_path / "rot.jpg")
+        pil.save(path, "JPEG", quality=90, exif=exif.tobytes())
+        crop = DecodeRandomCrop(CROP, pad_if_needed=True)
+        plain = D.JpegDataset([path], transform=crop)
+        torch.manual_seed(3)
+        assert torch.equal(plain[0][0], _window_reference(fio.decode_jpeg(fio.read_file(path)), crop, 3))
+        assert plain.fallbacks == 0  # default off, as torchvision
+        rotated = D.JpegDataset([path], transform=crop, apply_exif_orientation=True)
+        torch.manual_seed(3)
+        with pytest.warns(UserWarning, match="EXIF-rotated JPEG"):
+            img, _ = rotated[0]
+        full = _pil_rgb(path, exif_transpose=True)
+        assert full.shape == (3, 56, 40)
+        assert torch.equal(img, _window_reference(full, crop, 3))
+        assert rotated.fallbacks == 1
+
+    def test_folder_lists_pngs_and_make_loader_decodes_them(self, tmp_path, jpeg_files):
+        for i, p in enumerate(jpeg_files[:3]):
+            with open(p, "rb") as f:
+                _write(str(tmp_path / "jpg"), f"{i}.jpg", f.read())
+        _write(str(tmp_path / "png"), "p.png", _png_bytes(50, 50, seed=5))
+        _write(str(tmp_path / "png"), "q.gif", b"GIF89a")  # not listed by default: reported
+        with pytest.warns(UserWarning, match=r"ignored image files: 1 \.gif"):
+            ds = D.JpegFolder(tmp_path)
+        assert [os.path.basename(p) for p in ds.files] == ["0.jpg", "1.jpg", "2.jpg", "p.png"]
+        with pytest.warns(UserWarning, match=r"ignored image files: 1 \.gif, 1 \.png"):
+            assert len(D.JpegFolder(tmp_path, jpeg_only=True)) == 3
+        with pytest.warns(UserWarning):
+            loader = D.make_loader(str(tmp_path), batch_size=4, num_workers=0, crop_size=CROP, device="cpu",
+                                   shuffle=False)
+        with pytest.warns(UserWarning, match="is a PNG file"):
+            (images, targets), = list(loader)
+        assert images.shape == (4, 3, CROP, CROP) and targets.tolist() == [0, 0, 0, 1]
+        assert loader.loader.dataset.fallbacks == 1
+
+
+# ------------------------------------------------------------------------- collate
 # ------------------------------------------------------------------------- collate
 
 
@@ -268,8 +466,8 @@ class TestBatchTransforms:
     def test_torch_path_matches_cpu_kernels(self):
         # The CUDA path (plain torch ops) run on the CPU: same result as the Cython path.
         x = torch.randint(0, 256, (4, 3, 17, 11), dtype=torch.uint8)
-        torch.testing.assert_close(D._yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
-        torch.testing.assert_close(D._yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
+        torch.testing.assert_close(_yuv_torch(x, 255.0), D.BatchYuvScale()(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(_yuv_torch(x, None), D.BatchConvertColor()(x), rtol=0, atol=1e-4)
 
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
     def test_cuda_matches_cpu(self):
@@ -296,6 +494,79 @@ class TestBatchTransforms:
         assert all(torch.equal(t, c) for t in kept)
         g = pickle.loads(pickle.dumps(f))
         assert torch.equal(g(x), c)
+
+    def test_one_source_for_the_coefficients(self):
+        # The compiled kernel and the benchmark still hold literal copies (modules owned
+        # elsewhere); they must not drift from fastprep._color_coeffs.
+        from fastprep._color_coeffs import YUV_COEFFS
+        from fastprep._kernels import _color
+        from fastprep.bench import pipelines
+
+        assert tuple(map(tuple, _color.COEFFS)) == YUV_COEFFS
+        assert tuple(tuple(r) + (o,) for r, o in zip(pipelines.YUV_MATRIX, pipelines.YUV_OFFSET)) == YUV_COEFFS
+        assert YUV_COEFFS[1] == (-0.16874, -0.33126, 0.5, 128.0)  # JFIF 1.02 section 7
+
+    def test_functional_out_writes_into_the_buffer(self):
+        import fastprep.functional as F
+
+        x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8)
+        buf = torch.full((2, 3, 5, 7), -1.0)
+        assert F.yuv_scale(x, out=buf, num_threads=1) is buf
+        torch.testing.assert_close(buf, torch.stack([_yuv_reference(i) for i in x]), rtol=0, atol=1e-6)
+        sbuf = torch.full((2, 3, 5, 7), -1.0)
+        assert F.scale(x, out=sbuf) is sbuf and torch.equal(sbuf, x.float() / 255)
+        with pytest.raises(ValueError, match=r"shape \(2, 3, 5, 7\), got \(2, 3, 5, 6\)"):
+            F.yuv_scale(x, out=torch.empty((2, 3, 5, 6)))
+        with pytest.raises(TypeError, match="out must be float32, got torch.float16"):
+            F.scale(x, out=torch.empty((2, 3, 5, 7), dtype=torch.float16))
+        with pytest.raises(ValueError, match="C-contiguous"):
+            F.scale(x, out=torch.empty((2, 3, 7, 5)).transpose(-1, -2))
+        with pytest.raises(TypeError, match="out must be a numpy.ndarray"):
+            F.scale(x.numpy(), out=buf)
+        with pytest.raises(ValueError, match="num_threads must be"):
+            F.yuv_scale(x, num_threads=0)
+
+    def test_buffer_reuse_does_not_read_reference_counts(self, monkeypatch):
+        # CPython 3.14 reports lower reference counts (borrowed references on the
+        # stack); a pool that trusted them would recycle a batch the caller still holds.
+        import sys
+
+        monkeypatch.setattr(sys, "getrefcount", lambda obj: 1)
+        for f in (D.BatchYuvScale(num_threads=1), D.BatchScale(num_threads=1)):
+            x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+            held = f(x)
+            as_numpy = f(x).numpy()  # held only through a numpy view of the tensor
+            expected = held.clone()
+            for _ in range(4):
+                f(torch.zeros_like(x))
+            assert torch.equal(held, expected) and np.array_equal(as_numpy, expected.numpy())
+            ptrs = {held.data_ptr(), as_numpy.ctypes.data}
+            assert len(ptrs) == 2 and f(x).data_ptr() not in ptrs
+
+    def test_buffer_pool_is_thread_safe(self):
+        import threading
+
+        f = D.BatchYuvScale(num_threads=1)
+        x = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
+        want = D.BatchYuvScale(reuse_buffers=0)(x)
+        results, errors = [], []
+
+        def work():
+            try:
+                for _ in range(50):
+                    out = f(x)
+                    results.append(out)  # held: no other thread may reuse it
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len({r.data_ptr() for r in results}) == len(results)
+        assert all(torch.equal(r, want) for r in results)
 
     def test_batch_scale_buffer_reuse(self):
         f = D.BatchScale(num_threads=1)
@@ -468,6 +739,16 @@ class TestMakeLoader:
             want = _yuv_reference(DecodeCenterCrop(CROP)(path))
             torch.testing.assert_close(images[j], want, rtol=0, atol=1e-5)
 
+    def test_decode_options_reach_the_decode(self, jpeg_files):
+        t = D.default_transform(CROP, 0.25, max_pixels=1000, strict=True)
+        assert t.crop.max_pixels == 1000 and t.crop.strict is True
+        assert D.default_transform(CROP).crop.max_pixels == fio.DEFAULT_MAX_PIXELS
+        loader = D.make_loader(jpeg_files, batch_size=2, num_workers=0, crop_size=CROP, device="cpu", max_pixels=1000)
+        with pytest.raises(fio.DecodeError, match="exceeds max_pixels=1000"):
+            next(iter(loader))
+        with pytest.raises(ValueError, match="strict and max_scans configure"):
+            D.make_loader(jpeg_files, num_workers=0, transform=DecodeCenterCrop(CROP), strict=True)
+
     def test_bad_source(self):
         with pytest.raises(TypeError, match="source must be"):
             D.make_loader(42)
@@ -498,6 +779,119 @@ class TestMakeLoader:
             assert ds.skipped == per_epoch * epoch
         targets = torch.cat([t for _, t in batches]).tolist()
         assert targets.count(0) + targets.count(1) == n
+
+
+class TestLoaderOutputs:
+    MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+    def _normalized(self, x):
+        mean = torch.tensor(self.MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(self.STD).view(1, 3, 1, 1)
+        return (x.double() / 255 - mean.double()) / std.double()
+
+    def test_batch_convert_formulas(self):
+        x = torch.randint(0, 256, (3, 3, 9, 7), dtype=torch.uint8)
+        rgb = D.BatchConvert("rgb", self.MEAN, self.STD)(x)
+        torch.testing.assert_close(rgb.double(), self._normalized(x), rtol=0, atol=2e-6)
+        yuv = D.BatchConvert("yuv", self.MEAN, self.STD)(x)
+        ref = torch.stack([_yuv_reference(i) for i in x]).double() * 255
+        torch.testing.assert_close(yuv.double(), self._normalized(ref), rtol=0, atol=1e-5)
+        torch.testing.assert_close(D.BatchConvert("rgb")(x), x.float() / 255, rtol=0, atol=0)
+        plain = D.BatchConvert()(x)
+        assert torch.equal(plain, D.BatchYuvScale()(x))
+        cl = D.BatchConvert("rgb", dtype=torch.bfloat16, channels_last=True)(x)
+        assert cl.dtype == torch.bfloat16 and cl.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(cl.float(), (x.float() / 255).to(torch.bfloat16).float())
+
+    def test_batch_convert_errors(self):
+        with pytest.raises(ValueError, match="color must be 'yuv' or 'rgb', got 'hsv'"):
+            D.BatchConvert("hsv")
+        with pytest.raises(ValueError, match="mean and std go together"):
+            D.BatchConvert("rgb", mean=self.MEAN)
+        with pytest.raises(ValueError, match="std must be nonzero"):
+            D.BatchConvert("rgb", mean=0.5, std=0)
+        with pytest.raises(ValueError, match="mean must have 3 values"):
+            D.BatchConvert("rgb", mean=(0.5, 0.5), std=1)
+        with pytest.raises(TypeError, match=r"must output uint8 images \[3, H, W\]; got a batch of torch.float32"):
+            D.BatchConvert(require_uint8=True)(torch.zeros((1, 3, 2, 2)))
+
+    def test_float_per_sample_transform_is_refused(self, jpeg_files):
+        from torchvision.transforms import v2
+
+        transform = v2.Compose([DecodeCenterCrop(CROP), v2.ToDtype(torch.float32, scale=True)])
+        loader = D.make_loader(jpeg_files, batch_size=2, num_workers=0, device="cpu", transform=transform)
+        with pytest.raises(TypeError, match="got a batch of torch.float32 .*drop ToDtype/Normalize"):
+            next(iter(loader))
+
+    def test_rgb_normalized_channels_last(self, jpeg_files):
+        loader = D.make_loader(jpeg_files, batch_size=len(jpeg_files), num_workers=0, device="cpu", shuffle=False,
+                               transform=DecodeCenterCrop(CROP), color="rgb", mean=self.MEAN, std=self.STD,
+                               channels_last=True)
+        (images, _), = list(loader)
+        ref = torch.stack([DecodeCenterCrop(CROP)(fio.read_file(f)) for f in jpeg_files])
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(images.double(), self._normalized(ref), rtol=0, atol=2e-6)
+
+    @pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+    def test_recipes(self, jpeg_files, recipe):
+        from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
+
+        make = {"imagenet-train": lambda: DecodeRandomResizedCrop(224, flip_p=0.5),
+                "imagenet-eval": lambda: DecodeResizeCenterCrop(256, 224)}[recipe]
+        loader = D.make_loader(jpeg_files[:4], batch_size=4, num_workers=0, device="cpu", shuffle=False,
+                               recipe=recipe)
+        torch.manual_seed(5)
+        (images, _), = list(loader)
+        torch.manual_seed(5)
+        t = make()
+        ref = torch.stack([t(fio.read_file(f)) for f in jpeg_files[:4]])
+        assert images.shape == (4, 3, 224, 224) and images.dtype == torch.float32
+        torch.testing.assert_close(images.double(), self._normalized(ref), rtol=0, atol=2e-6)
+        with pytest.raises(ValueError, match="either recipe= or transform="):
+            D.make_loader(jpeg_files, num_workers=0, recipe=recipe, transform=DecodeCenterCrop(CROP))
+        with pytest.raises(ValueError, match="recipe must be one of"):
+            D.make_loader(jpeg_files, num_workers=0, recipe="imagenet")
+
+
+def _record_warm_state(worker_id):
+    import fastprep.data.loader as L
+
+    torch.utils.data.get_worker_info().dataset.warm_at_start = L._warmed
+    torch.manual_seed(100 + worker_id)
+
+
+class _WarmProbe(torch.utils.data.Dataset):
+    """Reports whether the worker had the mask kernels loaded before its first sample."""
+
+    def __init__(self):
+        self.warm_at_start = None
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return torch.full((3, 2, 2), int(bool(self.warm_at_start)), dtype=torch.uint8), i
+
+
+class TestWorkerStart:
+    def test_spawn_runs_on_a_preloaded_forkserver(self, jpeg_files):
+        import multiprocessing
+
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            pytest.skip("no forkserver on this platform")
+        loader = D.make_loader(_WarmProbe(), batch_size=2, num_workers=1, device="cpu", shuffle=False,
+                               multiprocessing_context="spawn", worker_init_fn=_record_warm_state)
+        assert loader.loader.multiprocessing_context.get_start_method() == "forkserver"
+        (images, targets), = list(loader)
+        # the worker was forked from a server that had already loaded the kernels
+        assert targets.tolist() == [0, 1]
+        assert (images[:, 0] > 0.5 / 255).all()  # Y of pixel value 1, not 0
+        plain = D.make_loader(_WarmProbe(), num_workers=1, device="cpu", multiprocessing_context="spawn",
+                              spawn_via_forkserver=False)
+        assert plain.loader.multiprocessing_context.get_start_method() == "spawn"
+        ctx = multiprocessing.get_context("fork")
+        assert D.make_loader(_WarmProbe(), num_workers=1, device="cpu",
+                             multiprocessing_context=ctx).loader.multiprocessing_context is ctx
 
 
 class TestPooledCollate:

@@ -1,6 +1,7 @@
 """fastprep.io: header parsing, full decode and exact ROI decode."""
 
 import io
+import subprocess
 import threading
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from PIL import Image
 
 import fastprep.io as fio
-from conftest import ENCODINGS, make_jpeg
+from conftest import ENCODINGS, _need_tool, cjpeg, make_jpeg
 
 ALL = sorted(ENCODINGS)
 COLOR = [e for e in ALL if not e.startswith(("gray", "cmyk"))]
@@ -105,6 +106,150 @@ class TestDecodeRoiExact:
     def test_output_layout(self, photo_420):
         out = fio.decode_jpeg_roi(photo_420, 10, 20, 256, 256)
         assert out.dtype == torch.uint8 and out.shape == (3, 256, 256) and out.is_contiguous()
+
+
+# 4:1:0 (4x2 luma per chroma sample): DCT scaling enlarges its chroma IDCT yet still
+# upsamples horizontally, a case libjpeg-turbo < 3.0.1 crops wrongly (the decoder then
+# decodes the full width).
+SCALED_ENCODINGS = dict(ENCODINGS)
+SCALED_ENCODINGS["410"] = lambda a: cjpeg(a, "-quality", "90", "-sample", "4x2,1x1,1x1")
+SCALED_ENCODINGS["410-progressive"] = lambda a: cjpeg(a, "-quality", "90", "-sample", "4x2,1x1,1x1",
+                                                      "-progressive")
+_scaled_cache = {}
+
+
+def make_scaled_test_jpeg(encoding, h, w, seed=3):
+    key = (encoding, h, w, seed)
+    if key not in _scaled_cache:
+        from fastprep.bench.synthetic import photo_like
+
+        _scaled_cache[key] = SCALED_ENCODINGS[encoding](photo_like(h, w, seed))
+    return _scaled_cache[key]
+
+
+def _sampled_windows(h, w, grid, seed):
+    """Every top offset, each with a few left offsets drawn from the iMCU-boundary
+    neighbourhoods (grid = the scaled iMCU widths) and the edges, and a few sizes: a
+    subsample of the exhaustive sweep that still hits every row and every kind of column."""
+    lefts = sorted({0, 1, w // 2, w - 2, w - 1} | {x for g in grid for k in range(1, w // g + 1)
+                                                   for x in (k * g - 1, k * g, k * g + 1)} & set(range(w)))
+    g = torch.Generator().manual_seed(seed)
+    for top in range(h):
+        picks = torch.randint(0, len(lefts), (3,), generator=g).tolist()
+        for left in (lefts[i] for i in picks):
+            hh = int(torch.randint(1, h - top + 1, (1,), generator=g))
+            ww = int(torch.randint(1, w - left + 1, (1,), generator=g))
+            for shape in {(1, 1), (hh, ww), (h - top, w - left), (min(3, h - top), min(2, w - left))}:
+                yield (top, left) + shape
+
+
+class TestScaledDecode:
+    """DCT-scaled decode: sizes, an independent reference (djpeg), and the exactness of
+    scaled ROI decodes against the scaled full decode sliced."""
+
+    @pytest.mark.parametrize("num", range(1, 9))
+    def test_size(self, num):
+        for h, w in [(1, 1), (7, 9), (53, 71), (16, 24), (301, 457)]:
+            data = make_jpeg("420", h, w, seed=2)
+            expect = (-(-h * num // 8), -(-w * num // 8))  # ceil
+            assert fio.scaled_size(h, w, (num, 8)) == expect
+            assert fio.jpeg_info(data).scaled_size(num) == expect
+            assert tuple(fio.decode_jpeg(data, scale=(num, 8)).shape) == (3,) + expect
+
+    @pytest.mark.parametrize("encoding", [e for e in ALL if not e.startswith("cmyk")])
+    def test_matches_djpeg(self, encoding):
+        """libjpeg-turbo's own djpeg -scale M/8 (same library, its own output code) is the
+        reference, bit for bit, at every scale."""
+        tool = _need_tool("djpeg")
+        data = make_jpeg(encoding, 53, 71, seed=3)
+        mode = "GRAY" if encoding.startswith("gray") else "RGB"
+        for num in range(1, 9):
+            pnm = subprocess.run([tool, "-scale", f"{num}/8", "-pnm"], input=data, capture_output=True,
+                                 check=True).stdout
+            magic, w, h, _, pixels = pnm.split(maxsplit=4)
+            c = 3 if magic == b"P6" else 1
+            ref = torch.from_numpy(np.frombuffer(pixels, np.uint8, int(h) * int(w) * c).reshape(int(h), int(w), c).copy())
+            assert torch.equal(fio.decode_jpeg(data, mode, scale=(num, 8)), ref.permute(2, 0, 1)), (encoding, num)
+
+    def test_scale_spellings(self):
+        data = make_jpeg("422", 40, 56, seed=1)
+        full = fio.decode_jpeg(data)
+        assert torch.equal(fio.decode_jpeg(data, scale=None), full)
+        assert torch.equal(fio.decode_jpeg(data, scale=(8, 8)), full)
+        assert torch.equal(fio.decode_jpeg(data, scale=8), full)
+        half = fio.decode_jpeg(data, scale=(4, 8))
+        assert half.shape == (3, 20, 28)
+        assert torch.equal(fio.decode_jpeg(data, scale=(1, 2)), half)
+        assert torch.equal(fio.decode_jpeg(data, scale=4), half)
+        assert torch.equal(fio.decode_jpeg(data, scale=np.int64(4)), half)
+        assert torch.equal(fio.decode_jpeg(data, scale=(3, 4)), fio.decode_jpeg(data, scale=6))
+
+    @pytest.mark.parametrize("bad,exc,match", [
+        ((0, 8), ValueError, r"num/8 with 1 <= num <= 8.*\(0, 8\)"),
+        ((9, 8), ValueError, r"\(9, 8\)"),
+        ((1, 3), ValueError, r"\(1, 3\)"),
+        ((3, 16), ValueError, r"\(3, 16\)"),
+        ((1, 0), ValueError, r"\(1, 0\)"),
+        ((1, 8, 2), ValueError, r"\(1, 8, 2\)"),
+        ((1.0, 8), ValueError, r"\(1.0, 8\)"),
+        (0, ValueError, "must be in \\[1, 8\\], got 0"),
+        (16, ValueError, "got 16"),
+        (0.5, TypeError, "got float 0.5"),
+        ("1/2", TypeError, "got str '1/2'"),
+        (True, TypeError, "got True"),
+    ])
+    def test_scale_errors(self, bad, exc, match):
+        data = make_jpeg("420", 16, 16)
+        with pytest.raises(exc, match=match):
+            fio.decode_jpeg(data, scale=bad)
+        with pytest.raises(exc, match=match):
+            fio.decode_jpeg_roi(data, 0, 0, 1, 1, scale=bad)
+        with pytest.raises(exc, match=match):
+            fio.scaled_size(16, 16, bad)
+        with pytest.raises(ValueError, match="scale_num must be in \\[1, 8\\]"):
+            torch.ops.fastprep.decode_jpeg(fio._as_tensor(data), 3, 0, False, 0)
+
+    def test_window_in_scaled_coordinates(self):
+        data = make_jpeg("420", 100, 60, seed=1)  # 1/4: 25 x 15
+        quarter = fio.decode_jpeg(data, scale=(2, 8))
+        assert quarter.shape == (3, 25, 15)
+        assert torch.equal(fio.decode_jpeg_roi(data, 20, 10, 5, 5, scale=(2, 8)), quarter[:, 20:, 10:])
+        with pytest.raises(ValueError, match="does not fit in the 25x15 image \\(its size at the requested DCT scale"):
+            fio.decode_jpeg_roi(data, 20, 10, 6, 5, scale=(2, 8))
+        with pytest.raises(ValueError, match="does not fit"):
+            fio.decode_jpeg_roi(data, 0, 15, 1, 1, scale=(2, 8))
+
+    def test_max_pixels_counts_the_stored_image(self):
+        data = make_jpeg("420", 40, 40)
+        with pytest.raises(fio.DecodeError, match="max_pixels=1000"):
+            fio.decode_jpeg(data, max_pixels=1000, scale=(1, 8))
+
+    @pytest.mark.parametrize("num", range(1, 8))
+    @pytest.mark.parametrize("encoding", sorted(SCALED_ENCODINGS))
+    def test_sweep(self, encoding, num):
+        """Croptest at every DCT scale below 8/8 (8/8 is TestDecodeRoiExact): every top
+        offset, left offsets around the scaled iMCU columns, random and edge sizes."""
+        data = fio._as_tensor(make_scaled_test_jpeg(encoding, 53, 71))
+        mode = "UNCHANGED" if encoding.startswith(("gray", "cmyk")) else "RGB"
+        full = fio.decode_jpeg(data, mode, scale=(num, 8))
+        h, w = full.shape[1:]
+        windows = list(_sampled_windows(h, w, (num, 2 * num, 4 * num), seed=num))
+        bad = [(t, l, hh, ww) for t, l, hh, ww in windows
+               if not torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww, mode, scale=(num, 8)),
+                                  full[:, t:t + hh, l:l + ww])]
+        assert not bad, f"{encoding} at {num}/8: {len(bad)} of {len(windows)} windows differ, e.g. {bad[:5]}"
+
+    @pytest.mark.parametrize("num", [1, 2, 3, 4, 6])
+    def test_large_image_random_windows(self, num):
+        data = make_jpeg("420", 301, 457, seed=5)
+        full = fio.decode_jpeg(data, "YCbCr", scale=num)
+        h, w = full.shape[1:]
+        g = torch.Generator().manual_seed(num)
+        for _ in range(60):
+            hh, ww = (int(torch.randint(1, n + 1, (1,), generator=g)) for n in (h, w))
+            t = int(torch.randint(0, h - hh + 1, (1,), generator=g))
+            l = int(torch.randint(0, w - ww + 1, (1,), generator=g))
+            assert torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww, "YCbCr", scale=num), full[:, t:t + hh, l:l + ww])
 
 
 class TestAgreesWithPillow:
@@ -221,6 +366,8 @@ class TestTorchLibrary:
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 64, 48, 3, 0, False))
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 0, 0, 5, 5, 1, 0, True))
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False))
+        torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False, 3))
+        torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 30, 40, 3, 0, False, 2))
         torch.library.opcheck(torch.ops.fastprep.jpeg_info.default, (data,))
 
     def test_compile(self, photo_420):

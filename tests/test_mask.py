@@ -6,6 +6,7 @@ NUMBA_DISABLE_JIT=1 (interpreted) in a subprocess and must agree with the compil
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import threading
@@ -402,3 +403,98 @@ def test_zero_dim_fill_is_a_scalar():
     mask = torch.ones(4, 4, dtype=torch.bool)
     assert bool((F.apply_mask(img, mask, fill=torch.tensor(3)) == 3).all())
     assert bool((F.apply_mask(img, mask, fill=np.array(5)) == 5).all())
+
+
+# ------------------------------------------------------------ AVX2 target (emulated)
+
+# An AVX2-only x86 CPU (e.g. AMD Zen 3), emulated on any x86 host. NUMBA_CPU_NAME alone
+# is not enough: Numba then still passes the host's feature list (with AVX-512) to LLVM.
+AVX2_ENV = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx2,+fma"}
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+# (channels, height, width, ratio, seed, dtype)
+_AVX2_CASES = [(3, 1, 1, 0.5, 1, "u8"), (3, 7, 65, 0.25, 2, "f32"), (3, 64, 200, 0.25, 3, "u8"),
+               (4, 33, 129, 0.7, 4, "f32"), (3, 256, 256, 0.25, 5, "u8"), (1, 9, 1, 0.3, 6, "u8")]
+_AVX2_RUN = r"""
+import json, re, sys
+import numpy as np
+import fastprep.functional as F
+from fastprep._kernels import _mask as K
+out = {}
+for k, (c, h, w, ratio, seed, kind) in enumerate(CASES):
+    rng = np.random.default_rng(seed)
+    img = rng.integers(0, 256, (c, h, w), dtype=np.uint8)
+    img = img if kind == "u8" else (img + rng.random((c, h, w))).astype(np.float32)
+    fill = tuple(range(10, 10 + 7 * c, 7))
+    m = F.random_mask(h, w, ratio, seed=seed).numpy()
+    out[f"img{k}"] = img
+    out[f"mask{k}"] = m
+    out[f"dilated{k}"] = F.dilate4(m)
+    out[f"applied{k}"] = F.apply_mask(img, m, fill=fill)
+    out[f"random{k}"] = F.apply_random_mask(img, ratio, fill=fill, seed=seed)
+np.savez(sys.argv[1], **out)
+report = {}
+for name in ("apply_mask", "dilate4"):
+    for sig, asm in getattr(K, name).inspect_asm().items():
+        report[f"{name}{sig}"] = {"zmm": len(re.findall(r"zmm", asm)),
+                                  "opmask": len(re.findall(r"\{%k[1-7]\}", asm)),
+                                  "ymm": len(re.findall(r"ymm", asm)),
+                                  "blend": len(re.findall(r"vp?blendv", asm))}
+json.dump(report, sys.stdout)
+""".replace("CASES", repr(_AVX2_CASES))
+
+
+def _run_numba_child(script, tmp_path, extra_env, *args):
+    env = dict(os.environ, **extra_env, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", script, *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(not _X86, reason="the AVX2 target is an x86 CPU")
+def test_kernels_on_avx2_target_match_references(tmp_path):
+    """The Numba kernels compiled for an AVX2-only CPU give the reference results, and the
+    select in apply_mask compiles to a vector blend (no AVX-512 registers, no mask loads)."""
+    report = _run_numba_child(_AVX2_RUN, tmp_path, AVX2_ENV, str(tmp_path / "out.npz"))
+    got = np.load(tmp_path / "out.npz")
+    for k, (_, h, w, ratio, seed, _) in enumerate(_AVX2_CASES):
+        img, m = got[f"img{k}"], got[f"mask{k}"]
+        # the random bits do not depend on the target
+        np.testing.assert_array_equal(m, F.random_mask(h, w, ratio, seed=seed).numpy())
+        fill = tuple(range(10, 10 + 7 * img.shape[0], 7))
+        dilated = ref_dilate(m)
+        np.testing.assert_array_equal(got[f"dilated{k}"], dilated)
+        fill_t = torch.tensor(fill, dtype=torch.from_numpy(img).dtype)[:, None]
+        exp_applied = torch.from_numpy(img).clone()
+        exp_applied[:, torch.from_numpy(m)] = fill_t
+        np.testing.assert_array_equal(got[f"applied{k}"], exp_applied.numpy())
+        exp_random = torch.from_numpy(img).clone()
+        exp_random[:, torch.from_numpy(dilated)] = fill_t
+        np.testing.assert_array_equal(got[f"random{k}"], exp_random.numpy())
+    assert report and all(r["zmm"] == 0 and r["opmask"] == 0 for r in report.values()), report
+    blends = {name: r["blend"] for name, r in report.items() if name.startswith("apply_mask")}
+    assert len(blends) == 2 and all(blends.values()), report  # uint8 and float32 images
+
+
+_CACHE_RUN = r"""
+import json
+import torch
+import fastprep.functional as F
+from fastprep._kernels import _mask as K
+F.apply_random_mask(torch.zeros(3, 8, 8, dtype=torch.uint8), 0.5, seed=1)
+st = K.random_mask_apply.stats
+json.dump({"hits": sum(st.cache_hits.values()), "misses": sum(st.cache_misses.values())}, __import__("sys").stdout)
+"""
+
+
+@pytest.mark.skipif(not _X86, reason="the AVX2 target is an x86 CPU")
+def test_numba_cache_is_keyed_by_cpu_target(tmp_path):
+    """One on-disk cache shared by two CPU targets keeps one entry per target: neither
+    loads the other's machine code, and each reloads its own."""
+    avx2, native = AVX2_ENV, {}
+    assert _run_numba_child(_CACHE_RUN, tmp_path, avx2) == {"hits": 0, "misses": 1}
+    assert _run_numba_child(_CACHE_RUN, tmp_path, native) == {"hits": 0, "misses": 1}
+    assert _run_numba_child(_CACHE_RUN, tmp_path, avx2) == {"hits": 1, "misses": 0}
+    assert _run_numba_child(_CACHE_RUN, tmp_path, native) == {"hits": 1, "misses": 0}

@@ -100,10 +100,8 @@ def dilate_bits(words, width):
                 right = words[r, w + 1] << _S63
             # column c sets c + 1 (<< 1) and c - 1 (>> 1); carries cross word edges
             v = x | (x << _ONE) | left | (x >> _ONE) | right
-            if r > 0:
-                v |= words[r - 1, w]
-            if r + 1 < height:
-                v |= words[r + 1, w]
+            # rows outside the image: the row itself, already in v (as in dilate4)
+            v |= words[r - 1 if r > 0 else r, w] | words[r + 1 if r + 1 < height else r, w]
             out[r, w] = v
     _trim(out, width)  # << 1 may have set column `width`
     return out
@@ -141,18 +139,21 @@ def random_dilated_mask(seed, m, height, width, out64):
 @njit(nogil=True, cache=True)
 def dilate4(mask, out):
     """Cross dilation of a byte mask uint8[H, W] (nonzero = True) into uint8 0/1 ``out``."""
+    # A neighbour outside the image is replaced by the pixel itself (clamped index), which
+    # the OR already contains: the same result as zero padding, with unconditional loads
+    # that vectorise (a conditional load per pixel would not on AVX2).
     height, width = mask.shape
     for r in range(height):
-        for c in range(width):
-            v = mask[r, c]
-            if c > 0:
-                v |= mask[r, c - 1]
-            if c + 1 < width:
-                v |= mask[r, c + 1]
-            if r > 0:
-                v |= mask[r - 1, c]
-            if r + 1 < height:
-                v |= mask[r + 1, c]
+        up = r - 1 if r > 0 else r
+        down = r + 1 if r + 1 < height else r
+        last = width - 1
+        for c in (0, last):  # the edge columns (the same one when width == 1)
+            left = c - 1 if c > 0 else c
+            right = c + 1 if c < last else c
+            v = mask[r, c] | mask[r, left] | mask[r, right] | mask[up, c] | mask[down, c]
+            out[r, c] = 1 if v != 0 else 0
+        for c in range(1, last):
+            v = mask[r, c - 1] | mask[r, c] | mask[r, c + 1] | mask[up, c] | mask[down, c]
             out[r, c] = 1 if v != 0 else 0
 
 
@@ -169,7 +170,12 @@ def apply_mask(img, mask, fill, out):
             f = fill[c]
             for r in range(height):
                 for x in range(width):
-                    out[i, c, r, x] = f if mask[r, x] else img[i, c, r, x]
+                    # Load, then select: `f if mask else img[...]` is a conditional load,
+                    # which LLVM vectorises only with AVX-512 masked loads and leaves as a
+                    # mispredicting scalar branch on AVX2. Both operands loaded, the select
+                    # is a blend on every SIMD level.
+                    v = img[i, c, r, x]
+                    out[i, c, r, x] = f if mask[r, x] else v
 
 
 @njit(nogil=True, cache=True)

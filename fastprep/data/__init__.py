@@ -1,0 +1,58 @@
+"""The data path: JPEG datasets, a uint8 collate, a device prefetcher and batch transforms.
+
+The pipeline this module wires (:func:`make_loader`)::
+
+    worker process                         | main process
+    read bytes -> DecodeRandomCrop         |
+      -> RandomMask (uint8)                |
+      -> collate_uint8 (shared memory) ----+-> pinned (CUDA) -> DevicePrefetcher
+                                           |     -> BatchYuvScale on the device
+
+Design choices:
+
+* **uint8 crosses the worker boundary.** A 3x256x256 sample is 196 KB as uint8 and 786 KB
+  as float32; colour conversion and scaling are done once per batch after the transfer
+  (on the GPU for free, or by the Cython kernel on the CPU).
+* **Masking stays in the worker, on uint8, before collate.** It needs per-sample
+  randomness drawn from the worker's torch RNG (seeded per worker by DataLoader), so a
+  batch op would have to carry one mask per sample across the boundary anyway. Masked
+  pixels are 0 in uint8 and end as ``(0, 128/255, 128/255)`` after :class:`BatchYuvScale`,
+  exactly as Mask -> ConvertColor -> Scale per sample.
+* **Decode errors.** ``on_error="raise"`` raises :class:`fastprep.io.DecodeError` whose
+  message names the file (the libjpeg error is chained). ``on_error="skip"`` replaces the
+  sample by another index chosen deterministically from the failed one and counts the
+  skip; counts live in a small shared-memory tensor with one slot per process (main
+  process and each DataLoader worker), so ``dataset.skipped`` in the main process sees
+  the skips made in workers, with ``fork`` and ``spawn`` alike, without locks.
+
+Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
+:mod:`~fastprep.data.collate` (collate_uint8, PooledCollate),
+:mod:`~fastprep.data.batch` (batch colour transforms over :mod:`fastprep.functional`),
+:mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.loader`
+(make_loader). Every public name is re-exported here. See ``docs/design.md``.
+"""
+
+from .batch import BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
+from .collate import PooledCollate, collate_uint8
+from .datasets import JpegDataset, JpegFolder
+from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
+from .prefetch import DevicePrefetcher
+
+__all__ = [
+    "BatchConvert",
+    "BatchConvertColor",
+    "BatchScale",
+    "BatchYuvScale",
+    "DevicePrefetcher",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "RECIPES",
+    "JpegDataset",
+    "JpegFolder",
+    "PooledCollate",
+    "batch_rgb_to_yuv",
+    "collate_uint8",
+    "default_transform",
+    "make_loader",
+    "warm_up_kernels",
+]

@@ -1,0 +1,393 @@
+"""Map-style datasets over encoded JPEG files: :class:`JpegDataset`, :class:`JpegFolder`."""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import os
+import stat
+import warnings
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from .. import io as fio
+from .._seeding import check_seed, keyed_default_rng, sample_key
+from . import fallback as _fb
+
+__all__ = ["JpegDataset", "JpegFolder"]
+
+_ON_ERROR = ("raise", "skip")
+_MAX_SKIP_SLOTS = 256  # slot 0: main process; slot k: DataLoader worker k - 1
+_JPEG_EXTENSIONS = (".jpg", ".jpeg")
+#: What JpegFolder lists by default: torchvision ImageFolder's image extensions (JPEG, and
+#: formats the full-decode fallback reads).
+_DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+#: Other image files a folder may hold: reported when left out, not listed by default.
+_OTHER_IMAGE_EXTENSIONS = (".gif", ".pbm", ".heic", ".heif", ".avif", ".jxl")
+
+
+@functools.lru_cache(maxsize=64)
+def _substitute_stride(m: int) -> int:
+    """A step near ``0.618 m`` that is coprime with ``m`` (so ``k * step mod m`` is a permutation)."""
+    step = max(1, round(m * 0.6180339887498949))
+    while math.gcd(step, m) != 1:
+        step += 1
+    return step
+
+
+def _skip_slot() -> int:
+    info = get_worker_info()
+    return 0 if info is None else min(info.id + 1, _MAX_SKIP_SLOTS - 1)
+
+
+class JpegDataset(Dataset):
+    """A map-style dataset over JPEG files that hands the transform the *encoded* bytes.
+
+    ``dataset[i] == (transform(read_file(files[i])), targets[i])``: the file is read into a
+    uint8 1-D tensor (no PIL, no decode), so the transform's first step is a decoding one
+    such as :class:`fastprep.transforms.DecodeRandomCrop`. Without a transform the sample
+    is the encoded tensor itself.
+
+    Args:
+        files: sequence of paths.
+        targets: one int per file; ``None`` gives target 0 for every file.
+        transform: callable applied to the encoded uint8 tensor.
+        on_error: ``"raise"`` (default): a file that cannot be read or decoded raises
+            :class:`fastprep.io.DecodeError` naming the file, chained to the original
+            error. ``"skip"``: the sample at a substitute index is returned instead and
+            counted in :attr:`skipped`. Substitutes are tried in a fixed order that visits
+            every other index exactly once (the same in every process and run, so runs are
+            reproducible); if none of the first ``max_skip_attempts`` decodes, the
+            :class:`~fastprep.io.DecodeError` of the requested file is raised.
+        max_skip_attempts: with ``"skip"``, how many substitutes to try before raising
+            (at most ``len(files) - 1`` are tried: each other index once).
+        max_pixels: refuse (``DecodeError`` naming the file) any image whose header
+            declares more pixels than this, before the transform runs; ``None`` (default)
+            leaves the limit to the decode transform (fastprep's default 2**28). Also the
+            limit of the full-decode fallback. 0: no limit.
+        jpeg_only: ``True``: a file that is not a JPEG raises ``DecodeError`` (or is
+            skipped). ``False`` (default): it goes through the full-decode fallback.
+        apply_exif_orientation: rotate/flip images as their EXIF orientation says before
+            the transform draws its window (as ``torchvision.io.decode_image(...,
+            apply_exif_orientation=True)`` does). Off by default, as in torchvision. JPEGs with
+            an orientation other than 1 then take the full-decode fallback.
+        seed: ``None`` (default): the transform draws from torch's default RNG as it is
+            (per DataLoader worker, torchvision-compatible). An int in ``[0, 2**64)``:
+            sample-keyed randomness -- the transform of sample ``i`` (fallback included)
+            runs with torch's default CPU generator seeded by a hash of
+            ``(seed, epoch, i)`` and the generator's state is restored afterwards, so a
+            sample's crop and mask depend on neither the worker, the rank, the engine nor
+            the batch it lands in. A substitute (``on_error="skip"``) is keyed by its own
+            index. The epoch is :attr:`epoch`, set by :meth:`set_epoch`
+            (:func:`make_loader`'s loader does it each epoch).
+
+    Sample-keyed mode and workers: the epoch lives in a one-element shared-memory tensor,
+    so workers (``fork`` or ``spawn``, persistent or not) read the value the main process
+    set before the epoch's iterator was created.
+
+    Non-JPEG files (PNG, WebP, BMP, TIFF, PNM, GIF, possibly behind a ``.jpg`` name --
+    recognised by their first bytes, not their name) are decoded whole by Pillow to RGB
+    and passed through the torchvision v2 transform that draws the same parameters
+    with the same RNG calls as the decode transform (see
+    :func:`fastprep.data.fallback.decoded_equivalent`); they are counted in
+    :attr:`fallbacks` and a ``UserWarning`` is issued once per process. A transform
+    without such an equivalent makes a non-JPEG file a ``DecodeError`` naming it.
+    CMYK/YCCK JPEGs need no fallback: fastprep decodes them to RGB.
+
+    Skip counting across processes: the counts are held in a shared-memory int64 tensor
+    (:attr:`skip_counts`) with one slot per process -- slot 0 for the main process, slot
+    ``k + 1`` for DataLoader worker ``k`` -- so every slot has a single writer and the
+    main process reads the workers' counts directly, live, under ``fork`` or ``spawn``
+    (torch shares the storage when it pickles the dataset for a spawned worker).
+    Counts accumulate over epochs until :meth:`reset_skipped`. A plain
+    ``pickle.dumps`` (not torch's multiprocessing pickler) copies the counts instead.
+    """
+
+    def __init__(self, files, targets=None, transform=None, on_error: str = "raise", *,
+                 max_skip_attempts: int = 100, max_pixels: int | None = None, jpeg_only: bool = False,
+                 apply_exif_orientation: bool = False, seed=None):
+        if isinstance(files, (str, os.PathLike)):
+            raise TypeError(f"files must be a sequence of paths, got a single path {files!r}; "
+                            "use JpegFolder for a directory")
+        self.files = [os.fspath(f) for f in files]
+        if targets is None:
+            self.targets = [0] * len(self.files)
+        else:
+            self.targets = [int(t) for t in targets]
+            if len(self.targets) != len(self.files):
+                raise ValueError(f"targets must have one entry per file: got {len(self.targets)} targets "
+                                 f"for {len(self.files)} files")
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if isinstance(max_skip_attempts, bool) or not isinstance(max_skip_attempts, numbers.Integral) \
+                or max_skip_attempts < 1:
+            raise ValueError(f"max_skip_attempts must be a positive int, got {max_skip_attempts!r}")
+        self.transform = transform
+        self.on_error = on_error
+        self.max_skip_attempts = int(max_skip_attempts)
+        if max_pixels is not None and (isinstance(max_pixels, bool) or not isinstance(max_pixels, numbers.Integral)
+                                       or max_pixels < 0):
+            raise ValueError(f"max_pixels must be None or an int >= 0 (0: no limit), got {max_pixels!r}")
+        self.max_pixels = None if max_pixels is None else int(max_pixels)
+        self.jpeg_only = bool(jpeg_only)
+        self.apply_exif_orientation = bool(apply_exif_orientation)
+        self.skip_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
+        self.seed = check_seed(seed)
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        #: full-decode fallbacks per process (same slots as :attr:`skip_counts`)
+        self.fallback_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
+        self._fallback = None  # (transform it was built for, its decoded-image equivalent)
+        self._warned = False
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @property
+    def skipped(self) -> int:
+        """Samples replaced by a substitute so far, summed over the main process and all
+        DataLoader workers. One per replaced sample, however many substitutes were tried;
+        a sample that raised (no substitute decoded) is not counted."""
+        return int(self.skip_counts.sum())
+
+    def reset_skipped(self) -> None:
+        """Zero the skip counts (call from the main process while no workers run)."""
+        self.skip_counts.zero_()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the sample keys use (``seed`` mode); 0 until :meth:`set_epoch`."""
+        return int(self._epoch[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the sample keys, in every worker too (call before creating
+        the epoch's DataLoader iterator)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epoch[0] = int(epoch)
+
+    def _keyed_transform(self, data, path: str, index: int):
+        if self.seed is None:
+            return self._transform(data, path)
+        with keyed_default_rng(sample_key(self.seed, int(self._epoch[0]), index)):
+            return self._transform(data, path)
+
+    @property
+    def fallbacks(self) -> int:
+        """Samples decoded through the full-decode fallback (non-JPEG files, or EXIF-rotated
+        JPEGs with ``apply_exif_orientation``), summed over all processes."""
+        return int(self.fallback_counts.sum())
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fallback"] = None  # rebuilt on first use; torchvision transforms stay out of pickles
+        state["_warned"] = False
+        return state
+
+    def _load(self, index: int):
+        path = self.files[index]
+        try:
+            data = _read_regular_file(path)
+            sample = data if self.transform is None else self._keyed_transform(data, path, index)
+        except (fio.DecodeError, OSError) as e:
+            raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
+        except ValueError as e:  # e.g. an image smaller than a crop: name the file too
+            raise ValueError(f"{path!r} (index {index}): {e}") from e
+        return sample, self.targets[index]
+
+    def _transform(self, data: torch.Tensor, path: str):
+        head = data[:16].numpy().tobytes()
+        kind = _fb.image_kind(head)
+        if kind == "JPEG":
+            if self.apply_exif_orientation and _fb.exif_orientation(data[:1 << 16].numpy().tobytes()) not in (None, 1):
+                return self._full_decode(data, path, "an EXIF-rotated JPEG")
+            if self.max_pixels:
+                info = fio.jpeg_info(data)
+                _check_pixels(info.height, info.width, self.max_pixels)
+            return self.transform(data)
+        if kind is None:  # not an image format we know: the decode transform's error names it
+            return self.transform(data)
+        if self.jpeg_only:
+            raise fio.DecodeError(f"not a JPEG ({kind} data) and jpeg_only=True")
+        return self._full_decode(data, path, f"a {kind} file")
+
+    def _full_decode(self, data: torch.Tensor, path: str, what: str):
+        if self._fallback is None or self._fallback[0] is not self.transform:
+            self._fallback = (self.transform, _fb.decoded_equivalent(self.transform))
+        equivalent = self._fallback[1]
+        if equivalent is None:
+            raise fio.DecodeError(f"{what} needs a full decode, and {type(self.transform).__name__} has no "
+                                  "decoded-image equivalent (use a fastprep decode transform in RGB mode, or "
+                                  "convert the file to JPEG)")
+        limit = fio.DEFAULT_MAX_PIXELS if self.max_pixels is None else self.max_pixels
+        img = _fb.full_decode(data.numpy().tobytes(), self.apply_exif_orientation, limit)
+        self.fallback_counts[_skip_slot()] += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"fastprep: {path!r} is {what}; decoded in full by torchvision instead of fastprep's "
+                          "JPEG decode (counted in dataset.fallbacks; jpeg_only=True refuses such files). "
+                          "Warned once per process.", UserWarning, stacklevel=4)
+        return equivalent(img)
+
+    def _substitute(self, index: int, attempt: int) -> int:
+        """The ``attempt``-th substitute for ``index``, ``0 <= attempt < len(self) - 1``.
+
+        Attempts ``0 .. n - 2`` visit every other index exactly once, for any ``n``: the
+        order is ``index + 1 + ((offset + attempt * stride) mod (n - 1))`` (mod ``n``) with
+        ``stride`` coprime with ``n - 1`` (so the multiples of ``stride`` run through every
+        residue) and ``offset`` a fixed hash of ``index`` (so failed neighbours do not all
+        try the same substitutes first). The same in every process and every run.
+        """
+        n = len(self.files)
+        if n < 2:
+            return index
+        m = n - 1
+        offset = (index * 0x85EBCA77) % m
+        return (index + 1 + (offset + attempt * _substitute_stride(m)) % m) % n
+
+    def __getitem__(self, index: int):
+        if self.on_error == "raise":
+            return self._load(index)
+        try:
+            return self._load(index)
+        except fio.DecodeError as e:
+            failure = e
+        tries = min(self.max_skip_attempts, len(self.files) - 1)
+        for attempt in range(tries):
+            try:
+                sample = self._load(self._substitute(index, attempt))
+            except fio.DecodeError:
+                continue
+            self.skip_counts[_skip_slot()] += 1  # one sample replaced, however many tries
+            return sample
+        raise fio.DecodeError(f"on_error='skip': {failure} -- and none of the {tries} substitutes tried "
+                              f"could be decoded either") from failure
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(files={len(self.files)}, transform={self.transform!r}, "
+                f"on_error={self.on_error!r})")
+
+
+def _check_pixels(height: int, width: int, limit: int) -> None:
+    if limit and height * width > limit:
+        raise fio.DecodeError(f"image of {height}x{width} = {height * width} pixels exceeds max_pixels={limit}")
+
+
+def _has_extension(name: str, extensions) -> bool:
+    return name.lower().endswith(extensions)
+
+
+def _is_regular_file(path: str) -> bool:
+    """True for a regular file (after following symlinks); never opens ``path``."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _read_regular_file(path: str) -> torch.Tensor:
+    """The bytes of a regular file as a uint8 1-D tensor.
+
+    A FIFO, device, socket or directory is refused before it is opened (``stat``), and
+    again after (``fstat`` on a non-blocking descriptor, against a swap in between), so a
+    FIFO named ``x.jpg`` can never block a worker.
+
+    Raises:
+        OSError: the path cannot be read or is not a regular file.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(f"not a regular file ({_file_kind(mode)})")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(f"not a regular file ({_file_kind(mode)})")
+        return torch.from_numpy(np.fromfile(f, dtype=np.uint8))
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+class JpegFolder(JpegDataset):
+    """JPEG files in class subfolders, with ``torchvision.datasets.ImageFolder`` conventions.
+
+    ``root/<class>/**/<file>.jpg``: classes are the subfolder names in sorted order,
+    ``class_to_idx`` maps them to 0, 1, ..., ``samples`` is the sorted list of
+    ``(path, class_index)``; files directly under ``root`` are ignored, as ImageFolder does.
+    Only regular files (or symlinks to them) are listed: a FIFO, device or socket with an
+    image name is never opened, and a directory with an image name (``x.jpg/``) is neither
+    a sample nor a class.
+
+    A *flat* folder (no subfolders, the JPEGs directly under ``root``) is accepted too: every
+    sample gets target 0, and ``classes == []``, ``class_to_idx == {}``.
+
+    Args:
+        root: the folder.
+        transform, on_error: as :class:`JpegDataset`.
+        extensions: file name endings listed, compared case-insensitively. Default:
+            torchvision ImageFolder's ``.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp``
+            (JPEGs, and formats the full-decode fallback reads, see :class:`JpegDataset`);
+            with ``jpeg_only=True``, ``.jpg .jpeg``.
+        **kwargs: ``max_skip_attempts``, ``max_pixels``, ``jpeg_only``,
+            ``apply_exif_orientation``, as :class:`JpegDataset`.
+
+    Image files left out by ``extensions`` (``.png`` with ``extensions=".jpg"``, ``.bmp``,
+    ``.tif``, ...) are counted per extension in :attr:`ignored` and reported in one
+    ``UserWarning``, never dropped silently.
+
+    Raises:
+        FileNotFoundError: no file with one of ``extensions`` was found.
+    """
+
+    def __init__(self, root, transform=None, on_error: str = "raise", extensions=None, **kwargs):
+        self.root = os.fspath(root)
+        if extensions is None:
+            extensions = _JPEG_EXTENSIONS if kwargs.get("jpeg_only") else _DEFAULT_EXTENSIONS
+        if isinstance(extensions, str):
+            extensions = (extensions,)
+        self.extensions = tuple(e.lower() for e in extensions)
+        if not os.path.isdir(self.root):
+            raise FileNotFoundError(f"root is not a directory: {self.root!r}")
+        images = tuple(e for e in _DEFAULT_EXTENSIONS + _OTHER_IMAGE_EXTENSIONS if e not in self.extensions)
+        #: image files not listed because of ``extensions``: ``{extension: count}``
+        self.ignored = {}
+
+        def keep(dirpath, name):
+            if not _has_extension(name, self.extensions):
+                if _has_extension(name, images):
+                    ext = os.path.splitext(name)[1].lower()
+                    self.ignored[ext] = self.ignored.get(ext, 0) + 1
+                return False
+            return _is_regular_file(os.path.join(dirpath, name))
+
+        # A directory named like an image (``x.jpg/``) is neither a class nor an image.
+        self.classes = sorted(e.name for e in os.scandir(self.root)
+                              if e.is_dir() and not _has_extension(e.name, self.extensions + images))
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        samples = []
+        if self.classes:
+            for c in self.classes:
+                # sorted(os.walk(...)): the order ImageFolder uses
+                for dirpath, _, filenames in sorted(os.walk(os.path.join(self.root, c), followlinks=True)):
+                    samples += [(os.path.join(dirpath, name), self.class_to_idx[c])
+                                for name in sorted(filenames) if keep(dirpath, name)]
+        else:
+            samples = [(os.path.join(self.root, name), 0) for name in sorted(os.listdir(self.root))
+                       if keep(self.root, name)]
+        if self.ignored:
+            listed = ", ".join(f"{n} {ext}" for ext, n in sorted(self.ignored.items()))
+            warnings.warn(f"JpegFolder({self.root!r}) lists files ending in {' '.join(self.extensions)}; "
+                          f"ignored image files: {listed} (pass extensions= to include them)", UserWarning, stacklevel=2)
+        if not samples:
+            raise FileNotFoundError(f"no files ending in {self.extensions} found under {self.root!r}")
+        self.samples = samples
+        super().__init__([p for p, _ in samples], [t for _, t in samples], transform, on_error, **kwargs)
+

@@ -1,0 +1,306 @@
+"""The fastprep loader end to end: :func:`make_loader`, its default per-sample transform and
+kernel warm-up."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+from .. import functional as F
+from .._seeding import check_seed, sample_key
+from ..transforms import DecodeRandomCrop, DecodeRandomResizedCrop, DecodeResizeCenterCrop, RandomMask
+from .batch import BatchConvert, _check_dtype
+from .collate import PooledCollate, collate_uint8
+from .datasets import JpegDataset, JpegFolder
+from .fallback import decoded_equivalent
+from .prefetch import DevicePrefetcher
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
+
+#: torchvision's ImageNet normalisation, on the [0, 1] scale (RGB).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: ``make_loader(recipe=...)``: the per-sample decode transform of each standard recipe
+#: (built with the decode options); the loader then outputs RGB normalised with
+#: ImageNet's mean and std unless ``color``/``mean``/``std`` say otherwise.
+RECIPES = {
+    "imagenet-train": lambda options: DecodeRandomResizedCrop(224, flip_p=0.5, **options),
+    "imagenet-eval": lambda options: DecodeResizeCenterCrop(256, 224, **options),
+}
+
+_warm_lock = threading.Lock()
+_warmed = False
+
+
+def warm_up_kernels() -> None:
+    """Compile (or load from Numba's on-disk cache) the mask kernels in this process.
+
+    :func:`make_loader` calls it before any worker starts, so forked workers inherit the
+    compiled code and spawned ones find the on-disk cache instead of each compiling.
+    The torch RNG state is left untouched.
+    """
+    global _warmed
+    with _warm_lock:
+        if _warmed:
+            return
+        F.apply_random_mask(torch.zeros((3, 8, 8), dtype=torch.uint8), 0.5, seed=0)
+        _warmed = True
+
+
+class _SampleTransform(torch.nn.Module):
+    """Decode a random crop, then mask it in uint8 (the default per-sample pipeline)."""
+
+    def __init__(self, crop_size, mask_ratio, decode_options=None):
+        super().__init__()
+        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True, **(decode_options or {}))
+        self.mask = None if not mask_ratio else RandomMask(mask_ratio)
+
+    def forward(self, data):
+        img = self.crop(data)
+        return img if self.mask is None else self.mask(img)
+
+    def decoded_equivalent(self):
+        """The same pipeline on a decoded RGB image (see :mod:`fastprep.data.fallback`)."""
+        crop = decoded_equivalent(self.crop)
+        return crop if self.mask is None else v2.Compose([crop, self.mask])
+
+
+def _decode_options(max_pixels, strict, max_scans) -> dict:
+    """Keyword arguments for the decode transform: only those given, so a fastprep.io
+    without scan limits keeps working when ``max_scans`` is not used."""
+    options = {}
+    if max_pixels is not None:
+        options["max_pixels"] = max_pixels
+    if strict:
+        options["strict"] = True
+    if max_scans is not None:
+        options["max_scans"] = max_scans
+    return options
+
+
+def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict: bool = False,
+                      max_scans=None) -> torch.nn.Module:
+    """The per-sample transform of :func:`make_loader`: ``DecodeRandomCrop(crop_size,
+    pad_if_needed=True)`` then ``RandomMask(mask_ratio)`` on uint8 (skipped when
+    ``mask_ratio`` is 0 or ``None``).
+
+    ``max_pixels``, ``strict`` and ``max_scans`` go to the decode (see
+    :class:`fastprep.transforms.DecodeRandomCrop`); ``None``/``False`` keep its defaults.
+    """
+    if mask_ratio is not None and not 0 <= mask_ratio <= 1:
+        raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
+    return _SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
+
+
+_PRELOAD = "fastprep.data._preload"
+
+
+def _worker_context(multiprocessing_context, spawn_via_forkserver: bool):
+    """The multiprocessing context for the DataLoader workers.
+
+    A spawned worker starts a new interpreter and imports torch, torchvision, fastprep and
+    Numba, and loads the mask kernels, before its first sample: seconds per worker, paid
+    again by every epoch without persistent workers (``bench/bench_first_batch.py``).
+    A forkserver gives the same isolation (workers come from a clean single-threaded
+    process that never touched CUDA or the parent's threads) but is started once per
+    program; with fastprep preloaded in it, each worker is a fork of a process that has
+    already imported everything. So ``"spawn"`` runs on a forkserver preloaded with
+    fastprep (unless ``spawn_via_forkserver=False`` or the platform has no forkserver), and
+    an explicit ``"forkserver"`` gets the preload too.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing_context
+    if isinstance(ctx, str):
+        method = ctx
+    elif ctx is None:
+        return None
+    else:
+        method = ctx.get_start_method()
+    if method == "spawn" and not spawn_via_forkserver:
+        return multiprocessing_context
+    if method not in ("spawn", "forkserver") or "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing_context
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    preload = list(getattr(server, "_preload_modules", []))
+    if _PRELOAD not in preload:
+        # The list is read when the server starts; a server already running keeps its own.
+        server.set_forkserver_preload(preload + [_PRELOAD])
+    forkserver.ensure_running()  # start it now: its imports overlap the caller's own setup
+    return multiprocessing.get_context("forkserver")
+
+
+def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size=256, mask_ratio=0.25,
+                device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
+                generator=None, persistent_workers: bool = False, multiprocessing_context=None,
+                pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
+                prefetch_factor=None, extensions=None, max_pixels=None, strict: bool = False,
+                max_scans=None, jpeg_only: bool = False,
+                apply_exif_orientation: bool = False, spawn_via_forkserver: bool = True, recipe=None,
+                color=None, mean=None, std=None, channels_last: bool = False, seed=None, sampler=None,
+                distributed: bool = False) -> DevicePrefetcher:
+    """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
+
+    dataset -> ``DecodeRandomCrop(crop_size, pad_if_needed=True)`` -> ``RandomMask(mask_ratio)``
+    on uint8 (in the workers) -> :func:`collate_uint8` into shared memory -> pinned memory
+    (CUDA) -> :class:`DevicePrefetcher` -> :class:`BatchYuvScale` ``(dtype)`` on ``device``.
+
+    Args:
+        source: a sequence of JPEG paths (:class:`JpegDataset`, targets 0), a folder path
+            (:class:`JpegFolder`), or a ``Dataset`` used as is (its samples must already be
+            ``(uint8 [3, H, W] of one size, int target)``; ``crop_size``, ``mask_ratio``,
+            ``transform``, ``on_error`` are then ignored).
+        batch_size, num_workers, shuffle, drop_last, generator, persistent_workers,
+        multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``
+            (``"spawn"``: see ``spawn_via_forkserver``).
+        crop_size: output size (int or ``(h, w)``).
+        mask_ratio: mask probability; 0 or ``None`` disables masking.
+        device: where batches are delivered; default ``cuda`` if available, else ``cpu``.
+        dtype: output dtype of the images (float32, float16, bfloat16).
+            On the CPU with workers, the batch conversion runs on one thread (the workers
+            already use the cores) and recycles its output buffers (see
+            :class:`BatchYuvScale`).
+        pin_memory: default ``True`` exactly when ``device`` is CUDA.
+        on_error: see :class:`JpegDataset`.
+        transform: replaces the default per-sample transform (must output uint8
+            ``[3, H, W]`` of one size); ``crop_size`` and ``mask_ratio`` are then ignored.
+        extensions: for a folder source (default: see :class:`JpegFolder`).
+        max_pixels: refuse images with more pixels than this, checked from the header
+            before decoding (``DecodeError`` naming the file; skipped with
+            ``on_error="skip"``); ``None``: fastprep.io's default (2**28); 0: no limit.
+        strict: decode with ``strict=True`` (corrupt data libjpeg decodes past raises).
+        max_scans: refuse progressive JPEGs with more scans than this (decode bombs);
+            ``None``: fastprep.io's default. Passed to the decode only when given.
+            ``strict`` and ``max_scans`` configure the default transform: with
+            ``transform=``, set them on your decode transform instead (``ValueError``).
+        spawn_via_forkserver: run ``multiprocessing_context="spawn"`` workers from a
+            forkserver preloaded with fastprep (same isolation from the parent: no
+            inherited CUDA state or threads; the server is started once per program), so
+            they do not each import torch, torchvision and Numba -- seconds per worker and
+            epoch. ``"forkserver"`` gets the preload as well. ``False``: plain spawn.
+        jpeg_only, apply_exif_orientation: see :class:`JpegDataset` (non-JPEG files go
+            through a counted, warned full-decode fallback unless ``jpeg_only``).
+        recipe: ``"imagenet-train"`` (``DecodeRandomResizedCrop(224, flip_p=0.5)``) or
+            ``"imagenet-eval"`` (``DecodeResizeCenterCrop(256, 224)``) as the per-sample
+            transform (see :data:`RECIPES`), no mask, and by default ``color="rgb"`` with
+            ImageNet's ``mean``/``std``. Not with ``transform=``.
+        color: ``"yuv"`` (default without a recipe) or ``"rgb"``.
+        mean, std: per-channel normalisation on the [0, 1] scale, fused into the batch
+            conversion on ``device`` (:class:`BatchConvert`); ``None``: none.
+        channels_last: deliver images in ``torch.channels_last`` memory format.
+        seed: sample-keyed randomness (see :class:`JpegDataset`): sample ``i`` of epoch
+            ``e`` gets the same crop and mask whatever the worker count, start method,
+            rank or engine. ``None`` (default): per-worker torch RNG. Not for a
+            ``Dataset`` source (give the dataset its own ``seed``).
+        sampler: a sampler of dataset indices, passed to ``DataLoader``; it does the
+            shuffling (``shuffle`` is then ignored).
+        distributed: shard over the initialised ``torch.distributed`` process group with
+            a ``DistributedSampler(dataset, shuffle=shuffle, drop_last=drop_last)`` (its
+            shuffle seed: ``seed``, or 0 -- the same on every rank, as it must be). In the
+            default RNG mode with workers, each rank's workers get rank-distinct seeds.
+
+    The loader tracks epochs: each ``iter()`` is the next epoch (0, 1, ...; ``loader.set_epoch(e)``
+    to resume at ``e``) and calls ``set_epoch`` on the sampler and the dataset before
+    its workers start -- the loop ``for epoch ...: loader.set_epoch(epoch); for batch in
+    loader: ...`` does the right thing, and calling ``sampler.set_epoch`` yourself is
+    unnecessary (it would be overridden).
+
+    The per-sample transform must output uint8 ``[3, H, W]`` images (all of one size): the
+    conversion to ``dtype``, colour and normalisation happen once per batch on ``device``.
+    A float batch raises ``TypeError`` naming what arrived.
+
+    Returns:
+        A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
+        on ``device``. By default images are YUV / 255: Y in [0, 1], U and V in
+        [0.5/255, 255.5/255]; with ``color="rgb"`` RGB / 255; then ``(x - mean) / std``.
+    """
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    seed = check_seed(seed)
+    if sampler is not None and distributed:
+        raise ValueError("pass either sampler= or distributed=True, not both")
+    if recipe is not None:
+        color = "rgb" if color is None else color
+        if mean is None and std is None:
+            mean, std = IMAGENET_MEAN, IMAGENET_STD
+    # With workers on the same CPU cores, OpenMP threads in the main process only contend
+    # with them (and spin): the CPU path converts serially then.
+    threads = 1 if device.type == "cpu" and num_workers > 0 else None
+    convert = BatchConvert(color or "yuv", mean, std, dtype, channels_last=channels_last, num_threads=threads,
+                           require_uint8=True)
+    if isinstance(source, Dataset):
+        if seed is not None:
+            raise ValueError("seed= is for a folder or a list of files; give a Dataset source its own seed")
+        if recipe is not None:
+            raise ValueError("recipe= builds the per-sample transform; a Dataset source brings its own")
+        dataset = source
+    else:
+        if recipe is not None:
+            if recipe not in RECIPES:
+                raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
+            if transform is not None:
+                raise ValueError("pass either recipe= or transform=, not both")
+            transform = RECIPES[recipe](_decode_options(max_pixels, strict, max_scans))
+        elif transform is None:
+            transform = default_transform(crop_size, mask_ratio, max_pixels=max_pixels, strict=strict,
+                                          max_scans=max_scans)
+            if transform.mask is not None:
+                warm_up_kernels()
+        elif strict or max_scans is not None:
+            raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
+                             "pass them to your decode transform")
+        ds_options = dict(max_pixels=max_pixels, jpeg_only=jpeg_only, apply_exif_orientation=apply_exif_orientation,
+                          seed=seed)
+        if isinstance(source, (str, os.PathLike)):
+            dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, **ds_options)
+        elif isinstance(source, Sequence):
+            dataset = JpegDataset(source, transform=transform, on_error=on_error, **ds_options)
+        else:
+            raise TypeError(f"source must be a folder path, a sequence of file paths or a Dataset, "
+                            f"got {type(source).__name__}")
+    if pin_memory is None:
+        pin_memory = device.type == "cuda"
+    kwargs = {}
+    if num_workers > 0:
+        kwargs.update(persistent_workers=persistent_workers,
+                      multiprocessing_context=_worker_context(multiprocessing_context, spawn_via_forkserver),
+                      worker_init_fn=worker_init_fn)
+        if prefetch_factor is not None:
+            kwargs["prefetch_factor"] = prefetch_factor
+    # Workers reuse their shared-memory batch buffers (the prefetcher below releases them).
+    collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2) if num_workers > 0 else collate_uint8
+    if distributed:
+        sampler, generator = _distributed_sampler(dataset, shuffle, drop_last, seed, generator)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle if sampler is None else None,
+                        sampler=sampler, num_workers=num_workers,
+                        collate_fn=collate, pin_memory=pin_memory, drop_last=drop_last,
+                        generator=generator, **kwargs)
+    return DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True)
+
+
+def _distributed_sampler(dataset, shuffle, drop_last, seed, generator):
+    """``(DistributedSampler over the default process group, loader generator)``."""
+    import torch.distributed as dist
+    from torch.utils.data.distributed import DistributedSampler
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("make_loader(distributed=True) needs an initialised process group: call "
+                           "torch.distributed.init_process_group() first (torchrun sets up its environment)")
+    rank = dist.get_rank()
+    sampler = DistributedSampler(dataset, shuffle=shuffle, drop_last=drop_last,
+                                 seed=0 if seed is None else seed & (2**62 - 1))
+    if generator is None:
+        # The workers' base seed comes from this generator: drawn from the rank's default RNG
+        # (reproducible under torch.manual_seed) and mixed with the rank, so ranks that
+        # seeded alike still get distinct per-worker streams.
+        draw = int(torch.empty((), dtype=torch.int64).random_())
+        generator = torch.Generator().manual_seed(sample_key(draw, rank, 0) >> 1)
+    return sampler, generator
+

@@ -1,0 +1,97 @@
+"""Bilinear resize of uint8 images for the decode recipes.
+
+torch's uint8 bilinear kernel (antialiased or not) is used directly on the uint8 image
+(the one ``torchvision.transforms.v2.Resize`` uses on an AVX2/AVX-512 CPU, so results are
+bit-identical to v2 for the same input), with two additions that v2 cannot make:
+
+* an explicit scale, so that a window of a larger image, or a DCT-scaled decode, is
+  resized on the same pixel grid as the whole image would be (the resize of a full image
+  followed by a crop, computed only for the rows and columns the crop keeps);
+* a horizontal flip of the small output (a copy of ``C x h x w`` bytes, about 1/50 of the
+  resize), equal to flipping the resized image.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ._interleave import planar3_to_interleaved
+
+__all__ = ["resize"]
+
+
+def _check_image(image) -> torch.Tensor:
+    if not isinstance(image, torch.Tensor) or image.dtype != torch.uint8 or image.dim() != 3:
+        got = (f"{type(image).__name__} of shape {tuple(image.shape)} and dtype {image.dtype}"
+               if isinstance(image, torch.Tensor) else type(image).__name__)
+        raise TypeError(f"image must be a uint8 tensor [C, H, W], got {got}")
+    if image.numel() == 0:
+        raise ValueError(f"image must not be empty, got shape {tuple(image.shape)}")
+    return image
+
+
+def _channels_last(image: torch.Tensor) -> torch.Tensor:
+    """``image`` as a ``[1, C, H, W]`` tensor whose memory is ``[H, W, C]`` (torch's uint8
+    resize kernels read interleaved pixels; planar input costs them a strided copy)."""
+    c, h, w = image.shape
+    if c > 1 and not image.is_contiguous(memory_format=torch.channels_last):
+        if c == 3 and image.stride(2) == 1:
+            hwc = np.empty((h, w, 3), np.uint8)
+            planar3_to_interleaved(image.numpy(), hwc)
+            image = torch.from_numpy(hwc).permute(2, 0, 1)
+        else:
+            return image[None]
+    # A batch stride that is not the numel keeps torch from allocating a planar output
+    # for this 1-image batch (what torchvision's resize does too).
+    return image.as_strided((1, c, h, w), (c * h * w + 1,) + tuple(image.stride()))
+
+
+def _resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> torch.Tensor:
+    """``image`` uint8 ``[C, H, W]`` -> ``[C, out_h, out_w]`` (channels-last memory for
+    more than one channel). ``scales`` = ``(sh, sw)`` output pixels per input pixel, or
+    ``None`` for ``out / in`` (torch's convention)."""
+    sh, sw = scales if scales is not None else (None, None)
+    x = _channels_last(image)
+    if antialias:
+        y = torch.ops.aten._upsample_bilinear2d_aa(x, list(out_hw), False, sh, sw)
+    else:
+        y = torch.ops.aten.upsample_bilinear2d(x, list(out_hw), False, sh, sw)
+    return y[0]
+
+
+def resize(image: torch.Tensor, size, *, antialias: bool = True, hflip: bool = False,
+           scale=None) -> torch.Tensor:
+    """Bilinear resize of a uint8 image (``align_corners=False``, as torchvision).
+
+    Args:
+        image: uint8 tensor ``[C, H, W]`` (any strides).
+        size: output ``(h, w)``.
+        antialias: antialiased (triangle filter widened by the downscale factor, as
+            ``torchvision.transforms.v2.Resize(antialias=True)``) or plain bilinear.
+        hflip: flip the output horizontally.
+        scale: optional ``(sh, sw)``, output pixels per input pixel. By default
+            ``(h / H, w / W)``. Output pixel ``i`` samples input coordinate
+            ``(i + 0.5) / sh - 0.5``: with ``sh = h_full / H_full`` of a larger image,
+            rows ``0..h-1`` of the result are rows ``0..h-1`` of resizing the whole image,
+            given that ``image`` holds the rows their filter reads.
+
+    Returns:
+        uint8 tensor ``[C, h, w]``. Without ``scale`` it equals
+        ``torchvision.transforms.v2.functional.resize(image, [h, w], antialias=antialias)``
+        bit for bit.
+    """
+    image = _check_image(image)
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)):
+        raise ValueError(f"size must be a pair of positive ints (h, w), got {size!r}")
+    if scale is not None:
+        if (not isinstance(scale, (tuple, list)) or len(scale) != 2
+                or not all(isinstance(v, (int, float)) and v > 0 for v in scale)):
+            raise ValueError(f"scale must be a pair of positive numbers (sh, sw), got {scale!r}")
+        scale = (float(scale[0]), float(scale[1]))
+    if scale is None and tuple(size) == tuple(image.shape[1:]):
+        out = image  # v2 returns the input unchanged for an identity resize
+    else:
+        out = _resample(image, size, scale, bool(antialias))
+    return out.flip(-1) if hflip else out

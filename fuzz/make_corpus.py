@@ -1,0 +1,157 @@
+"""Write the seed corpus for the fuzz targets in this folder.
+
+Every seed is ``PARAM_BYTES`` parameter bytes (read by the targets with
+``atheris.FuzzedDataProvider``: mode, strict, window, crop size...) followed by one JPEG.
+The JPEGs are small (fuzzing speed) and cover the encodings the decoder handles: baseline
+4:4:4/4:2:2/4:2:0/4:4:0/4:1:1, progressive, restart markers, optimized Huffman tables,
+arithmetic coding (cjpeg from libjpeg-turbo-progs), grayscale, CMYK, odd sizes and
+progressive files whose last refinement scans are missing.
+
+Usage: ``python fuzz/make_corpus.py OUT_DIR`` (creates OUT_DIR). Encodings that need
+cjpeg are skipped with a note when it is not installed (``apt-get install
+libjpeg-turbo-progs``), unless ``--require-cjpeg`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from PIL import Image
+
+#: Bytes in front of each seed's JPEG that the targets consume as parameters.
+PARAM_BYTES = 16
+
+# (height, width): tiny, odd and MCU-straddling sizes, and one a few MCUs on each side.
+SIZES = [(1, 1), (7, 13), (17, 33), (33, 9), (48, 64)]
+
+# Progressive scan scripts that stop before the last refinement scans (libjpeg decodes
+# them without a warning, smoothing blocks from their neighbours).
+_INCOMPLETE_SCANS_COLOR = "0 1 2: 0 0 0 1;\n0: 1 5 0 2;\n2: 1 63 0 1;\n1: 1 63 0 1;\n0: 6 63 0 2;\n"
+_INCOMPLETE_SCANS_GRAY = "0: 0 0 0 1;\n0: 1 5 0 2;\n0: 6 63 0 2;\n"
+
+
+def synthetic_rgb(height: int, width: int, seed: int) -> np.ndarray:
+    """A uint8 ``[H, W, 3]`` image with gradients, edges and noise (exercises all DCT bands)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = np.stack([x * 255 / max(width, 1), y * 255 / max(height, 1),
+                     127 + 120 * np.sin((x + y) / 3.0)], axis=-1)
+    base[(x // 5 + y // 7) % 2 == 1] *= 0.4  # hard edges
+    base += rng.normal(0, 18, base.shape)
+    base[..., 0][rng.random((height, width)) < 0.02] = 255  # saturated specks
+    return np.clip(base, 0, 255).astype(np.uint8)
+
+
+def _pil(arr, **kwargs) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "JPEG", **kwargs)
+    return buf.getvalue()
+
+
+def _cmyk(rgb) -> bytes:
+    k = (rgb.min(axis=2) // 2).astype(np.uint8)
+    cmyk = np.concatenate([255 - rgb - k[..., None], k[..., None]], axis=2).astype(np.uint8)
+    img = Image.frombytes("CMYK", (rgb.shape[1], rgb.shape[0]), np.ascontiguousarray(cmyk).tobytes())
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _cjpeg(rgb, *args, gray=False, scans=None) -> bytes:
+    tool = shutil.which("cjpeg")
+    h, w, _ = rgb.shape
+    if gray:
+        src = b"P5\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb[..., 1]).tobytes()
+    else:
+        src = b"P6\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb).tobytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        if scans is not None:
+            path = os.path.join(tmp, "scans.txt")
+            with open(path, "w") as f:
+                f.write(scans)
+            args = (*args, "-scans", path)
+        return subprocess.run([tool, *args], input=src, capture_output=True, check=True).stdout
+
+
+PIL_ENCODINGS = {
+    "444": lambda a: _pil(a, quality=90, subsampling="4:4:4"),
+    "422": lambda a: _pil(a, quality=75, subsampling="4:2:2"),
+    "420": lambda a: _pil(a, quality=90, subsampling="4:2:0"),
+    "420-q20-optimize": lambda a: _pil(a, quality=20, subsampling="4:2:0", optimize=True),
+    "420-progressive": lambda a: _pil(a, quality=90, subsampling="4:2:0", progressive=True),
+    "422-progressive": lambda a: _pil(a, quality=85, subsampling="4:2:2", progressive=True),
+    "444-progressive": lambda a: _pil(a, quality=95, subsampling="4:4:4", progressive=True),
+    "420-restart-blocks": lambda a: _pil(a, quality=90, subsampling="4:2:0", restart_marker_blocks=1),
+    "422-restart-rows": lambda a: _pil(a, quality=90, subsampling="4:2:2", restart_marker_rows=1),
+    "gray": lambda a: _pil(np.ascontiguousarray(a[..., 1]), quality=90),
+    "gray-progressive": lambda a: _pil(np.ascontiguousarray(a[..., 0]), quality=90, progressive=True),
+    "cmyk": _cmyk,
+}
+
+CJPEG_ENCODINGS = {
+    "440": lambda a: _cjpeg(a, "-quality", "90", "-sample", "1x2,1x1,1x1"),
+    "411": lambda a: _cjpeg(a, "-quality", "90", "-sample", "4x1,1x1,1x1"),
+    "420-arithmetic": lambda a: _cjpeg(a, "-quality", "90", "-arithmetic", "-sample", "2x2,1x1,1x1"),
+    "420-arith-restart": lambda a: _cjpeg(a, "-arithmetic", "-restart", "1B"),
+    "420-arith-progressive": lambda a: _cjpeg(a, "-quality", "90", "-arithmetic", "-progressive"),
+    "gray-arith-progressive": lambda a: _cjpeg(a, "-arithmetic", "-progressive", gray=True),
+    "444-rgb": lambda a: _cjpeg(a, "-rgb", "-quality", "90"),
+    "420-incomplete-progressive": lambda a: _cjpeg(a, "-quality", "90", "-sample", "2x2,1x1,1x1",
+                                                  scans=_INCOMPLETE_SCANS_COLOR),
+    "420-arith-incomplete-progressive": lambda a: _cjpeg(a, "-arithmetic", "-sample", "2x2,1x1,1x1",
+                                                        scans=_INCOMPLETE_SCANS_COLOR),
+    "gray-arith-incomplete-progressive": lambda a: _cjpeg(a, "-arithmetic", gray=True,
+                                                         scans=_INCOMPLETE_SCANS_GRAY),
+}
+
+
+def seeds(require_cjpeg: bool = False):
+    """Yield ``(name, seed_bytes)`` for every encoding and size (deterministic)."""
+    encodings = dict(PIL_ENCODINGS)
+    if shutil.which("cjpeg"):
+        encodings.update(CJPEG_ENCODINGS)
+    elif require_cjpeg:
+        raise SystemExit("cjpeg not found (apt-get install libjpeg-turbo-progs)")
+    else:
+        print("make_corpus: cjpeg not found, skipping arithmetic/4:4:0/4:1:1/incomplete-progressive seeds",
+              file=sys.stderr)
+    rng = np.random.default_rng(20261201)
+    for i, (height, width) in enumerate(SIZES):
+        rgb = synthetic_rgb(height, width, seed=i)
+        for name, encode in encodings.items():
+            jpeg = encode(rgb)
+            params = rng.integers(0, 256, PARAM_BYTES, dtype=np.uint8).tobytes()
+            yield f"{name}-{height}x{width}", params + jpeg
+
+
+def write_corpus(out_dir: str, require_cjpeg: bool = False) -> int:
+    """Write the seeds into ``out_dir`` (file names are content hashes); return the count."""
+    os.makedirs(out_dir, exist_ok=True)
+    n = 0
+    for name, data in seeds(require_cjpeg):
+        digest = hashlib.sha1(data).hexdigest()[:12]
+        with open(os.path.join(out_dir, f"{name}-{digest}"), "wb") as f:
+            f.write(data)
+        n += 1
+    return n
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--require-cjpeg", action="store_true", help="fail if cjpeg is missing")
+    args = parser.parse_args(argv)
+    n = write_corpus(args.out_dir, args.require_cjpeg)
+    print(f"make_corpus: wrote {n} seeds to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

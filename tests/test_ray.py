@@ -1,0 +1,191 @@
+"""fastprep.ray: the per-sample work on Ray Data actors equals the DataLoader path.
+
+Runs a local Ray instance (``ray.init(num_cpus=2)``), started once for the module; every
+dataset execution starts its actors (seconds on a small machine), so there are two.
+Skipped when Ray is not installed (``pip install 'fastprep[ray]'``; CI installs it).
+"""
+
+import hashlib
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install 'fastprep[ray]')")
+pytest.importorskip("ray.data")
+
+import fastprep.data as D  # noqa: E402
+from fastprep import io as fio  # noqa: E402
+from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
+from fastprep.ray import DecodeBatch, RayLoader, read_jpegs  # noqa: E402
+
+# Ray's own deprecation notices (raised inside ray.*) are not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*", "ignore::FutureWarning:ray.*")
+
+CROP = 24
+SEED = 77
+SIZES = [(40, 56), (48, 37), (33, 60), (52, 44), (61, 33), (35, 70), (50, 50), (44, 29), (30, 41), (37, 38)]
+
+
+def _digest(t):
+    return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+
+
+def _make_folder(root, corrupt=False):
+    for i, (h, w) in enumerate(SIZES):
+        sub = root / ("a" if i % 3 else "b")
+        sub.mkdir(exist_ok=True, parents=True)
+        (sub / f"{i:02d}.jpg").write_bytes(encode_jpeg(photo_like(h, w, seed=i)))
+    if corrupt:
+        (root / "a" / "99-broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    return str(root)
+
+
+def _shm():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _ray_pids():
+    pids = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cmd.startswith(b"ray::") or b"/ray/" in cmd and (b"raylet" in cmd or b"gcs_server" in cmd):
+            pids.add(int(pid))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    shm_before, pids_before = _shm(), _ray_pids()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield
+    ray.shutdown()
+    deadline = time.monotonic() + 30
+    while _ray_pids() - pids_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_pids() - pids_before, "Ray processes left after ray.shutdown()"
+    assert not {n for n in _shm() - shm_before if "ray" in n.lower() or "plasma" in n.lower()}
+
+
+def _dataloader_digests(folder, epoch):
+    """Multiset of the make_loader output for ``epoch`` (sample-keyed, one process)."""
+    loader = D.make_loader(folder, batch_size=4, num_workers=0, crop_size=CROP, device="cpu", seed=SEED)
+    loader.set_epoch(epoch)
+    return sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
+
+
+class TestDecodeBatch:
+    """The map_batches callable, called directly (no Ray scheduling)."""
+
+    def _batch(self, folder, indices):
+        files = D.JpegFolder(folder).files
+        return {"bytes": np.array([fio.read_file(files[i]).numpy().tobytes() for i in indices], dtype=object),
+                "label": np.zeros(len(indices), dtype=np.int64), "index": np.array(indices, dtype=np.int64),
+                "path": np.array([files[i] for i in indices], dtype=object)}
+
+    def test_keyed_output_equals_dataset(self, tmp_path):
+        folder = _make_folder(tmp_path)
+        ds = D.JpegFolder(folder, transform=D.default_transform(CROP, 0.25), seed=SEED)
+        ds.set_epoch(2)
+        out = DecodeBatch(crop_size=CROP, seed=SEED, epoch=2)(self._batch(folder, [3, 0, 7]))
+        assert out["image"].dtype == "uint8" and out["image"].shape == (3, 3, CROP, CROP)
+        for k, i in enumerate([3, 0, 7]):
+            assert torch.equal(torch.from_numpy(out["image"][k]), ds[i][0])
+        assert out["index"].tolist() == [3, 0, 7]
+
+    def test_on_error(self, tmp_path):
+        folder = _make_folder(tmp_path, corrupt=True)
+        files = D.JpegFolder(folder).files
+        bad = next(i for i, f in enumerate(files) if "broken" in f)
+        batch = self._batch(folder, [0, bad, 1])
+        with pytest.raises(fio.DecodeError, match="99-broken.jpg"):
+            DecodeBatch(crop_size=CROP)(batch)
+        out = DecodeBatch(crop_size=CROP, on_error="skip")(batch)
+        assert out["index"].tolist() == [0, 1]
+        empty = DecodeBatch(crop_size=CROP, on_error="skip")(self._batch(folder, [bad]))
+        assert empty["image"].shape == (0, 3, CROP, CROP)
+        with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip', got 'x'"):
+            DecodeBatch(on_error="x")
+
+
+class TestRayLoader:
+    def test_matches_dataloader_bit_for_bit(self, ray_local, tmp_path):
+        folder = _make_folder(tmp_path)
+        rows = read_jpegs(folder)
+        assert rows.count() == len(SIZES)
+        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, concurrency=2, device="cpu",
+                           map_batch_size=3)
+        loader.set_epoch(1)
+        got = sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
+        assert got == _dataloader_digests(folder, 1)
+        assert loader.skipped == 0 and loader.epoch == 2
+
+    def test_actor_killed_once_and_bad_file(self, ray_local, tmp_path):
+        """One actor process is SIGKILLed mid-epoch: Ray restarts it and re-runs its batches
+        (max_restarts=-1, max_task_retries=-1); every good sample arrives exactly once, with
+        the keyed output, and the corrupt file is dropped and counted."""
+        folder = _make_folder(tmp_path / "data", corrupt=True)
+        marker = str(tmp_path / "killed")
+        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, concurrency=2, device="cpu",
+                           map_batch_size=2, on_error="skip", transform=_KillOnce(D.default_transform(CROP, 0.25),
+                                                                                   marker))
+        got = sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
+        assert os.path.exists(marker)  # the kill happened
+        files = D.JpegFolder(folder).files
+        bad = [i for i, f in enumerate(files) if "broken" in f]
+        assert loader.skipped_indices == bad
+        good = [f for f in files if "broken" not in f]
+        assert got == _dataloader_digests_of(good, files, 0)
+
+
+def _dataloader_digests_of(good, files, epoch):
+    ds = D.JpegDataset(files, transform=D.default_transform(CROP, 0.25), seed=SEED)
+    ds.set_epoch(epoch)
+    conv = D.BatchYuvScale()
+    return sorted(_digest(conv(ds[files.index(f)][0][None].clone())[0]) for f in good)
+
+
+class _KillOnce:
+    """A per-sample transform that SIGKILLs its own process the first time it runs anywhere."""
+
+    def __init__(self, transform, marker):
+        self.transform, self.marker = transform, marker
+
+    def __call__(self, data):
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return self.transform(data)
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# Ray's workers cannot import this test module: ship _KillOnce by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_unseeded_actors_draw_distinct_streams(tmp_path):
+    """Without a seed each DecodeBatch (one per actor) reseeds its process's generator
+    from os.urandom: two instances in fresh states give different windows/masks."""
+    folder = _make_folder(tmp_path)
+    batch = TestDecodeBatch()._batch(folder, [0, 1, 2])
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(0)
+        a = DecodeBatch(crop_size=CROP)(batch)["image"]
+        torch.manual_seed(0)  # what a fresh process would start from, before the constructor
+        b = DecodeBatch(crop_size=CROP)(batch)["image"]
+    finally:
+        torch.set_rng_state(state)
+    assert not np.array_equal(a, b)
