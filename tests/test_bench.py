@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -578,7 +579,7 @@ def test_ladder_remeasures_inverted_rungs_and_warns_when_they_persist(monkeypatc
     script = iter([100.0, 90.0, 80.0, 50.0, 70.0, 60.0, 65.0])
     calls = []
 
-    def fake_measure(make, trainer, *, steps, warmup, result, crop=None, on_step=None):
+    def fake_measure(make, trainer, *, steps, warmup, result, crop=None, on_step=None, bounds=None):
         calls.append(make)
         result.samples_per_s = next(script)
         result.starvation_fraction = 0.0
@@ -726,3 +727,53 @@ def test_cli_reports_a_pipeline_whose_files_cannot_be_prepared(cache, tmp_path, 
     assert results["fastprep"]["error"] is None and results["fastprep"]["samples_per_s"] > 0
     assert "packing into /nowhere failed" in results["fastprep-packed"]["error"]
     assert "fastprep-packed with 0 workers failed" in capsys.readouterr().err
+
+
+IMAGENET_SIZED = BuiltinSpec(height=375, width=500)
+
+
+def test_recipe_eval_pipelines_match_torchvision_and_the_decode_transform(cache):
+    """imagenet-eval: fastprep's batch is DecodeResizeCenterCrop's uint8 output normalised by
+    the plain formula (exactly), and close to torchvision v2 Resize(256)+CenterCrop(224) on
+    the full decode (the reference pipeline) -- PSNR >= 30 dB in uint8 units."""
+    from torchvision.io import decode_jpeg
+    from torchvision.transforms import v2
+
+    from fastprep.bench.recipes import RECIPE_PIPELINES
+    from fastprep.transforms import DecodeResizeCenterCrop
+
+    data = builtin_dataset(4, IMAGENET_SIZED, processes=1, progress=False)
+    cfg = PipelineConfig(batch_size=4, num_workers=0)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    out = {}
+    for name, pipe in RECIPE_PIPELINES["imagenet-eval"].items():
+        (images, targets), = list(pipe.loader(data.files, data.targets, 4, cfg))
+        assert images.dtype == torch.float32 and images.shape == (4, 3, 224, 224)
+        order = targets.argsort()  # shuffled: compare by file (targets 0..3 are distinct)
+        out[name] = images[order] * std + mean  # back to [0, 1]
+    raws = [torch.from_numpy(np.fromfile(f, dtype=np.uint8)) for f in data.files]
+    direct = torch.stack([DecodeResizeCenterCrop(256, 224)(r) for r in raws]).float() / 255
+    torch.testing.assert_close(out["fastprep"], direct, atol=1e-5, rtol=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision 0.29's decoder notice
+        full = [decode_jpeg(r) for r in raws]
+    tv = torch.stack([v2.CenterCrop(224)(v2.Resize(256, antialias=True)(x)) for x in full]).float() / 255
+    torch.testing.assert_close(out["reference"], tv, atol=1e-5, rtol=0)
+    mse = ((out["fastprep"] - tv) * 255).pow(2).mean().item()
+    assert 10 * np.log10(255 ** 2 / mse) >= 30
+
+
+@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+def test_cli_recipe_runs_both_pipelines(recipe, cache, tmp_path):
+    out = tmp_path / "r.json"
+    rc = cli.main(["--recipe", recipe, "--num-images", "4", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+                   "--workers", "0", "--step-ms", "1", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["recipe"] == recipe and report["settings"]["crop_size"] == 224
+    assert {r["pipeline"] for r in report["results"]} == {"reference", "fastprep"}
+    assert all(r["error"] is None and r["samples_per_s"] > 0 for r in report["results"])
+    assert "500x375" in report["settings"]["data"]
+    with pytest.raises(SystemExit):
+        cli.main(["--recipe", "imagenet-test"])
