@@ -777,3 +777,18 @@ def test_cli_recipe_runs_both_pipelines(recipe, cache, tmp_path):
     assert "500x375" in report["settings"]["data"]
     with pytest.raises(SystemExit):
         cli.main(["--recipe", "imagenet-test"])
+
+
+def test_cli_engine_ray_runs_the_fastprep_pipelines_and_skips_the_others(cache, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "r.json"
+    proc = _bench(["--engine", "ray", "--pipelines", "reference,fastprep-packed", "--num-images", "4",
+                   "--batch-size", "2", "--steps", "2", "--warmup", "1", "--workers", "1", "--step-ms", "1",
+                   "--no-progress", "--json", str(out)], tmp_path, cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["settings"]["engine"] == "ray"
+    results = {r["pipeline"]: r for r in report["results"]}
+    assert "no Ray Data engine" in results["reference"]["skipped"]
+    packed = results["fastprep-packed"]
+    assert packed["error"] is None and packed["samples_per_s"] > 0 and packed["worker_cpu_cores"] is None

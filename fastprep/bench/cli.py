@@ -72,6 +72,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="seed (default): the crop+mask+YUV pipelines; imagenet-train: RandomResizedCrop(224)+flip; "
                         "imagenet-eval: Resize(256)+CenterCrop(224); both RGB normalised, torchvision v2 as reference, "
                         "on built-in 500x375 photos")
+    g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
+                   help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
+                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs fastprep[ray])")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
                    help=f"comma-separated, from: {', '.join(PIPELINES)} (default all)")
     g.add_argument("--batch-size", type=_positive(int), default=64)
@@ -158,7 +161,28 @@ def config_from_args(args: argparse.Namespace, argv: list[str], diagnose: bool =
         json_path=args.json, plot_path=getattr(args, "plot", None), profile_dir=getattr(args, "profile", None),
         profile_steps=getattr(args, "profile_steps", 4), itt=getattr(args, "itt", False),
         check_syncs=getattr(args, "check_syncs", False), quick=args.quick,
-        command=" ".join(["python -m fastprep.bench", *argv]), recipe=args.recipe)
+        command=" ".join(["python -m fastprep.bench", *argv]), recipe=args.recipe, engine=args.engine)
+
+
+def _stop_ray() -> None:
+    """Shut down the local Ray instance the Ray engine started (no stray processes)."""
+    try:
+        import ray
+    except ImportError:
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _ray_reason(pipe) -> str | None:
+    """Why ``pipe`` cannot run on the Ray engine, or ``None``."""
+    if not pipe.ray_capable:
+        return "no Ray Data engine for this pipeline (--engine ray runs the fastprep pipelines)"
+    try:
+        import fastprep.ray  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
 
 
 def load_data(cfg: BenchConfig) -> BenchData:
@@ -239,12 +263,14 @@ def run(cfg: BenchConfig) -> int:
     capacity = cfg.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
     print(f"Measuring {cfg.steps} steps after {cfg.warmup} warm-up steps, batch {cfg.batch_size}, crop "
           f"{cfg.crop_size}, " + (f"mask ratio {cfg.mask_ratio}" if cfg.recipe == "seed" else f"recipe {cfg.recipe}")
-          + f", workers {', '.join(map(str, cfg.workers))}", flush=True)
+          + (", engine ray (workers = Ray actors)" if cfg.engine == "ray" else "") + f", workers {', '.join(map(str, cfg.workers))}", flush=True)
 
     configs = []
     for name in cfg.pipelines:
         pipe = get_recipe_pipeline(name, cfg.recipe)
         reason = pipe.unavailable()
+        if not reason and cfg.engine == "ray":
+            reason = _ray_reason(pipe)
         if reason:
             print(f"Skipping {name}: {reason}", flush=True)
         configs.extend((pipe, w, reason) for w in cfg.workers)
@@ -281,9 +307,12 @@ def run(cfg: BenchConfig) -> int:
         length = (cfg.warmup + cfg.steps + slack_batches(w)) * cfg.batch_size
         done_before = bar.n
         try:
-            measure(lambda: pipe.loader(pfiles, data.targets, length, pcfg), trainer, steps=cfg.steps,
+            make = pipe.ray_loader if cfg.engine == "ray" else pipe.loader
+            measure(lambda: make(pfiles, data.targets, length, pcfg), trainer, steps=cfg.steps,
                     warmup=cfg.warmup, result=res, crop=cfg.crop_size, on_step=bar.update, bounds=cfg.output_bounds,
                     check_syncs=cfg.check_syncs)
+            if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
+                res.worker_cpu_cores = None
         except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
             failed = True
             res.error = one_line_error(e)
@@ -292,6 +321,8 @@ def run(cfg: BenchConfig) -> int:
             bar.update(cfg.warmup + cfg.steps - (bar.n - done_before))
         results.append(res.as_dict())
     bar.close()
+    if cfg.engine == "ray":
+        _stop_ray()
 
     refs = {r["workers"]: r["samples_per_s"] for r in results if r["pipeline"] == "reference" and r["samples_per_s"]}
     for r in results:
@@ -324,7 +355,7 @@ def run(cfg: BenchConfig) -> int:
         "command": cfg.command,
         "platform": describe(),
         "settings": {**_data_settings(data),
-                     "recipe": cfg.recipe, "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
+                     "recipe": cfg.recipe, "engine": cfg.engine, "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
                      "steps": cfg.steps, "warmup": cfg.warmup, "workers": list(cfg.workers),
                      "pipelines": list(cfg.pipelines), "device": device_name, "on_error": cfg.on_error,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,

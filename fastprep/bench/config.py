@@ -25,6 +25,8 @@ QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
 DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
 #: ``skip``: leave out files a pipeline cannot read (listed once); ``raise``: stop at the first.
 ON_ERROR = ("skip", "raise")
+#: ``--engine``: DataLoader workers, or Ray Data actors (fastprep.ray) on this machine.
+ENGINES = ("dataloader", "ray")
 
 
 def usable_cores() -> int:
@@ -83,8 +85,11 @@ class BenchConfig:
     quick: bool = False
     command: str = "python -m fastprep.bench"
     recipe: str = "seed"
+    engine: str = "dataloader"
 
     def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {self.recipe!r}")
         PIPELINES = pipeline_registry(self.recipe)

@@ -410,6 +410,14 @@ class Pipeline:
         file damaged late in its data is caught even though a crop may not reach it."""
         check_fastprep(data, "RGB")
 
+    #: Whether :meth:`ray_loader` is implemented (``--engine ray``).
+    ray_capable = False
+
+    def ray_loader(self, files: Sequence[str], targets: Sequence[int], length: int, cfg: PipelineConfig):
+        """As :meth:`loader`, with the per-sample work on Ray Data actors (``--engine ray``;
+        ``cfg.num_workers`` actors, at least one). Only where :attr:`ray_capable`."""
+        raise NotImplementedError(f"{self.name} has no Ray Data engine")
+
     def prepare_files(self, files: Sequence[str], *, progress: bool = True) -> list[str]:
         """The files this pipeline reads in place of ``files`` (same order, same targets),
         prepared once before anything is timed. Default: ``files`` themselves."""
@@ -504,6 +512,18 @@ class Fastprep(Pipeline):
         return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
                              shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
                              multiprocessing_context=cfg.mp_context())
+
+    ray_capable = True
+
+    def ray_loader(self, files, targets, length, cfg):
+        from fastprep import data as D
+        from fastprep.ray import RayLoader
+
+        reps = -(-length // len(files))
+        dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length])
+        return RayLoader(dataset, batch_size=cfg.batch_size, crop_size=cfg.crop_size, mask_ratio=cfg.mask_ratio,
+                         seed=cfg.seed, shuffle=True, device=cfg.device, concurrency=max(1, cfg.num_workers),
+                         drop_last=True)
 
     def loader(self, files, targets, length, cfg):
         if cfg.labelled:
