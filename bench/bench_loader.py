@@ -8,6 +8,8 @@ doing nothing, every pipeline producing float32 YUV in [0, 1], 256x256, masked (
 * ``fastprep``: :func:`fastprep.data.make_loader` -- ROI decode + uint8 RandomMask in the
   workers, ``collate_uint8`` into shared memory, batch YUV/scale in the main process
   (CPU path: the Cython kernel; on CUDA it would run on the GPU).
+* ``fastprep-packed``: the same on copies made by :func:`fastprep.pack.pack_folder`
+  (restart markers: the ROI decode entropy-decodes only the intervals the crop needs).
 * ``reference-optimized``: ROI decode op + numpy mask (shift-OR dilation) + per-sample
   torch YUV (matmul) and /255 in the workers, ``default_collate`` of float32.
 * ``reference-plain``: PIL decode of the whole image + torchvision RandomCrop + scipy
@@ -17,7 +19,8 @@ Per pipeline and epoch: samples/s (wall), CPU-ms per sample (workers, read from
 ``RUSAGE_CHILDREN`` after the epoch's workers are joined, plus the main process from
 ``RUSAGE_SELF``), and the bytes per sample crossing the worker boundary (one collated
 batch's tensors). Epochs of the pipelines are interleaved; the table shows medians.
-Also measured: ROI decode alone, in-process, as the per-sample floor.
+Also measured: ROI decode alone, in-process, as the per-sample floor, for the original
+and the packed files, and its share of the fastprep pipelines' CPU per sample.
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ except ImportError:  # run from a source checkout without installing
 
 import fastprep.data as D  # noqa: E402
 from fastprep import io as fio  # noqa: E402
+from fastprep._platform import describe  # noqa: E402
 from fastprep.decode_transforms import DecodeRandomCrop  # noqa: E402
 from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
+from fastprep.pack import pack_folder  # noqa: E402
 
 CROP = 256
 RATIO = 0.25
@@ -161,19 +166,26 @@ def run(args):
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="fastprep-bench-") as tmp:
         t0 = time.perf_counter()
-        paths = make_files(tmp, args.images)
+        orig, packed_dir = os.path.join(tmp, "orig"), os.path.join(tmp, "packed")
+        os.makedirs(orig)
+        paths = make_files(orig, args.images)
+        pack_folder(orig, packed_dir, progress=False)
+        packed = [os.path.join(packed_dir, os.path.basename(p)) for p in paths]
         files = [paths[i % len(paths)] for i in range(args.samples)]
+        packed_files = [packed[i % len(packed)] for i in range(args.samples)]
         print(f"wrote {len(paths)} JPEGs (533x800 q90 4:2:0) in {time.perf_counter() - t0:.1f} s; "
               f"{len(files)} samples per epoch", file=sys.stderr)
         common = dict(batch_size=args.batch_size, num_workers=args.workers, shuffle=True)
         pipelines = {
             "fastprep": D.make_loader(files, crop_size=CROP, mask_ratio=RATIO, device="cpu", **common),
+            "fastprep-packed": D.make_loader(packed_files, crop_size=CROP, mask_ratio=RATIO, device="cpu", **common),
             "reference-optimized": DataLoader(ReferenceOptimized(files), **common),
             "reference-plain": DataLoader(ReferencePlain(files), **common),
         }
         bytes_ps = {name: _bytes_per_sample(p.loader if isinstance(p, D.DevicePrefetcher) else p)
                     for name, p in pipelines.items()}
         floor_ms = _decode_floor(paths)
+        packed_floor_ms = _decode_floor(packed)
         runs = {name: [] for name in pipelines}
         for epoch in range(args.epochs):
             for name, p in pipelines.items():
@@ -201,6 +213,10 @@ def run(args):
                    "torch": torch.__version__, "python": platform.python_version(),
                    "main_torch_threads": torch.get_num_threads()},
         "roi_decode_only_cpu_ms_per_sample": floor_ms,
+        "packed_roi_decode_only_cpu_ms_per_sample": packed_floor_ms,
+        "decode_share_of_cpu": {"fastprep": floor_ms / results["fastprep"]["cpu_ms_per_sample"],
+                                "fastprep-packed": packed_floor_ms / results["fastprep-packed"]["cpu_ms_per_sample"]},
+        "platform": describe(),
         "results": results,
     }
 
@@ -216,7 +232,10 @@ def table(report) -> str:
     lines.append("")
     lines.append(f"{c['workers']} workers, batch {c['batch_size']}, {c['samples_per_epoch']} samples/epoch, "
                  f"median of {c['epochs']} epochs; ROI decode alone: "
-                 f"{report['roi_decode_only_cpu_ms_per_sample']:.2f} CPU-ms/sample.")
+                 f"{report['roi_decode_only_cpu_ms_per_sample']:.2f} CPU-ms/sample (packed files: "
+                 f"{report['packed_roi_decode_only_cpu_ms_per_sample']:.2f}); ROI decode's share of CPU/sample: "
+                 f"fastprep {100 * report['decode_share_of_cpu']['fastprep']:.0f} %, fastprep-packed "
+                 f"{100 * report['decode_share_of_cpu']['fastprep-packed']:.0f} %.")
     return "\n".join(lines)
 
 
@@ -232,6 +251,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.samples, args.images, args.epochs = 2 * args.batch_size, 4, 1
+    print(describe(), file=sys.stderr)
     report = run(args)
     print(table(report))
     if args.json:

@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from fastprep.bench import cli
-from fastprep.bench.dataset import BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset
+from fastprep.bench.dataset import BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset, packed_copy
 from fastprep.bench.pipelines import (PIPELINES, DivideScale, MatmulConvertColor, NumpyRandomMask, PipelineConfig,
                                       SampleDataset, SampleError, ScipyRandomMask, StackYuvScale)
 from fastprep.bench.profiling import Labelled, LabelledCompose
@@ -143,8 +144,9 @@ def test_pipeline_batches_have_the_same_semantics(name, cache):
         pytest.skip(pipe.unavailable())
     data = builtin_dataset(4, SMALL, processes=1, progress=False)
     cfg = PipelineConfig(crop_size=64, batch_size=4, num_workers=0)
+    files = pipe.prepare_files(data.files, progress=False)
     torch.manual_seed(0)
-    images, targets = next(iter(pipe.loader(data.files, data.targets, 4, cfg)))
+    images, targets = next(iter(pipe.loader(files, data.targets, 4, cfg)))
     assert images.dtype == torch.float32 and images.shape == (4, 3, 64, 64)
     assert targets.dtype == torch.int64 and sorted(targets.tolist()) == [0, 1, 2, 3]
     for c, (lo, hi) in enumerate(((0, 255), (0, 255.5), (0, 255.5))):  # YUV of RGB in [0, 255]^3, or uint8 YCbCr
@@ -309,11 +311,11 @@ def test_cli_quick_json_and_plot(cache, tmp_path):
 def test_diagnose_returns_five_rungs(cache, tmp_path, capsys):
     out = tmp_path / "d.json"
     rc = cli.main(["diagnose", "--num-images", "4", "--batch-size", "2", "--crop-size", "64", "--steps", "2",
-                   "--warmup", "1", "--workers", "0", "--pipelines", "reference,fastprep", "--step-ms", "1",
+                   "--warmup", "1", "--workers", "0", "--pipelines", "reference,fastprep-packed", "--step-ms", "1",
                    "--no-progress", "--json", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
-    for name in ("reference", "fastprep"):
+    for name in ("reference", "fastprep-packed"):
         rungs = report["ladders"][name]
         assert [r["rung"] for r in rungs] == ["device batch", "host batch", "sample cached", "bytes cached", "full"]
         assert all(r["error"] is None and r["samples_per_s"] > 0 for r in rungs)
@@ -577,7 +579,7 @@ def test_ladder_remeasures_inverted_rungs_and_warns_when_they_persist(monkeypatc
     script = iter([100.0, 90.0, 80.0, 50.0, 70.0, 60.0, 65.0])
     calls = []
 
-    def fake_measure(make, trainer, *, steps, warmup, result, crop=None, on_step=None):
+    def fake_measure(make, trainer, *, steps, warmup, result, crop=None, on_step=None, bounds=None):
         calls.append(make)
         result.samples_per_s = next(script)
         result.starvation_fraction = 0.0
@@ -655,3 +657,138 @@ def test_a_registered_pipeline_is_usable_everywhere(cache):
         PIPELINES.pop("crop-only")
     with pytest.raises(TypeError, match="Pipeline instance"):
         register_pipeline("crop-only")
+
+
+def _pil_rgb(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def test_packed_copy_is_pixel_identical_has_restart_markers_and_is_cached(cache, tmp_path):
+    """Only the selected files are packed, at their relative paths under the cache; Pillow
+    (an independent decoder) gives the original's pixels; the copies carry a restart
+    interval the ROI fast path uses; a second call transcodes nothing."""
+    from fastprep.io import jpeg_info
+
+    data = builtin_dataset(12, SMALL, processes=1, progress=False)
+    chosen = data.files[:5] + data.files[7:9]
+    out = packed_copy(chosen, progress=False, workers=1)
+    assert len(out) == len(chosen)
+    root = Path(os.path.commonpath(chosen))
+    for src, dst in zip(chosen, out):
+        assert Path(dst).is_relative_to(cache) and dst.endswith(os.path.relpath(src, root))
+        assert np.array_equal(_pil_rgb(dst), _pil_rgb(src))
+        info = jpeg_info(Path(dst).read_bytes())
+        assert info.restart_interval > 0 and info.restart_roi
+        assert jpeg_info(Path(src).read_bytes()).restart_interval == 0
+    packed_root = Path(os.path.commonpath(out))
+    packed_all = sorted(str(p.relative_to(packed_root)) for p in packed_root.rglob("*.jpg"))
+    assert packed_all == sorted(os.path.relpath(d, packed_root) for d in out)  # files 5, 6, 9.. left alone
+    stamps = [os.stat(d).st_mtime_ns for d in out]
+    inodes = [os.stat(d).st_ino for d in out]
+    assert packed_copy(chosen, progress=False, workers=1) == out
+    assert [os.stat(d).st_mtime_ns for d in out] == stamps and [os.stat(d).st_ino for d in out] == inodes
+    with pytest.raises(ValueError, match="at least one file"):
+        packed_copy([])
+
+
+def test_fastprep_packed_gives_exactly_the_fastprep_batches(cache):
+    """Packing is lossless and the ROI fast path exact: with the same seed, fastprep-packed
+    yields the very same tensors as fastprep on the original files."""
+    data = builtin_dataset(8, SMALL, processes=1, progress=False)
+    cfg = PipelineConfig(crop_size=64, batch_size=4, num_workers=0)
+    batches = {}
+    for name in ("fastprep", "fastprep-packed"):
+        pipe = PIPELINES[name]
+        files = pipe.prepare_files(data.files, progress=False)
+        assert (files == data.files) == (name == "fastprep")
+        torch.manual_seed(3)
+        batches[name] = [(x.clone(), y.clone()) for x, y in pipe.loader(files, data.targets, 8, cfg)]
+    assert len(batches["fastprep"]) == 2
+    for (a, ta), (b, tb) in zip(batches["fastprep"], batches["fastprep-packed"]):
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+
+
+def test_cli_reports_a_pipeline_whose_files_cannot_be_prepared(cache, tmp_path, monkeypatch, capsys):
+    """A failing prepare_files is one error line for that pipeline; the others still run."""
+
+    def broken(files, *, progress=True):
+        raise BenchDataError("packing into /nowhere failed")
+
+    monkeypatch.setattr(PIPELINES["fastprep-packed"], "prepare_files", broken)
+    out = tmp_path / "r.json"
+    rc = cli.main(["--num-images", "2", "--batch-size", "2", "--crop-size", "64", "--steps", "1", "--warmup", "0",
+                   "--workers", "0", "--pipelines", "fastprep,fastprep-packed", "--step-ms", "1", "--no-progress",
+                   "--json", str(out)])
+    assert rc != 0
+    results = {r["pipeline"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["fastprep"]["error"] is None and results["fastprep"]["samples_per_s"] > 0
+    assert "packing into /nowhere failed" in results["fastprep-packed"]["error"]
+    assert "fastprep-packed with 0 workers failed" in capsys.readouterr().err
+
+
+IMAGENET_SIZED = BuiltinSpec(height=375, width=500)
+
+
+def test_recipe_eval_pipelines_match_torchvision_and_the_decode_transform(cache):
+    """imagenet-eval: fastprep's batch is DecodeResizeCenterCrop's uint8 output normalised by
+    the plain formula (exactly), and close to torchvision v2 Resize(256)+CenterCrop(224) on
+    the full decode (the reference pipeline) -- PSNR >= 30 dB in uint8 units."""
+    from torchvision.io import decode_jpeg
+    from torchvision.transforms import v2
+
+    from fastprep.bench.recipes import RECIPE_PIPELINES
+    from fastprep.transforms import DecodeResizeCenterCrop
+
+    data = builtin_dataset(4, IMAGENET_SIZED, processes=1, progress=False)
+    cfg = PipelineConfig(batch_size=4, num_workers=0)
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    out = {}
+    for name, pipe in RECIPE_PIPELINES["imagenet-eval"].items():
+        (images, targets), = list(pipe.loader(data.files, data.targets, 4, cfg))
+        assert images.dtype == torch.float32 and images.shape == (4, 3, 224, 224)
+        order = targets.argsort()  # shuffled: compare by file (targets 0..3 are distinct)
+        out[name] = images[order] * std + mean  # back to [0, 1]
+    raws = [torch.from_numpy(np.fromfile(f, dtype=np.uint8)) for f in data.files]
+    direct = torch.stack([DecodeResizeCenterCrop(256, 224)(r) for r in raws]).float() / 255
+    torch.testing.assert_close(out["fastprep"], direct, atol=1e-5, rtol=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision 0.29's decoder notice
+        full = [decode_jpeg(r) for r in raws]
+    tv = torch.stack([v2.CenterCrop(224)(v2.Resize(256, antialias=True)(x)) for x in full]).float() / 255
+    torch.testing.assert_close(out["reference"], tv, atol=1e-5, rtol=0)
+    mse = ((out["fastprep"] - tv) * 255).pow(2).mean().item()
+    assert 10 * np.log10(255 ** 2 / mse) >= 30
+
+
+@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+def test_cli_recipe_runs_both_pipelines(recipe, cache, tmp_path):
+    out = tmp_path / "r.json"
+    rc = cli.main(["--recipe", recipe, "--num-images", "4", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+                   "--workers", "0", "--step-ms", "1", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["recipe"] == recipe and report["settings"]["crop_size"] == 224
+    assert {r["pipeline"] for r in report["results"]} == {"reference", "fastprep"}
+    assert all(r["error"] is None and r["samples_per_s"] > 0 for r in report["results"])
+    assert "500x375" in report["settings"]["data"]
+    with pytest.raises(SystemExit):
+        cli.main(["--recipe", "imagenet-test"])
+
+
+def test_cli_engine_ray_runs_the_fastprep_pipelines_and_skips_the_others(cache, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "r.json"
+    proc = _bench(["--engine", "ray", "--pipelines", "reference,fastprep-packed", "--num-images", "4",
+                   "--batch-size", "2", "--steps", "2", "--warmup", "1", "--workers", "1", "--step-ms", "1",
+                   "--no-progress", "--json", str(out)], tmp_path, cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["settings"]["engine"] == "ray"
+    results = {r["pipeline"]: r for r in report["results"]}
+    assert "no Ray Data engine" in results["reference"]["skipped"]
+    packed = results["fastprep-packed"]
+    assert packed["error"] is None and packed["samples_per_s"] > 0 and packed["worker_cpu_cores"] is None

@@ -16,8 +16,9 @@ from fastprep._platform import describe
 
 from . import report
 from .config import DEFAULTS, ON_ERROR, QUICK, BenchConfig, trainer_line, usable_cores
-from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset
-from .pipelines import PIPELINES, get_pipeline
+from .dataset import BenchData, BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset
+from .pipelines import PIPELINES
+from .recipes import RECIPE_PIPELINES, RECIPES, get_recipe_pipeline
 
 __all__ = ["build_diagnose_parser", "build_parser", "config_from_args", "load_data", "main", "run", "run_diagnose"]
 
@@ -38,8 +39,9 @@ def _int_list(text: str) -> list[int]:
 def _pipeline_list(text: str) -> list[str]:
     names = [v.strip() for v in text.split(",") if v.strip()]
     if names == ["all"]:
-        return list(PIPELINES)
-    bad = [n for n in names if n not in PIPELINES]
+        return None
+    known = set(PIPELINES).union(*RECIPE_PIPELINES.values())
+    bad = [n for n in names if n not in known]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown pipeline(s) {bad or text!r}; choose from {', '.join(PIPELINES)}")
     return names
@@ -66,6 +68,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="--data files that a pipeline cannot read (damaged, empty, PNG, CMYK for YCbCr "
                         "decoding): skip leaves them out and lists them once; raise stops at the first")
     g = p.add_argument_group("pipelines")
+    g.add_argument("--recipe", choices=RECIPES, default="seed",
+                   help="seed (default): the crop+mask+YUV pipelines; imagenet-train: RandomResizedCrop(224)+flip; "
+                        "imagenet-eval: Resize(256)+CenterCrop(224); both RGB normalised, torchvision v2 as reference, "
+                        "on built-in 500x375 photos")
+    g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
+                   help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
+                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs fastprep[ray])")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
                    help=f"comma-separated, from: {', '.join(PIPELINES)} (default all)")
     g.add_argument("--batch-size", type=_positive(int), default=64)
@@ -152,7 +161,28 @@ def config_from_args(args: argparse.Namespace, argv: list[str], diagnose: bool =
         json_path=args.json, plot_path=getattr(args, "plot", None), profile_dir=getattr(args, "profile", None),
         profile_steps=getattr(args, "profile_steps", 4), itt=getattr(args, "itt", False),
         check_syncs=getattr(args, "check_syncs", False), quick=args.quick,
-        command=" ".join(["python -m fastprep.bench", *argv]))
+        command=" ".join(["python -m fastprep.bench", *argv]), recipe=args.recipe, engine=args.engine)
+
+
+def _stop_ray() -> None:
+    """Shut down the local Ray instance the Ray engine started (no stray processes)."""
+    try:
+        import ray
+    except ImportError:
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _ray_reason(pipe) -> str | None:
+    """Why ``pipe`` cannot run on the Ray engine, or ``None``."""
+    if not pipe.ray_capable:
+        return "no Ray Data engine for this pipeline (--engine ray runs the fastprep pipelines)"
+    try:
+        import fastprep.ray  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
 
 
 def load_data(cfg: BenchConfig) -> BenchData:
@@ -162,10 +192,11 @@ def load_data(cfg: BenchConfig) -> BenchData:
         BenchDataError: no usable file, or a bad one with ``cfg.on_error == "raise"``.
     """
     if not cfg.data:
-        return builtin_dataset(cfg.num_images, progress=cfg.progress)
+        spec = BuiltinSpec() if cfg.recipe == "seed" else BuiltinSpec(height=375, width=500)  # ImageNet-sized
+        return builtin_dataset(cfg.num_images, spec, progress=cfg.progress)
     checks: dict = {}
     for name in cfg.pipelines:
-        pipe = get_pipeline(name)
+        pipe = get_recipe_pipeline(name, cfg.recipe)
         if not pipe.unavailable():
             checks.setdefault(pipe.check_key, (pipe.check, []))[1].append(name)
     return folder_dataset(cfg.data, cfg.num_images, checks=checks, on_error=cfg.on_error, progress=cfg.progress)
@@ -231,22 +262,40 @@ def run(cfg: BenchConfig) -> int:
     _header(cfg, data, probe)
     capacity = cfg.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
     print(f"Measuring {cfg.steps} steps after {cfg.warmup} warm-up steps, batch {cfg.batch_size}, crop "
-          f"{cfg.crop_size}, mask ratio {cfg.mask_ratio}, workers {', '.join(map(str, cfg.workers))}", flush=True)
+          f"{cfg.crop_size}, " + (f"mask ratio {cfg.mask_ratio}" if cfg.recipe == "seed" else f"recipe {cfg.recipe}")
+          + (", engine ray (workers = Ray actors)" if cfg.engine == "ray" else "") + f", workers {', '.join(map(str, cfg.workers))}", flush=True)
 
     configs = []
     for name in cfg.pipelines:
-        pipe = get_pipeline(name)
+        pipe = get_recipe_pipeline(name, cfg.recipe)
         reason = pipe.unavailable()
+        if not reason and cfg.engine == "ray":
+            reason = _ray_reason(pipe)
         if reason:
             print(f"Skipping {name}: {reason}", flush=True)
         configs.extend((pipe, w, reason) for w in cfg.workers)
 
+    files = {}  # per pipeline: the files it reads (prepared once, before anything is timed)
+    for pipe, _, reason in configs:
+        if not reason and pipe.name not in files:
+            try:
+                files[pipe.name] = pipe.prepare_files(data.files, progress=cfg.progress)
+            except Exception as e:  # noqa: BLE001 - reported per configuration below
+                files[pipe.name] = e
     total = sum(cfg.warmup + cfg.steps for _, _, r in configs if not r)
     bar = tqdm(total=total, unit="step", disable=not cfg.progress, leave=False, dynamic_ncols=True)
     results = []
     failed = False
     for pipe, w, reason in configs:
         res = ConfigResult(pipe.name, w, cfg.batch_size, cfg.steps, cfg.warmup)
+        pfiles = files.get(pipe.name)
+        if isinstance(pfiles, Exception) and not (failed and cfg.on_error == "raise"):
+            failed = True
+            res.error = f"preparing the files failed: {one_line_error(pfiles)}"
+            print(f"{pipe.name} with {w} workers failed: {res.error}", file=sys.stderr, flush=True)
+            bar.update(cfg.warmup + cfg.steps)
+            results.append(res.as_dict())
+            continue
         if reason or (failed and cfg.on_error == "raise"):
             res.skipped = reason or "not run: an earlier configuration failed (--on-error raise)"
             results.append(res.as_dict())
@@ -258,9 +307,12 @@ def run(cfg: BenchConfig) -> int:
         length = (cfg.warmup + cfg.steps + slack_batches(w)) * cfg.batch_size
         done_before = bar.n
         try:
-            measure(lambda: pipe.loader(data.files, data.targets, length, pcfg), trainer, steps=cfg.steps,
-                    warmup=cfg.warmup, result=res, crop=cfg.crop_size, on_step=bar.update,
+            make = pipe.ray_loader if cfg.engine == "ray" else pipe.loader
+            measure(lambda: make(pfiles, data.targets, length, pcfg), trainer, steps=cfg.steps,
+                    warmup=cfg.warmup, result=res, crop=cfg.crop_size, on_step=bar.update, bounds=cfg.output_bounds,
                     check_syncs=cfg.check_syncs)
+            if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
+                res.worker_cpu_cores = None
         except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
             failed = True
             res.error = one_line_error(e)
@@ -269,6 +321,8 @@ def run(cfg: BenchConfig) -> int:
             bar.update(cfg.warmup + cfg.steps - (bar.n - done_before))
         results.append(res.as_dict())
     bar.close()
+    if cfg.engine == "ray":
+        _stop_ray()
 
     refs = {r["workers"]: r["samples_per_s"] for r in results if r["pipeline"] == "reference" and r["samples_per_s"]}
     for r in results:
@@ -288,7 +342,7 @@ def run(cfg: BenchConfig) -> int:
             if p != "reference"))
 
     if (cfg.profile_dir or itt) and best:
-        runnable = [get_pipeline(p) for p in best]
+        runnable = [get_recipe_pipeline(p, cfg.recipe) for p in best]
         print(f"Profiling {', '.join(p.name for p in runnable)} ({cfg.profile_steps} labelled steps each, 0 workers)"
               + (", emitting ITT ranges" if itt else ""), flush=True)
         for path in profile_pipelines(runnable, data, cfg.pipeline_config(0, probe.device),
@@ -301,7 +355,7 @@ def run(cfg: BenchConfig) -> int:
         "command": cfg.command,
         "platform": describe(),
         "settings": {**_data_settings(data),
-                     "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
+                     "recipe": cfg.recipe, "engine": cfg.engine, "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
                      "steps": cfg.steps, "warmup": cfg.warmup, "workers": list(cfg.workers),
                      "pipelines": list(cfg.pipelines), "device": device_name, "on_error": cfg.on_error,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,

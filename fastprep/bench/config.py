@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .pipelines import PIPELINES, PipelineConfig
+from .pipelines import PipelineConfig
+from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry
 from .trainer import ASSUMED_GPU_TFLOPS, make_trainer, train_step_flops
 
 __all__ = ["DEFAULTS", "ON_ERROR", "QUICK", "BenchConfig", "trainer_line", "usable_cores"]
@@ -24,6 +25,8 @@ QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
 DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
 #: ``skip``: leave out files a pipeline cannot read (listed once); ``raise``: stop at the first.
 ON_ERROR = ("skip", "raise")
+#: ``--engine``: DataLoader workers, or Ray Data actors (fastprep.ray) on this machine.
+ENGINES = ("dataloader", "ray")
 
 
 def usable_cores() -> int:
@@ -81,8 +84,17 @@ class BenchConfig:
     check_syncs: bool = False
     quick: bool = False
     command: str = "python -m fastprep.bench"
+    recipe: str = "seed"
+    engine: str = "dataloader"
 
     def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {self.recipe!r}")
+        PIPELINES = pipeline_registry(self.recipe)
+        if self.recipe != "seed":  # the recipe fixes the output size and has no mask
+            self.crop_size, self.mask_ratio = RECIPE_CROP, 0.0
         self.pipelines = tuple(PIPELINES) if self.pipelines is None else tuple(self.pipelines)
         self.workers = tuple(self.workers)
         unknown = [p for p in self.pipelines if p not in PIPELINES]
@@ -100,6 +112,11 @@ class BenchConfig:
             raise ValueError(f"mask_ratio must be in [0, 1], got {self.mask_ratio}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+
+    @property
+    def output_bounds(self):
+        """Per-channel bounds of the pipelines' output (``None``: the YUV default)."""
+        return None if self.recipe == "seed" else normalized_bounds()
 
     def make_trainer(self, num_classes: int = 10):
         """A fresh trainer for one configuration (see :func:`~fastprep.bench.trainer.make_trainer`)."""

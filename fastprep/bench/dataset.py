@@ -21,7 +21,7 @@ from pathlib import Path
 from .synthetic import encode_jpeg, photo_like
 
 __all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file",
-           "folder_dataset"]
+           "folder_dataset", "packed_copy"]
 
 #: Bumped whenever the generator's output changes, so stale caches are not reused.
 GENERATOR_VERSION = 1
@@ -281,6 +281,54 @@ def folder_dataset(root: str | os.PathLike, num_images: int | None = None, *, ch
                              f"out{first}")
     layout = f"{len(classes)} classes" if classes else "flat"
     return BenchData(files, targets, f"{root}: {len(files)} JPEGs ({layout})", str(root), skipped)
+
+
+def packed_copy(files: list[str], *, progress: bool = True, workers: int | None = None) -> list[str]:
+    """Paths of copies of ``files`` transcoded by :func:`fastprep.pack.pack_folder`, cached.
+
+    The copies live in ``cache_root() / "packed-<sha1 of the files' common folder>"``:
+    ``links/`` mirrors the selected files as symbolic links (so only these files are
+    packed, not the rest of a large ``--data`` folder) and ``packed/`` holds the
+    transcoded copies at the same relative paths. Packing is resumable (a copy whose
+    modification time matches its source is not redone), so after the first run this
+    costs one ``stat`` per file. A JPEG that cannot be transcoded is copied unchanged (it
+    then decodes on the ordinary path).
+
+    Args:
+        files: JPEG paths (at least one).
+        progress: show pack's progress bar while transcoding.
+        workers: pack processes (default: the usable cores).
+
+    Returns:
+        One path per input, in order.
+
+    Raises:
+        BenchDataError: a file could not be read or its copy written.
+    """
+    from fastprep.pack import pack_folder
+
+    if not files:
+        raise ValueError("packed_copy needs at least one file, got none")
+    real = [os.path.realpath(f) for f in files]
+    root = os.path.commonpath(real)
+    if len(real) == 1 or os.path.isfile(root):
+        root = os.path.dirname(root)
+    cache = cache_root() / f"packed-{hashlib.sha1(root.encode()).hexdigest()[:12]}"
+    links, dst = cache / "links", cache / "packed"
+    rels = [os.path.relpath(f, root) for f in real]
+    for rel, f in zip(rels, real):
+        link = links / rel
+        if os.path.islink(link) and os.readlink(link) == f:
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+        os.symlink(f, tmp)
+        os.replace(tmp, link)
+    summary = pack_folder(links, dst, workers=workers or _usable_cores(), progress=progress)
+    if summary.errors:
+        rel, why = summary.errors[0]
+        raise BenchDataError(f"packing into {dst} failed for {len(summary.errors)} file(s); first: {rel}: {why}")
+    return [str(dst / rel) for rel in rels]
 
 
 def _usable_cores() -> int:

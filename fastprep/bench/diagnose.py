@@ -19,10 +19,13 @@ only the stages that make the accelerator wait matter.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from .config import BenchConfig, trainer_line
-from .pipelines import FixedSampleDataset, PipelineConfig, SampleDataset, device_iterable, get_pipeline
+from .pipelines import FixedSampleDataset, PipelineConfig, SampleDataset, device_iterable
+from .recipes import get_recipe_pipeline
 from .runner import ConfigResult, measure, one_line_error, slack_batches
 
 __all__ = ["NOISE_TOLERANCE", "RUNGS", "diagnose_pipelines", "explain", "format_ladder", "inversions", "ladder"]
@@ -72,7 +75,7 @@ def inversions(rungs: list[dict], tolerance: float = NOISE_TOLERANCE) -> list[tu
 
 
 def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup: int, crop: int,
-           on_step=None, tolerance: float = NOISE_TOLERANCE) -> list[dict]:
+           on_step=None, tolerance: float = NOISE_TOLERANCE, bounds=None) -> list[dict]:
     """The five rungs for one pipeline, each a :class:`ConfigResult` dict plus ``rung``,
     ``remeasured`` and ``samples_per_s_runs``.
 
@@ -116,7 +119,8 @@ def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup:
         trainer = make_trainer()
         torch.manual_seed(cfg.seed)
         try:
-            measure(makers[k], trainer, steps=steps, warmup=warmup, result=res, crop=crop, on_step=on_step)
+            measure(makers[k], trainer, steps=steps, warmup=warmup, result=res, crop=crop, on_step=on_step,
+                    bounds=bounds)
         except Exception as e:  # noqa: BLE001 - shown in the ladder, exit status non-zero
             res.error = one_line_error(e)
         return {"rung": RUNGS[k], **res.as_dict()}
@@ -217,7 +221,7 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
     pipes = []
     skipped = []
     for name in cfg.pipelines:
-        pipe = get_pipeline(name)
+        pipe = get_recipe_pipeline(name, cfg.recipe)
         reason = pipe.unavailable()
         if reason:
             skipped.append(f"{name}: skipped, {reason}")
@@ -228,9 +232,11 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
     ladders = {}
     for pipe in pipes:
         bar.set_description(f"diagnose {pipe.name}")
+        pdata = dataclasses.replace(data, files=pipe.prepare_files(data.files, progress=cfg.progress))
         ladders[pipe.name] = ladder(
-            pipe, data, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
-            steps=cfg.steps, warmup=cfg.warmup, crop=cfg.crop_size, on_step=bar.update)
+            pipe, pdata, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
+            steps=cfg.steps, warmup=cfg.warmup, crop=cfg.crop_size, on_step=bar.update,
+            bounds=cfg.output_bounds)
     bar.close()
     lines = [line for name, rungs in ladders.items() for line in explain(name, rungs)] + skipped
     return ladders, lines, trainer_line(cfg, probe) + f"; {workers} workers"

@@ -17,6 +17,10 @@ in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``. Y lies in [0, 1]; U a
 * ``fastprep`` -- :func:`fastprep.data.make_loader`: ROI decode, compiled uint8 mask in the
   worker, uint8 collate into shared memory, :class:`~fastprep.data.DevicePrefetcher`, and
   YUV + scale as one batch op on the device.
+* ``fastprep-packed`` -- ``fastprep`` on copies of the files made once by
+  :func:`fastprep.pack.pack_folder` (cached, see :func:`~fastprep.bench.dataset.packed_copy`):
+  same pixels, but restart markers let the ROI decode entropy-decode only the intervals
+  the crop needs. The packing is done before timing and is not counted.
 * ``fastprep-ycbcr`` -- as ``fastprep`` but the decoder outputs JFIF YCbCr directly
   (``mode="YCbCr"``), skipping the YCbCr->RGB->YCbCr round trip; the mask sets
   (Y, Cb, Cr) = (0, 128, 128), the YCbCr of RGB black, so masking means the same as in
@@ -32,6 +36,8 @@ it on every file of a ``--data`` folder and leaves out, and lists, the files tha
 Adding a pipeline: subclass :class:`Pipeline`, set ``name`` and ``summary``, implement
 :meth:`~Pipeline.parts`; override :meth:`~Pipeline.loader_from` when the pipeline builds its
 own loader around a dataset (as ``fastprep`` does with :func:`fastprep.data.make_loader`),
+:meth:`~Pipeline.prepare_files` when it reads prepared copies of the files (as
+``fastprep-packed`` does),
 :meth:`~Pipeline.check` and ``check_key`` when it reads files differently, and
 :meth:`~Pipeline.unavailable` when it needs optional packages; then
 ``register_pipeline(MyPipeline())``. ``docs/bench.md`` walks through an example.
@@ -404,6 +410,19 @@ class Pipeline:
         file damaged late in its data is caught even though a crop may not reach it."""
         check_fastprep(data, "RGB")
 
+    #: Whether :meth:`ray_loader` is implemented (``--engine ray``).
+    ray_capable = False
+
+    def ray_loader(self, files: Sequence[str], targets: Sequence[int], length: int, cfg: PipelineConfig):
+        """As :meth:`loader`, with the per-sample work on Ray Data actors (``--engine ray``;
+        ``cfg.num_workers`` actors, at least one). Only where :attr:`ray_capable`."""
+        raise NotImplementedError(f"{self.name} has no Ray Data engine")
+
+    def prepare_files(self, files: Sequence[str], *, progress: bool = True) -> list[str]:
+        """The files this pipeline reads in place of ``files`` (same order, same targets),
+        prepared once before anything is timed. Default: ``files`` themselves."""
+        return list(files)
+
     def parts(self, cfg: PipelineConfig) -> Parts:
         """The pipeline cut at its stages (see :class:`Parts`)."""
         raise NotImplementedError
@@ -494,6 +513,18 @@ class Fastprep(Pipeline):
                              shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
                              multiprocessing_context=cfg.mp_context())
 
+    ray_capable = True
+
+    def ray_loader(self, files, targets, length, cfg):
+        from fastprep import data as D
+        from fastprep.ray import RayLoader
+
+        reps = -(-length // len(files))
+        dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length])
+        return RayLoader(dataset, batch_size=cfg.batch_size, crop_size=cfg.crop_size, mask_ratio=cfg.mask_ratio,
+                         seed=cfg.seed, shuffle=True, device=cfg.device, concurrency=max(1, cfg.num_workers),
+                         drop_last=True)
+
     def loader(self, files, targets, length, cfg):
         if cfg.labelled:
             return super().loader(files, targets, length, cfg)
@@ -529,6 +560,16 @@ class FastprepYCbCr(Pipeline):
         return label_parts(parts, cfg, names, steps)
 
 
+class FastprepPacked(Fastprep):
+    name = "fastprep-packed"
+    summary = "as fastprep, on copies made by fastprep.pack (restart markers: the ROI decode skips what the crop misses)"
+
+    def prepare_files(self, files, *, progress=True):
+        from .dataset import packed_copy
+
+        return packed_copy(list(files), progress=progress)
+
+
 #: Every pipeline ``--pipelines`` knows, by name, in the order the report lists them.
 PIPELINES: dict[str, Pipeline] = {}
 
@@ -545,7 +586,7 @@ def register_pipeline(pipe: Pipeline, *, replace: bool = False) -> Pipeline:
     return pipe
 
 
-for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepYCbCr()):
+for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepPacked(), FastprepYCbCr()):
     register_pipeline(_pipe)
 del _pipe
 

@@ -117,7 +117,7 @@ def trace_path(directory: str | os.PathLike, pipeline: str) -> str:
 def _labelled_steps(pipe, data, cfg, trainer, steps: int, warmup: int = 1) -> None:
     """Run ``warmup + steps`` labelled steps in this process (workers=0)."""
     length = (warmup + steps) * cfg.batch_size
-    it = iter(pipe.loader(data.files, data.targets, length, cfg))
+    it = iter(pipe.loader(pipe.prepare_files(data.files, progress=False), data.targets, length, cfg))
     try:
         for _ in range(warmup + steps):
             with record_function("data_wait"):

@@ -117,9 +117,10 @@ def output_bounds(tolerance: float = 1e-5) -> tuple[tuple[float, float], ...]:
     return tuple((min(lo, 0.0) - tolerance, max(hi, 1.0) + tolerance) for lo, hi in yuv_range(1 / 255))
 
 
-def check_batch(images, targets, batch_size: int, crop: int, device: torch.device) -> None:
+def check_batch(images, targets, batch_size: int, crop: int, device: torch.device, bounds=None) -> None:
     """Every pipeline must deliver float32 ``[N, 3, crop, crop]`` on the device, each channel
-    within :func:`output_bounds`, and int64 targets ``[N]``."""
+    within ``bounds`` (``((lo, hi),) * 3``; default :func:`output_bounds`, YUV), and int64
+    targets ``[N]``."""
     if not isinstance(images, torch.Tensor) or images.dtype != torch.float32:
         raise TypeError(f"pipeline produced {getattr(images, 'dtype', type(images).__name__)} images, "
                         "expected float32")
@@ -133,15 +134,16 @@ def check_batch(images, targets, batch_size: int, crop: int, device: torch.devic
                          f"({batch_size},)")
     per_channel = images.transpose(0, 1).reshape(3, -1)
     los, his = per_channel.amin(1).tolist(), per_channel.amax(1).tolist()
-    for name, lo, hi, (blo, bhi) in zip("YUV", los, his, output_bounds()):
+    what = ("YUV", "YUV of RGB in [0, 255], divided by 255") if bounds is None else ("RGB", "normalised RGB")
+    for name, lo, hi, (blo, bhi) in zip(what[0], los, his, bounds or output_bounds()):
         if not (blo <= lo and hi <= bhi):  # also catches NaN
             raise ValueError(f"pipeline produced {name} values in [{lo:.6f}, {hi:.6f}], expected "
-                             f"[{blo:.6f}, {bhi:.6f}] (YUV of RGB in [0, 255], divided by 255)")
+                             f"[{blo:.6f}, {bhi:.6f}] ({what[1]})")
 
 
 def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup: int, result: ConfigResult,
             crop: int | None = None, on_step: Callable[[], None] | None = None,
-            check_syncs: bool = False) -> ConfigResult:
+            check_syncs: bool = False, bounds=None) -> ConfigResult:
     """Run ``warmup + steps`` steps of ``trainer`` on batches from ``make_iterable()`` and
     fill ``result`` (see the module doc for the figures)."""
     if steps < 1 or warmup < 0:
@@ -169,7 +171,7 @@ def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup:
             if k == 0:
                 result.time_to_first_batch_s = b - t_create
                 if crop is not None:
-                    check_batch(images, targets, result.batch_size, crop, trainer.device)  # may sync
+                    check_batch(images, targets, result.batch_size, crop, trainer.device, bounds)  # may sync
                 if check_syncs and trainer.device.type == "cuda" and warmup == 0:
                     sync_guard = _sync_debug_error()
                     sync_guard.__enter__()

@@ -1,0 +1,174 @@
+"""``--recipe imagenet-train|imagenet-eval``: the standard torchvision recipes, benchmarked.
+
+Each recipe has two pipelines, registered in :data:`RECIPE_PIPELINES` (the ``seed`` recipe
+is :data:`fastprep.bench.pipelines.PIPELINES`):
+
+* ``reference`` -- torchvision v2 as a typical ImageNet script writes it: the whole file
+  decoded by ``torchvision.io.decode_jpeg``, then ``RandomResizedCrop(224)`` +
+  ``RandomHorizontalFlip()`` (train) or ``Resize(256)`` + ``CenterCrop(224)`` (eval) on
+  uint8, ``default_collate`` of uint8, and ``ToDtype(float32, scale=True)`` +
+  ``Normalize(ImageNet mean, std)`` on the batch on the device.
+* ``fastprep`` -- :func:`fastprep.data.make_loader` with the recipe's decode transform
+  (``DecodeRandomResizedCrop(224, flip_p=0.5)`` or ``DecodeResizeCenterCrop(256, 224)``:
+  only the window is decoded, DCT-scaled), uint8 collate, and RGB + normalisation fused
+  into one batch conversion on the device.
+
+Both deliver float32 ``[N, 3, 224, 224]`` RGB normalised with ImageNet's mean and std.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import default_collate
+
+from .pipelines import Fastprep, Parts, Pipeline, ToDevice, _Chain, label_parts, read_tensor
+
+__all__ = ["RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "normalized_bounds"]
+
+#: ``--recipe`` choices; ``seed`` is the bench's own pipelines.
+RECIPES = ("seed", "imagenet-train", "imagenet-eval")
+#: Output size of the ImageNet recipes.
+RECIPE_CROP = 224
+
+
+def _imagenet_stats():
+    from fastprep.data.loader import IMAGENET_MEAN, IMAGENET_STD
+
+    return IMAGENET_MEAN, IMAGENET_STD
+
+
+def normalized_bounds(tolerance: float = 1e-4) -> tuple[tuple[float, float], ...]:
+    """``(lo, hi)`` per channel (R, G, B) of ``(x / 255 - mean) / std`` for x in [0, 255]."""
+    mean, std = _imagenet_stats()
+    return tuple(((0 - m) / s - tolerance, (1 - m) / s + tolerance) for m, s in zip(mean, std))
+
+
+class _TorchvisionBatch(torch.nn.Module):
+    """uint8 batch -> float32 in [0, 1] -> Normalize(ImageNet), with torchvision v2."""
+
+    def __init__(self):
+        super().__init__()
+        from torchvision.transforms import v2
+
+        mean, std = _imagenet_stats()
+        self.t = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))])
+
+    def forward(self, images):
+        return self.t(images)
+
+
+class _DecodeJpeg(torch.nn.Module):
+    """Encoded bytes (uint8 1-D tensor) -> RGB uint8 ``[3, H, W]`` by ``torchvision.io.decode_jpeg``."""
+
+    def forward(self, data):
+        import warnings
+
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        # torchvision >= 0.29 warns that its decoders are deprecated (in favour of
+        # torchcodec); decode_jpeg is still what ImageNet scripts call. Idempotent:
+        # filterwarnings replaces an identical filter instead of adding one.
+        warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
+                                category=DeprecationWarning)
+        return decode_jpeg(data, mode=ImageReadMode.RGB)
+
+
+class TorchvisionRecipe(Pipeline):
+    name = "reference"
+    check_key = "torchvision"
+
+    def __init__(self, recipe: str):
+        self.recipe = recipe
+        self.summary = ("torchvision v2: decode_jpeg + " + ("RandomResizedCrop(224) + RandomHorizontalFlip"
+                        if recipe == "imagenet-train" else "Resize(256) + CenterCrop(224)")
+                        + ", uint8 default_collate, ToDtype + Normalize on the batch")
+
+    def unavailable(self):
+        try:
+            import torchvision.transforms.v2  # noqa: F401
+        except ImportError as e:
+            return f"needs torchvision >= 0.16 ({e})"
+        return None
+
+    def check(self, data):
+        _DecodeJpeg()(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+    def parts(self, cfg):
+        from torchvision.transforms import v2
+
+        if self.recipe == "imagenet-train":
+            steps = [_DecodeJpeg(), v2.RandomResizedCrop(RECIPE_CROP, antialias=True), v2.RandomHorizontalFlip()]
+            names = ["decode_jpeg", "RandomResizedCrop", "RandomHorizontalFlip"]
+        else:
+            steps = [_DecodeJpeg(), v2.Resize(256, antialias=True), v2.CenterCrop(RECIPE_CROP)]
+            names = ["decode_jpeg", "Resize", "CenterCrop"]
+        parts = Parts(read_tensor, None, default_collate, ToDevice(cfg.device), _TorchvisionBatch())
+        return label_parts(parts, cfg, names, steps)
+
+
+class FastprepRecipe(Fastprep):
+    name = "fastprep"
+
+    def __init__(self, recipe: str):
+        self.recipe = recipe
+        self.summary = (f"fastprep.data.make_loader(recipe={recipe!r}): window-only DCT-scaled decode + resize, "
+                        "uint8 collate, RGB + Normalize fused on the device")
+
+    def _steps(self):
+        from fastprep.data.loader import RECIPES as LOADER_RECIPES
+
+        return [LOADER_RECIPES[self.recipe]({})]
+
+    def parts(self, cfg):
+        from fastprep import data as D
+
+        mean, std = _imagenet_stats()
+        parts = Parts(read_tensor, None, D.collate_uint8, ToDevice(cfg.device), D.BatchConvert("rgb", mean, std),
+                      prefetch=True)
+        return label_parts(parts, cfg, [type(self._steps()[0]).__name__], self._steps())
+
+    def loader_from(self, dataset, parts, cfg):
+        if cfg.labelled:
+            return Pipeline.loader_from(self, dataset, parts, cfg)
+        from fastprep import data as D
+
+        mean, std = _imagenet_stats()
+        return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
+                             shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
+                             multiprocessing_context=cfg.mp_context(), color="rgb", mean=mean, std=std)
+
+    def loader(self, files, targets, length, cfg):
+        if cfg.labelled:
+            return Pipeline.loader(self, files, targets, length, cfg)
+        from fastprep import data as D
+
+        reps = -(-length // len(files))
+        dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length],
+                                transform=_Chain(self._steps()))
+        return self.loader_from(dataset, None, cfg)
+
+
+#: ``{recipe: {name: pipeline}}`` for the ImageNet recipes.
+RECIPE_PIPELINES = {r: {"reference": TorchvisionRecipe(r), "fastprep": FastprepRecipe(r)}
+                    for r in RECIPES if r != "seed"}
+
+
+def pipeline_registry(recipe: str = "seed") -> dict:
+    """The ``{name: pipeline}`` registry of ``recipe`` (``seed``: every registered pipeline)."""
+    from .pipelines import PIPELINES
+
+    if recipe == "seed":
+        return PIPELINES
+    try:
+        return RECIPE_PIPELINES[recipe]
+    except KeyError:
+        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {recipe!r}") from None
+
+
+def get_recipe_pipeline(name: str, recipe: str = "seed") -> Pipeline:
+    """The pipeline ``name`` of ``recipe``."""
+    registry = pipeline_registry(recipe)
+    try:
+        return registry[name]
+    except KeyError:
+        raise ValueError(f"unknown pipeline {name!r} for recipe {recipe}; choose from {', '.join(registry)}") from None
