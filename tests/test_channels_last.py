@@ -106,3 +106,14 @@ def test_default_is_planar_and_old_op_calls_work():
     assert old.is_contiguous() and torch.equal(old, fio.decode_jpeg(data, channels_last=True))
     old_roi = torch.ops.fastprep.decode_jpeg_roi(t, 1, 2, 3, 4, 3, 0, False, 8, 0)
     assert old_roi.is_contiguous() and torch.equal(old_roi, fio.decode_jpeg_roi(data, 1, 2, 3, 4))
+
+
+def test_opcheck_channels_last(photo_420):
+    """The fake kernels (torch.compile) describe the channels-last strides the CPU kernels return."""
+    data = fio._as_tensor(photo_420)
+    cl = {"channels_last": True}
+    torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False), cl)
+    torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False, 3), cl)
+    torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 64, 48, 3, 0, False), cl)
+    torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 0, 0, 5, 5, 1, 0, True), cl)
+    torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 30, 40, 3, 0, False, 2), cl)
