@@ -6,7 +6,7 @@
 namespace fastprep {
 
 at::Tensor decode_jpeg(const at::Tensor& data, int64_t mode, int64_t max_pixels, bool strict,
-                       int64_t scale_num, int64_t max_scans) {
+                       int64_t scale_num, int64_t max_scans, bool channels_last) {
   check_data(data);
   check_mode(mode);
   check_scale(scale_num);
@@ -15,7 +15,7 @@ at::Tensor decode_jpeg(const at::Tensor& data, int64_t mode, int64_t max_pixels,
   const fp_info info = read_header(dec, data);
   return decode_window(dec, info, mode, 0, 0, fp_scaled_size(info.height, (int)scale_num),
                        fp_scaled_size(info.width, (int)scale_num), max_pixels, scale_num,
-                       max_scans);
+                       max_scans, channels_last);
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg", &decode_jpeg); }

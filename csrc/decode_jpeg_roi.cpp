@@ -19,7 +19,7 @@ namespace {
 // the caller then takes the sequential path, which reports errors and warnings as usual.
 // The spliced stream is decoded strictly: any libjpeg warning means "fall back".
 at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64_t mode, int64_t top,
-                              int64_t left, int64_t height, int64_t width) {
+                              int64_t left, int64_t height, int64_t width, bool channels_last) {
   if (info.progressive) return at::Tensor();
   const uint8_t* bytes = data.data_ptr<uint8_t>();
   const size_t size = (size_t)data.numel();
@@ -44,9 +44,9 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
     stats.fallbacks++;
     return at::Tensor();
   }
-  at::Tensor out = at::empty({channels, height, width}, at::kByte);
+  at::Tensor out = empty_image(channels, height, width, channels_last);
   if (fp_decode_window(dec.get(), (int)mode, top - plan.y0, left - plan.x0, height, width,
-                       out.data_ptr<uint8_t>()) != FP_OK ||
+                       out.data_ptr<uint8_t>(), channels_last ? 1 : 0) != FP_OK ||
       fp_warning_count(dec.get()) != 0) {
     stats.fallbacks++;
     return at::Tensor();
@@ -59,7 +59,7 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
 
 at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
                            int64_t width, int64_t mode, int64_t max_pixels, bool strict,
-                           int64_t scale_num, int64_t max_scans) {
+                           int64_t scale_num, int64_t max_scans, bool channels_last) {
   check_data(data);
   check_mode(mode);
   check_scale(scale_num);
@@ -79,10 +79,11 @@ at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, in
   // The restart-interval path plans in full-scale MCUs; scaled decodes take the general path.
   if (scale_num == 8 && (max_pixels <= 0 || info.height * info.width <= max_pixels)) {
     thread_warning().clear();
-    at::Tensor out = decode_restart_roi(data, info, mode, top, left, height, width);
+    at::Tensor out = decode_restart_roi(data, info, mode, top, left, height, width, channels_last);
     if (out.defined()) return out;
   }
-  return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num, max_scans);
+  return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num, max_scans,
+                       channels_last);
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg_roi", &decode_jpeg_roi); }

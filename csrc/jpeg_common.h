@@ -64,10 +64,11 @@ void fp_set_max_scans(fp_decoder* dec, int max_scans);
 
 
 // Decode rows [top, top+height) and columns [left, left+width) into `out`, a contiguous
-// channels x height x width uint8 buffer. The window must lie inside the image.
-// Call after fp_read_header, at most once.
+// uint8 buffer: channels x height x width (planar), or height x width x channels
+// (interleaved, libjpeg's own scanline layout: copied, not rearranged) when channels_last.
+// The window must lie inside the image. Call after fp_read_header, at most once.
 int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64_t height,
-                     int64_t width, uint8_t* out);
+                     int64_t width, uint8_t* out, int channels_last);
 
 // Last error message (valid until fp_destroy).
 const char* fp_message(const fp_decoder* dec);

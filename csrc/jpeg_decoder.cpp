@@ -336,11 +336,31 @@ static void deinterleave4(const JSAMPLE* __restrict row, int64_t width, uint8_t*
   }
 }
 
+// CMYK (Adobe files store it inverted) -> RGB, or gray when `g` and `b` are null. Output
+// sample x of each channel goes to r[x * step] (g, b likewise).
+static void cmyk_row(const JSAMPLE* row, int inverted_cmyk, int64_t width, uint8_t* r_out,
+                     uint8_t* g_out, uint8_t* b_out, int64_t step) {
+  for (int64_t x = 0; x < width; x++) {
+    int c = row[4 * x], m = row[4 * x + 1], y = row[4 * x + 2], k = row[4 * x + 3];
+    if (!inverted_cmyk) {
+      c = 255 - c; m = 255 - m; y = 255 - y; k = 255 - k;
+    }
+    int r = mul_div255(c, k), g = mul_div255(m, k), b = mul_div255(y, k);
+    if (g_out == nullptr) {
+      // libjpeg's rgb->gray weights (0.29900, 0.58700, 0.11400) in 16-bit fixed point.
+      r_out[x * step] = (uint8_t)((19595 * r + 38470 * g + 7471 * b + 32768) >> 16);
+    } else {
+      r_out[x * step] = (uint8_t)r;
+      g_out[x * step] = (uint8_t)g;
+      b_out[x * step] = (uint8_t)b;
+    }
+  }
+}
+
 // One decoded scanline (interleaved, `nc` samples per pixel, already offset to the first
 // needed column) to `nout` planes of the CHW output.
 static void scatter_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk, int64_t width,
                         uint8_t* out, int64_t plane) {
-  int64_t x;
   if (nc == 1 && mode == FP_MODE_YCBCR) {
     memcpy(out, row, (size_t)width);
     memset(out + plane, 128, (size_t)width);
@@ -351,22 +371,29 @@ static void scatter_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk,
     deinterleave3(row, width, out, out + plane, out + 2 * plane);
   } else if (mode == FP_MODE_UNCHANGED) {  // nc == 4, raw CMYK as stored
     deinterleave4(row, width, out, out + plane, out + 2 * plane, out + 3 * plane);
-  } else {  // nc == 4: CMYK -> RGB (or gray); Adobe files store CMYK inverted
-    for (x = 0; x < width; x++) {
-      int c = row[4 * x], m = row[4 * x + 1], y = row[4 * x + 2], k = row[4 * x + 3];
-      if (!inverted_cmyk) {
-        c = 255 - c; m = 255 - m; y = 255 - y; k = 255 - k;
-      }
-      int r = mul_div255(c, k), g = mul_div255(m, k), b = mul_div255(y, k);
-      if (mode == FP_MODE_GRAY) {
-        // libjpeg's rgb->gray weights (0.29900, 0.58700, 0.11400) in 16-bit fixed point.
-        out[x] = (uint8_t)((19595 * r + 38470 * g + 7471 * b + 32768) >> 16);
-      } else {
-        out[x] = (uint8_t)r;
-        out[plane + x] = (uint8_t)g;
-        out[2 * plane + x] = (uint8_t)b;
-      }
+  } else if (mode == FP_MODE_GRAY) {
+    cmyk_row(row, inverted_cmyk, width, out, nullptr, nullptr, 1);
+  } else {
+    cmyk_row(row, inverted_cmyk, width, out, out + plane, out + 2 * plane, 1);
+  }
+}
+
+// One decoded scanline to one row of an HWC (interleaved) output: a copy when the decoder
+// already produces the output channels.
+static void copy_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk, int64_t width,
+                     uint8_t* out) {
+  if (nc == 1 && mode == FP_MODE_YCBCR) {
+    for (int64_t x = 0; x < width; x++) {
+      out[3 * x] = row[x];
+      out[3 * x + 1] = 128;
+      out[3 * x + 2] = 128;
     }
+  } else if (nc == 1 || nc == 3 || mode == FP_MODE_UNCHANGED) {
+    memcpy(out, row, (size_t)(width * nc));
+  } else if (mode == FP_MODE_GRAY) {
+    cmyk_row(row, inverted_cmyk, width, out, nullptr, nullptr, 1);
+  } else {
+    cmyk_row(row, inverted_cmyk, width, out, out + 1, out + 2, 3);
   }
 }
 
@@ -383,7 +410,7 @@ static int block_smoothing_possible(j_decompress_ptr cinfo) {
 }
 
 int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64_t height,
-                     int64_t width, uint8_t* out) {
+                     int64_t width, uint8_t* out, int channels_last) {
   struct jpeg_decompress_struct* cinfo = &dec->cinfo;
   if (!dec->header_read || dec->decoding) {
     snprintf(dec->message, sizeof(dec->message), "internal error: decoder in wrong state");
@@ -474,6 +501,7 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
                                                (JDIMENSION)(cinfo->output_width * nc),
                                                (JDIMENSION)rows_per_call);
   const int64_t end = top + height;
+  const int64_t row_bytes = width * fp_output_channels(&dec->info, mode);
   while ((int64_t)cinfo->output_scanline < end) {
     int64_t first = cinfo->output_scanline;
     JDIMENSION got = jpeg_read_scanlines(cinfo, buf, (JDIMENSION)rows_per_call);
@@ -481,7 +509,10 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
     for (JDIMENSION r = 0; r < got; r++) {
       int64_t y = first + r;
       if (y < top || y >= end) continue;
-      scatter_row(buf[r] + col * nc, nc, mode, dec->info.adobe, width, out + (y - top) * width, plane);
+      if (channels_last)
+        copy_row(buf[r] + col * nc, nc, mode, dec->info.adobe, width, out + (y - top) * row_bytes);
+      else
+        scatter_row(buf[r] + col * nc, nc, mode, dec->info.adobe, width, out + (y - top) * width, plane);
     }
   }
   // The data ended before the decoder was done with the rows we returned. Huffman

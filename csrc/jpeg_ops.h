@@ -83,12 +83,21 @@ inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
   return info;
 }
 
+// A [channels, height, width] uint8 tensor; its memory is [height, width, channels]
+// (torch.channels_last for 3 and 4 channels) when channels_last.
+inline at::Tensor empty_image(int64_t channels, int64_t height, int64_t width, bool channels_last) {
+  if (channels_last) return at::empty({height, width, channels}, at::kByte).permute({2, 0, 1});
+  return at::empty({channels, height, width}, at::kByte);
+}
+
 // Decode a window of an image whose header `dec` has read, at scale_num/8 of the size
 // (window in scaled coordinates), refusing files with more than max_scans scans (0: no
-// limit). Window bounds and scale_num must be checked.
+// limit), into planar or (channels_last) interleaved memory. Window bounds and scale_num
+// must be checked.
 inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t mode,
                                 int64_t top, int64_t left, int64_t height, int64_t width,
-                                int64_t max_pixels, int64_t scale_num = 8, int64_t max_scans = 0) {
+                                int64_t max_pixels, int64_t scale_num = 8, int64_t max_scans = 0,
+                                bool channels_last = false) {
   // Before any allocation: headers can declare 65500x65500 in a few bytes of data.
   const int64_t pixels = info.height * info.width;
   TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
@@ -97,11 +106,11 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
   thread_warning().clear();  // a warning left by a direct torch.ops call must not leak into this one
   const int channels = fp_output_channels(&info, (int)mode);
   TORCH_CHECK(channels > 0, FASTPREP_DECODE_ERROR_PREFIX, unsupported_mode_message(info, mode));
-  at::Tensor out = at::empty({channels, height, width}, at::kByte);
+  at::Tensor out = empty_image(channels, height, width, channels_last);
   fp_set_scale(dec.get(), (int)scale_num);
   fp_set_max_scans(dec.get(), max_scans > INT32_MAX ? 0 : (int)max_scans);
-  if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out.data_ptr<uint8_t>()) !=
-      FP_OK)
+  if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out.data_ptr<uint8_t>(),
+                       channels_last ? 1 : 0) != FP_OK)
     TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));
   const int nwarn = fp_warning_count(dec.get());
   if (nwarn > 0)

@@ -22,13 +22,15 @@ TORCH_LIBRARY(fastprep, m) {
   // path applies (1/0)
   m.def("jpeg_info(Tensor data) -> Tensor");
   // scale_num: decode at scale_num/8 of the size (DCT scaling); ROI windows are in scaled
-  // coordinates. max_scans: refuse files with more scans (0: no limit).
+  // coordinates. max_scans: refuse files with more scans (0: no limit). channels_last: the
+  // [C, H, W] result's memory is [H, W, C] (libjpeg's scanlines copied as they come).
   m.def(
       "decode_jpeg(Tensor data, int mode, int max_pixels, bool strict, int scale_num=8, "
-      "int max_scans=0) -> Tensor");
+      "int max_scans=0, bool channels_last=False) -> Tensor");
   m.def(
       "decode_jpeg_roi(Tensor data, int top, int left, int height, int width, int mode, "
-      "int max_pixels, bool strict, int scale_num=8, int max_scans=0) -> Tensor");
+      "int max_pixels, bool strict, int scale_num=8, int max_scans=0, "
+      "bool channels_last=False) -> Tensor");
   // Lossless transcode; restart_interval in MCUs, -1 = automatic (see transcode_jpeg.cpp).
   m.def(
       "transcode_jpeg(Tensor data, int restart_interval, bool optimize, bool keep_metadata, "

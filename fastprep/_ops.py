@@ -18,11 +18,18 @@ def _channels_or_dynamic(mode):
     return torch.library.get_ctx().new_dynamic_size(min=1, max=4)
 
 
+def _image(data, channels, height, width, channels_last):
+    if channels_last:  # [C, H, W] view of [H, W, C] memory, as the CPU kernels return
+        return data.new_empty((height, width, channels)).permute(2, 0, 1)
+    return data.new_empty((channels, height, width))
+
+
 @torch.library.register_fake("fastprep::decode_jpeg_roi")
-def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, strict, scale_num=8, max_scans=0):
+def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, strict, scale_num=8, max_scans=0,
+                          channels_last=False):
     torch._check(height > 0)
     torch._check(width > 0)
-    return data.new_empty((_channels_or_dynamic(mode), height, width))
+    return _image(data, _channels_or_dynamic(mode), height, width, channels_last)
 
 
 @torch.library.register_fake("fastprep::jpeg_info")
@@ -31,10 +38,10 @@ def _jpeg_info_fake(data):
 
 
 @torch.library.register_fake("fastprep::decode_jpeg")
-def _decode_jpeg_fake(data, mode, max_pixels, strict, scale_num=8, max_scans=0):
+def _decode_jpeg_fake(data, mode, max_pixels, strict, scale_num=8, max_scans=0, channels_last=False):
     ctx = torch.library.get_ctx()
     channels = _channels_or_dynamic(mode)
-    return data.new_empty((channels, ctx.new_dynamic_size(), ctx.new_dynamic_size()))
+    return _image(data, channels, ctx.new_dynamic_size(), ctx.new_dynamic_size(), channels_last)
 
 
 @torch.library.register_fake("fastprep::transcode_jpeg")

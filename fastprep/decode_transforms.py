@@ -56,6 +56,9 @@ _IO_PARAMS = set(inspect.signature(fio.decode_jpeg_roi).parameters)
 #: True when fastprep.io decodes at num/8 scale (``scale=(num, 8)``).
 _IO_HAS_SCALE = "scale" in _IO_PARAMS and "scale" in inspect.signature(fio.decode_jpeg).parameters
 _IO_HAS_MAX_SCANS = "max_scans" in _IO_PARAMS
+# Decodes that feed the resize ask for interleaved memory, which torch's uint8 resize reads
+# directly (planar input would have to be interleaved first).
+_TO_RESIZE = {"channels_last": True} if "channels_last" in _IO_PARAMS else {}
 
 _ENCODED_HELP = "takes encoded JPEG bytes (a path, bytes or a 1-D uint8 tensor), not a decoded image"
 
@@ -537,7 +540,7 @@ class DecodeRandomResizedCrop(_DecodeTransform):
         num = 8
         if self.dct_scaling and _IO_HAS_SCALE:
             num, window = plan_scaled_window(info.height, info.width, window, self.size)
-        img = fio.decode_jpeg_roi(data, *window, self.mode, **self._io_kwargs(num))
+        img = fio.decode_jpeg_roi(data, *window, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
         return _resize(img, self.size, antialias=self.antialias, hflip=params["flip"])
 
     def extra_repr(self) -> str:
@@ -598,9 +601,9 @@ class _ResizeBase(_DecodeTransform):
         y1 = _filter_end(rows_end, sh, self.antialias, hs)
         x1 = _filter_end(cols_end, sw, self.antialias, ws)
         if num == 8 and y1 == hs and x1 == ws and rows_end == oh and cols_end == ow:
-            img = fio.decode_jpeg(data, self.mode, **self._io_kwargs())
+            img = fio.decode_jpeg(data, self.mode, **self._io_kwargs(), **_TO_RESIZE)
             return _resize(img, (oh, ow), antialias=self.antialias)
-        img = fio.decode_jpeg_roi(data, 0, 0, y1, x1, self.mode, **self._io_kwargs(num))
+        img = fio.decode_jpeg_roi(data, 0, 0, y1, x1, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
         return _resize(img, (rows_end, cols_end), antialias=self.antialias, scale=(sh, sw))
 
 

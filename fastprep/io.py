@@ -297,7 +297,8 @@ def jpeg_info(data: Buffer) -> JpegInfo:
 
 
 def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None) -> torch.Tensor:
+                strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None,
+                channels_last: bool = False) -> torch.Tensor:
     """Decode a whole JPEG image, optionally at reduced size (DCT scaling).
 
     Args:
@@ -314,17 +315,23 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
             than a full decode plus a resize: ``None`` (full size), ``(num, 8)`` with
             ``1 <= num <= 8``, an equal fraction such as ``(1, 2)``, or the int ``num``.
             The output is :func:`scaled_size` (libjpeg's rounding up).
+        channels_last: return the ``[C, H, W]`` tensor in interleaved ``[H, W, C]`` memory
+            (``torch.channels_last`` for 3 and 4 channels), libjpeg's own scanline layout,
+            which the decoder then copies instead of splitting into planes. Same values;
+            torch's uint8 resize and most image consumers read this layout fastest.
 
     Returns:
-        uint8 tensor ``[C, H, W]``, contiguous; ``(H, W) = scaled_size(height, width, scale)``.
+        uint8 tensor ``[C, H, W]``; ``(H, W) = scaled_size(height, width, scale)``. Contiguous,
+        or with ``channels_last`` a permuted view of a contiguous ``[H, W, C]`` tensor.
     """
     return _run(torch.ops.fastprep.decode_jpeg, _as_tensor(data), _mode(mode), _max_pixels(max_pixels),
-                bool(strict), _scale_num(scale), _max_scans(max_scans))
+                bool(strict), _scale_num(scale), _max_scans(max_scans), bool(channels_last))
 
 
 def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
                     mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
-                    strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None) -> torch.Tensor:
+                    strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None,
+                    channels_last: bool = False) -> torch.Tensor:
     """Decode only a window of a JPEG image, optionally at reduced size (DCT scaling).
 
     The result is bit-identical to ``decode_jpeg(data, mode, scale=scale)[:, top:top+height,
@@ -347,10 +354,11 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
         top, left: window origin in pixels of the scaled image, ``>= 0``.
         height, width: window size, ``>= 1``; the window must lie inside the scaled image,
             whose size is :func:`scaled_size` ``(info.height, info.width, scale)``.
-        mode, max_pixels, strict, max_scans, scale: as in :func:`decode_jpeg`.
+        mode, max_pixels, strict, max_scans, scale, channels_last: as in :func:`decode_jpeg`.
 
     Returns:
-        uint8 tensor ``[C, height, width]``, contiguous.
+        uint8 tensor ``[C, height, width]``, contiguous (planar), or with ``channels_last``
+        a permuted view of a contiguous ``[height, width, C]`` tensor.
 
     Raises:
         DecodeError: undecodable data, truncated data that the window needs, or a file
@@ -359,7 +367,7 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
     """
     return _run(torch.ops.fastprep.decode_jpeg_roi, _as_tensor(data), _int("top", top), _int("left", left),
                 _int("height", height), _int("width", width), _mode(mode), _max_pixels(max_pixels),
-                bool(strict), _scale_num(scale), _max_scans(max_scans))
+                bool(strict), _scale_num(scale), _max_scans(max_scans), bool(channels_last))
 
 
 def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimize: bool = True,

@@ -35,7 +35,8 @@ def _channels_last(image: torch.Tensor) -> torch.Tensor:
     """``image`` as a ``[1, C, H, W]`` tensor whose memory is ``[H, W, C]`` (torch's uint8
     resize kernels read interleaved pixels; planar input costs them a strided copy)."""
     c, h, w = image.shape
-    if c > 1 and not image.is_contiguous(memory_format=torch.channels_last):
+    # Interleaved already (e.g. fastprep.io.decode_jpeg(..., channels_last=True)): as is.
+    if c > 1 and image.stride() != (1, w * c, c):
         if c == 3 and image.stride(2) == 1:
             hwc = np.empty((h, w, 3), np.uint8)
             planar3_to_interleaved(image.numpy(), hwc)
