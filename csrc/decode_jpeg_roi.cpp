@@ -1,8 +1,8 @@
 // torch.ops.fastprep.decode_jpeg_roi: a window of the image at scale_num/8 of its size
 // (window in scaled coordinates), bit-identical to a full decode at that scale sliced to
-// the same window (see jpeg_decoder.cpp for how). At full scale, files whose restart
-// intervals tile the MCU rows take a faster path (restart_index.h): only the intervals
-// the window needs are decoded.
+// the same window (see jpeg_decoder.cpp for how). Files whose restart intervals tile the
+// MCU rows take a faster path at every scale (restart_index.h): only the intervals the
+// window needs are decoded.
 #include <torch/library.h>
 
 #include <vector>
@@ -19,14 +19,15 @@ namespace {
 // the caller then takes the sequential path, which reports errors and warnings as usual.
 // The spliced stream is decoded strictly: any libjpeg warning means "fall back".
 at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64_t mode, int64_t top,
-                              int64_t left, int64_t height, int64_t width, bool channels_last) {
+                              int64_t left, int64_t height, int64_t width, int64_t scale_num,
+                              bool channels_last) {
   if (info.progressive) return at::Tensor();
   const uint8_t* bytes = data.data_ptr<uint8_t>();
   const size_t size = (size_t)data.numel();
   const RestartLayout layout = parse_restart_layout(bytes, size);
   if (!layout.eligible || layout.height != info.height || layout.width != info.width) return at::Tensor();
   SplicePlan plan;
-  if (!plan_splice(layout, top, left, height, width, &plan)) return at::Tensor();
+  if (!plan_splice(layout, top, left, height, width, (int)scale_num, &plan)) return at::Tensor();
   RestartStats& stats = restart_stats();
   std::vector<size_t> starts, ends;
   if (!find_restart_intervals(bytes, size, layout, &starts, &ends)) {
@@ -45,7 +46,10 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
     return at::Tensor();
   }
   at::Tensor out = empty_image(channels, height, width, channels_last);
-  if (fp_decode_window(dec.get(), (int)mode, top - plan.y0, left - plan.x0, height, width,
+  fp_set_scale(dec.get(), (int)scale_num);
+  // The plan's origin is a multiple of the MCU size: a whole number of scaled pixels.
+  const int64_t y0 = plan.y0 * scale_num / 8, x0 = plan.x0 * scale_num / 8;
+  if (fp_decode_window(dec.get(), (int)mode, top - y0, left - x0, height, width,
                        out.data_ptr<uint8_t>(), channels_last ? 1 : 0) != FP_OK ||
       fp_warning_count(dec.get()) != 0) {
     stats.fallbacks++;
@@ -76,10 +80,10 @@ at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, in
                     top, ", left=", left, ", height=", height, ", width=", width,
                     ") does not fit in the ", h, "x", w, " image",
                     scale_num == 8 ? "" : " (its size at the requested DCT scale)");
-  // The restart-interval path plans in full-scale MCUs; scaled decodes take the general path.
-  if (scale_num == 8 && (max_pixels <= 0 || info.height * info.width <= max_pixels)) {
+  if (max_pixels <= 0 || info.height * info.width <= max_pixels) {
     thread_warning().clear();
-    at::Tensor out = decode_restart_roi(data, info, mode, top, left, height, width, channels_last);
+    at::Tensor out =
+        decode_restart_roi(data, info, mode, top, left, height, width, scale_num, channels_last);
     if (out.defined()) return out;
   }
   return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num, max_scans,

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include <algorithm>
+
 namespace fastprep {
 
 namespace {
@@ -138,14 +140,18 @@ bool find_restart_intervals(const uint8_t* data, size_t size, const RestartLayou
 }
 
 bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t height,
-                 int64_t width, SplicePlan* plan) {
+                 int64_t width, int scale_num, SplicePlan* plan) {
   const int64_t H = layout.height, W = layout.width, mw = layout.mcu_w, mh = layout.mcu_h;
-  const int64_t R = layout.restart_interval, mpr = layout.mcus_per_row;
-  // One pixel of context on every side: fancy upsampling treats the spliced image's edges
-  // as image edges, so none of them may be a needed pixel unless it is one in the original.
-  const int64_t px0 = left > 0 ? left - 1 : 0, py0 = top > 0 ? top - 1 : 0;
-  const int64_t px1 = left + width + 1 < W ? left + width + 1 : W;
-  const int64_t py1 = top + height + 1 < H ? top + height + 1 : H;
+  const int64_t R = layout.restart_interval, mpr = layout.mcus_per_row, s = scale_num;
+  // One pixel of context (at the output scale) on every side: fancy upsampling treats the
+  // spliced image's edges as image edges, so none of them may be a needed pixel unless it
+  // is one in the original. The window and its context are mapped to full-scale pixels;
+  // rounding them out to whole MCUs (mw, mh >= 8) covers every block they touch, and the
+  // MCU boundaries map to whole output pixels at every scale.
+  const int64_t sx0 = left > 0 ? left - 1 : 0, sy0 = top > 0 ? top - 1 : 0;
+  const int64_t px0 = sx0 * 8 / s, py0 = sy0 * 8 / s;
+  const int64_t px1 = std::min(ceil_div((left + width + 1) * 8, s), W);
+  const int64_t py1 = std::min(ceil_div((top + height + 1) * 8, s), H);
   const int64_t c0 = px0 / mw, c1 = ceil_div(px1, mw), r0 = py0 / mh, r1 = ceil_div(py1, mh);
   plan->intervals.clear();
   if (R % mpr == 0) {  // k whole rows per interval: skip the intervals above the window

@@ -51,10 +51,13 @@ struct SplicePlan {
   std::vector<int64_t> intervals;                  // interval indices, in stream order
 };
 
-// Choose the intervals covering [top, top+height) x [left, left+width) plus one pixel of
-// context on each side. Returns false when splicing would save nothing.
+// Choose the intervals covering the window [top, top+height) x [left, left+width) of the
+// decode at scale_num/8 (window in scaled pixels) plus one scaled pixel of context on each
+// side. The plan's region is in full-scale pixels; its origin is a multiple of the MCU
+// size, so it falls on whole pixels of the scaled decode too. Returns false when splicing
+// would save nothing.
 bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t height,
-                 int64_t width, SplicePlan* plan);
+                 int64_t width, int scale_num, SplicePlan* plan);
 
 // Write the spliced JPEG into `out` (resized): header with the plan's frame size, the
 // planned intervals separated by RST markers numbered 0..7 cyclically, EOI.

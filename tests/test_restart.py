@@ -139,6 +139,29 @@ class TestRestartRoiExact:
         else:
             assert taken == taken0
 
+    @pytest.mark.parametrize("name", sorted(n for n, (_, fast) in RESTART_ENCODINGS.items() if fast))
+    def test_sweep_scaled(self, name):
+        """At every DCT scale below 8/8 the window (in scaled pixels) is decoded from the
+        intervals it needs and equals the full decode at that scale, sliced. The image is
+        taller and wider than the unscaled sweep's so that scaled windows still skip
+        intervals (at 1/8 a 16-px MCU is 2 pixels). Every third window of the sweep, to
+        keep the 23 encodings x 7 scales affordable."""
+        h, w = 122, 380
+        data = fio._as_tensor(restart_jpeg(name, h, w))
+        mode = "UNCHANGED" if name.startswith("cmyk") else "RGB"
+        taken0, fallbacks0 = _stats()
+        for num in range(1, 8):
+            full = fio.decode_jpeg(data, mode, scale=(num, 8))
+            hs, ws = full.shape[1:]
+            assert (hs, ws) == fio.scaled_size(h, w, (num, 8))
+            taken_before = _stats()[0]
+            bad = [(t, l, hh, ww) for t, l, hh, ww in list(_windows(hs, ws))[::3]
+                   if not torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww, mode, scale=(num, 8)),
+                                      full[:, t:t + hh, l:l + ww])]
+            assert not bad, f"{name} at {num}/8: {len(bad)} windows differ, e.g. {bad[:5]}"
+            assert _stats()[0] > taken_before, f"{name} at {num}/8 never took the restart path"
+        assert _stats()[1] == fallbacks0
+
     @pytest.mark.parametrize("interval", [1, 2, 3, 4, 6, 12, 24])
     def test_large_image_random_windows(self, interval):
         """4:2:0, 301x377: 24 MCUs of 16 px per row, so every interval here tiles the rows."""
