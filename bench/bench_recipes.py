@@ -9,7 +9,23 @@ each. Pipelines, all ending in a uint8 ``[3, 224, 224]`` tensor:
   with DCT scaling (default) and without;
 * torchvision v2: ``torchvision.io.decode_jpeg`` + ``v2.RandomResizedCrop(224)`` +
   ``v2.RandomHorizontalFlip()`` / ``v2.Resize(256)`` + ``v2.CenterCrop(224)``;
-* Pillow: ``Image.open`` + the same v2 transforms on the PIL image + ``v2.PILToTensor``.
+* Pillow: ``Image.open`` + the same v2 transforms on the PIL image + ``v2.PILToTensor``;
+* fastprep, packed file: the same fastprep transforms on the same images after
+  ``fastprep.io.transcode_jpeg`` (lossless re-encode with restart markers, identical
+  pixels), i.e. the files ``python -m fastprep.pack`` writes; the ratio column stays
+  "vs torchvision v2 on the original file";
+* DALI CPU (optional, only where ``nvidia.dali`` imports; not a fastprep dependency, e.g.
+  ``pip install nvidia-dali-cuda120``; ``--no-dali`` leaves it out): a CPU-only pipeline
+  (``device_id=None``, ``num_threads=1``, ``batch_size=1``, synchronous executor) fed by
+  ``fn.external_source`` with the encoded bytes: ``fn.decoders.image(device="cpu")`` +
+  ``fn.random_resized_crop(size=224)`` + ``fn.flip(horizontal=fn.random.coin_flip())``
+  (train), the fused crop decode ``fn.decoders.image_random_crop`` + ``fn.resize`` + the
+  same flip (train, second row), ``fn.decoders.image`` + ``fn.resize(resize_shorter=256)``
+  + ``fn.crop(crop=(224, 224))`` (eval). One sample per ``pipe.run()``: a DALI row is
+  ``feed_input`` + ``run()`` (its call and scheduling overhead included) + a copy of the
+  HWC output out of DALI's buffer (reused by the next run) into a tensor returned as a
+  CHW view. DALI is built for batches and several threads; this is its per-sample,
+  one-thread cost, the unit the other rows are in.
 
 A resize table compares ``fastprep.resize.resize`` (on the CHW window a fastprep decode
 returns) with ``v2.functional.resize`` on torchvision's decode (channels-last strided).
@@ -20,7 +36,7 @@ tables give the median ms per sample and the ratio to torchvision v2 in the same
 With --quality it instead prints the PSNR of the DCT-scaled outputs against torchvision
 v2 on the full decode, per DCT scale, and with --png saves a side-by-side picture.
 
-    python bench/bench_recipes.py [--runs 200] [--runs-12mp 30] [--json out.json]
+    python bench/bench_recipes.py [--runs 200] [--runs-12mp 30] [--json out.json] [--no-dali]
     python bench/bench_recipes.py --quality [--png docs/recipes_rrc.png]
 """
 
@@ -54,7 +70,66 @@ def make_jpegs(height, width, count):
     return out
 
 
-def pipelines(kind):
+def dali_status():
+    """(nvidia.dali module or None, a line saying what DALI rows there are or why none)."""
+    try:
+        import nvidia.dali as dali
+        from nvidia.dali import fn, pipeline_def, types  # noqa: F401
+    except Exception as e:  # not installed, or its import fails (no CUDA is fine for CPU)
+        return None, f"DALI rows skipped: nvidia.dali does not import ({type(e).__name__}: {e})"
+    try:  # a CPU-only pipeline must build and run here (no GPU needed)
+        probe = torch.frombuffer(bytearray(make_jpegs(64, 64, 1)[0]), dtype=torch.uint8)
+        for run in dali_pipelines("eval", size=(32, 32)).values():
+            run(probe)
+    except Exception as e:
+        return None, (f"DALI rows skipped: DALI {dali.__version__} imports but a CPU-only pipeline fails "
+                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    return dali, f"DALI {dali.__version__}: CPU-only pipelines (device_id=None), one thread, one sample per run()"
+
+
+def dali_pipelines(kind, size=(256, 224)):
+    """DALI CPU pipelines for the recipe, each wrapped as data tensor -> uint8 [3, 224, 224]
+    (``size``: the eval recipe's resize and crop sizes)."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    def graph(variant):
+        enc = fn.external_source(name="enc", dtype=types.UINT8, ndim=1)
+        if variant == "fused":
+            img = fn.decoders.image_random_crop(enc, device="cpu", output_type=types.RGB)
+            img = fn.resize(img, size=(224, 224))
+        else:
+            img = fn.decoders.image(enc, device="cpu", output_type=types.RGB)
+            if variant == "train":
+                img = fn.random_resized_crop(img, size=224)
+            else:
+                img = fn.crop(fn.resize(img, resize_shorter=size[0]), crop=(size[1], size[1]))
+        if variant != "eval":
+            img = fn.flip(img, horizontal=fn.random.coin_flip())
+        return img
+
+    def wrap(variant):
+        # synchronous executor: run() decodes and transforms the sample just fed, no prefetch
+        pipe = pipeline_def(graph, batch_size=1, num_threads=1, device_id=None, seed=0,
+                            prefetch_queue_depth=1, exec_async=False, exec_pipelined=False)(variant)
+        pipe.build()
+
+        def run(d):
+            pipe.feed_input("enc", [d.numpy()])
+            (out,) = pipe.run()
+            return torch.from_numpy(np.array(out[0])).permute(2, 0, 1)
+
+        return run
+
+    if kind == "train":
+        return {"DALI CPU, decoders.image + random_resized_crop + flip": wrap("train"),
+                "DALI CPU, fused decoders.image_random_crop + resize + flip": wrap("fused")}
+    return {"DALI CPU, decoders.image + resize + crop": wrap("eval")}
+
+
+def pipelines(kind, packed=None, dali=False):
+    """The recipe's methods, each taking an original file's data tensor. ``packed`` maps
+    id(data) to that file transcoded (the packed rows decode it instead); ``dali`` adds
+    the DALI rows."""
     if kind == "train":
         tv = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()])
         pil = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.PILToTensor()])
@@ -65,12 +140,18 @@ def pipelines(kind):
         pil = v2.Compose([v2.Resize(256), v2.CenterCrop(224), v2.PILToTensor()])
         ours = DecodeResizeCenterCrop(256, 224)
         ours_nodct = DecodeResizeCenterCrop(256, 224, dct_scaling=False)
-    return {
+    methods = {
         "torchvision v2": lambda d: tv(torchvision.io.decode_jpeg(d)),
         "Pillow": lambda d: pil(PIL.Image.open(io.BytesIO(d.numpy().tobytes())).convert("RGB")),
         "fastprep, DCT scaling": ours,
         "fastprep, no DCT scaling": ours_nodct,
     }
+    if packed is not None:
+        methods["fastprep, packed file (DCT scaling)"] = lambda d: ours(packed[id(d)])
+        methods["fastprep, packed file (no DCT scaling)"] = lambda d: ours_nodct(packed[id(d)])
+    if dali:
+        methods.update(dali_pipelines(kind))
+    return methods
 
 
 def measure(methods, datas, runs, block):
@@ -106,9 +187,9 @@ def resize_methods(data):
     }
 
 
-def table(title, result, ref):
+def table(title, result, ref, ref_label=None):
     print(f"\n{title}")
-    print(f"| method | ms/sample | vs {ref} |")
+    print(f"| method | ms/sample | vs {ref_label or ref} |")
     print("|---|---:|---:|")
     for name, t in result.items():
         print(f"| {name} | {t * 1e3:.3f} | {result[ref] / t:.2f}x |")
@@ -174,6 +255,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the medians (seconds) here")
     ap.add_argument("--quality", action="store_true", help="PSNR per DCT scale instead of timings")
     ap.add_argument("--png", help="with --quality: save a side-by-side picture here")
+    ap.add_argument("--no-dali", action="store_true", help="leave the DALI rows out even if DALI imports")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(_platform.describe())
@@ -183,23 +265,28 @@ def main(argv=None):
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, Pillow {PIL.__version__}, "
           f"one thread; DCT-scaled decode available: "
           f"{'yes' if decode_transforms._IO_HAS_SCALE else 'no'}")
+    dali, dali_line = (None, "DALI rows skipped: --no-dali") if args.no_dali else dali_status()
+    print(dali_line)
     results = {}
     for label, hw, runs in (("500x375", (375, 500), args.runs), ("4000x3000", (3000, 4000), args.runs_12mp)):
-        datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in make_jpegs(*hw, args.images)]
+        files = make_jpegs(*hw, args.images)
+        datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in files]
+        packed = {id(d): torch.frombuffer(bytearray(fio.transcode_jpeg(b)), dtype=torch.uint8)
+                  for d, b in zip(datas, files)}
         for kind in ("train", "eval"):
             torch.manual_seed(0)
-            res = measure(pipelines(kind), datas, runs, args.block)
+            res = measure(pipelines(kind, packed, dali is not None), datas, runs, args.block)
             results[f"{kind} {label}"] = res
             what = "RandomResizedCrop(224) + flip" if kind == "train" else "Resize(256) + CenterCrop(224)"
             table(f"{kind}, {label} ({len(datas)} images, {runs} samples each): decode + {what}",
-                  res, "torchvision v2")
+                  res, "torchvision v2", "torchvision v2 on the original file, same run")
     res = measure(resize_methods(make_jpegs(375, 500, 1)[0]), [None], args.runs, args.block)
     results["resize 300x320 -> 224"] = res
     table("resize 300x320 -> 224x224, uint8, antialiased bilinear", res,
           "torchvision v2 resize (tv decode, channels-last)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"platform": _platform.describe(), "results": results}, f, indent=1)
+            json.dump({"platform": _platform.describe(), "dali": dali_line, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
