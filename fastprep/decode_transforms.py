@@ -228,11 +228,23 @@ def _smallest_scale(height, width, out_h, out_w, scales=DCT_SCALES) -> int:
     return 8
 
 
+def _filter_support(scale: float, antialias: bool) -> tuple[float, float]:
+    step = 1.0 / scale
+    return step, (max(step, 1.0) if antialias else 1.0)
+
+
+def _filter_start(out_start: int, scale: float, antialias: bool) -> int:
+    """First input pixel that output pixels from ``out_start`` on read, for torch's bilinear
+    resize with ``scale`` output pixels per input pixel (less two for rounding)."""
+    step, support = _filter_support(scale, antialias)
+    center = step * (out_start + 0.5)
+    return max(int(center - support + 0.5) - 2, 0)
+
+
 def _filter_end(out_end: int, scale: float, antialias: bool, in_size: int) -> int:
     """One past the last input pixel that output pixels ``[0, out_end)`` read, for torch's
-    bilinear resize with ``scale`` output pixels per input pixel (plus one for rounding)."""
-    step = 1.0 / scale
-    support = max(step, 1.0) if antialias else 1.0
+    bilinear resize with ``scale`` output pixels per input pixel (plus two for rounding)."""
+    step, support = _filter_support(scale, antialias)
     center = step * (out_end - 0.5)
     return min(int(center + support + 0.5) + 2, in_size)
 
@@ -587,24 +599,33 @@ class _ResizeBase(_DecodeTransform):
         self.antialias = bool(antialias)
         self.dct_scaling = bool(dct_scaling)
 
-    def _resized_rows_cols(self, data, info, out_hw, rows_end, cols_end):
-        """Rows ``[0, rows_end)`` and columns ``[0, cols_end)`` of the image resized to
-        ``out_hw``, decoding (DCT-scaled when allowed) only the pixels their filter reads."""
+    def _resized_rows_cols(self, data, info, out_hw, rows, cols):
+        """Rows ``[rows[0], rows[1])`` and columns ``[cols[0], cols[1])`` of the image resized
+        to ``out_hw``, decoding (DCT-scaled when allowed) only the pixels their filter reads."""
         H, W = info.height, info.width
         oh, ow = out_hw
+        (oy0, oy1), (ox0, ox1) = rows, cols
         num = 8
         if self.dct_scaling and _IO_HAS_SCALE:
             num = _smallest_scale(H, W, oh, ow)
         hs, ws = scaled_size(H, W, num) if num != 8 else (H, W)
         # Output pixels per pixel of the decode, on the grid of the whole image at num/8.
         sh, sw = oh * 8 / (H * num), ow * 8 / (W * num)
-        y1 = _filter_end(rows_end, sh, self.antialias, hs)
-        x1 = _filter_end(cols_end, sw, self.antialias, ws)
-        if num == 8 and y1 == hs and x1 == ws and rows_end == oh and cols_end == ow:
+        y0, y1 = _filter_start(oy0, sh, self.antialias), _filter_end(oy1, sh, self.antialias, hs)
+        x0, x1 = _filter_start(ox0, sw, self.antialias), _filter_end(ox1, sw, self.antialias, ws)
+        if num == 8 and (y0, x0, y1, x1) == (0, 0, hs, ws) and (oy0, ox0, oy1, ox1) == (0, 0, oh, ow):
             img = fio.decode_jpeg(data, self.mode, **self._io_kwargs(), **_TO_RESIZE)
             return _resize(img, (oh, ow), antialias=self.antialias)
-        img = fio.decode_jpeg_roi(data, 0, 0, y1, x1, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
-        return _resize(img, (rows_end, cols_end), antialias=self.antialias, scale=(sh, sw))
+        img = fio.decode_jpeg_roi(data, y0, x0, y1 - y0, x1 - x0, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
+        if y0 or x0:
+            # torch's kernel puts output pixel 0 at input pixel 0, so the window goes into a
+            # buffer anchored at the image's corner. Its other pixels stay uninitialised:
+            # they feed only output pixels before (oy0, ox0), which are cut off below.
+            buf = torch.empty((y1, x1, img.shape[0]), dtype=torch.uint8)
+            buf[y0:, x0:].copy_(img.permute(1, 2, 0))
+            img = buf.permute(2, 0, 1)
+        out = _resize(img, (oy1, ox1), antialias=self.antialias, scale=(sh, sw))
+        return out[:, oy0:oy1, ox0:ox1]
 
 
 class DecodeResize(_ResizeBase):
@@ -637,7 +658,7 @@ class DecodeResize(_ResizeBase):
 
     def _decode(self, data, info, params):
         oh, ow = params["out"]
-        return self._resized_rows_cols(data, info, (oh, ow), oh, ow)
+        return self._resized_rows_cols(data, info, (oh, ow), (0, oh), (0, ow))
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, max_size={self.max_size}, antialias={self.antialias}, "
@@ -648,10 +669,10 @@ class DecodeResizeCenterCrop(_ResizeBase):
     """Decode a JPEG as ``v2.Resize(resize_size)`` then ``v2.CenterCrop(crop_size)``: the
     standard evaluation transform (256 then 224).
 
-    Only the rows and columns that the crop keeps are computed: the decode covers the
-    image from its top-left corner to the last pixel the crop's filter reads (DCT-scaled
-    with ``dct_scaling=True``), and the resize runs on the whole image's pixel grid, so the
-    crop sees the same sample positions as v2's. With ``dct_scaling=False`` the output
+    Only the pixels that the crop's filter reads are decoded (DCT-scaled with
+    ``dct_scaling=True``; on a packed file only the restart intervals they lie in), and
+    the resize runs on the whole image's pixel grid, so the crop sees the same sample
+    positions as v2's. With ``dct_scaling=False`` the output
     equals v2 on the full decode within 1 level (the filter scale is passed as
     ``out/in`` rather than computed as ``in/out``, which can change a weight's last bit).
     A crop larger than the resized image is zero-padded as v2 ``CenterCrop`` pads.
@@ -683,7 +704,7 @@ class DecodeResizeCenterCrop(_ResizeBase):
         # Crop window in resized-image coordinates, clipped to the resized image.
         y0, x0 = max(top - pad[1], 0), max(left - pad[0], 0)
         y1, x1 = min(top - pad[1] + ch, oh), min(left - pad[0] + cw, ow)
-        img = self._resized_rows_cols(data, info, (oh, ow), y1, x1)[:, y0:y1, x0:x1]
+        img = self._resized_rows_cols(data, info, (oh, ow), (y0, y1), (x0, x1))
         if img.shape[1:] == (ch, cw):
             return img
         out = torch.zeros((img.shape[0], ch, cw), dtype=torch.uint8)

@@ -272,6 +272,36 @@ class TestDCTScaling:
         assert np.median(scaled) >= 30, {k: np.median(v) for k, v in per_scale.items()}
         assert min(per_scale.get(8, [math.inf])) >= 48.1  # unscaled windows: within 1 level
 
+    @pytest.mark.parametrize("dct_scaling", [True, False])
+    def test_packed_file_gives_the_same_pixels_from_fewer_intervals(self, dct_scaling):
+        """On a file packed with restart intervals the recipes decode only the intervals
+        their window needs (also DCT-scaled) and return exactly what they return on the
+        original file."""
+        from fastprep import _C
+
+        orig = make_jpeg("420", 1200, 1600, seed=6)
+        packed = fio.transcode_jpeg(orig)
+        assert fio.jpeg_info(packed).restart_roi
+        train = DecodeRandomResizedCrop(224, flip_p=0.5, dct_scaling=dct_scaling)
+        scales = set()
+        taken0 = _C.restart_stats()[0]
+        for seed in range(12):
+            torch.manual_seed(seed)
+            scales.add(dt.plan_scaled_window(1200, 1600, train.get_params(1200, 1600), (224, 224))[0]
+                       if dct_scaling else 8)
+            torch.manual_seed(seed)
+            a = train(orig)
+            torch.manual_seed(seed)
+            assert torch.equal(train(packed), a), seed
+        assert _C.restart_stats()[0] - taken0 >= 12
+        for evaluate in (DecodeResizeCenterCrop(256, 224, dct_scaling=dct_scaling),
+                         DecodeResizeCenterCrop(300, 224, dct_scaling=dct_scaling)):
+            taken0 = _C.restart_stats()[0]
+            assert torch.equal(evaluate(packed), evaluate(orig))
+            assert _C.restart_stats()[0] == taken0 + 1  # the packed decode only
+        if dct_scaling:
+            assert len(scales - {8}) >= 1, scales
+
     def test_eval_psnr_floor(self):
         big = make_jpeg("420", 1200, 1600, seed=5)
         full = fio.decode_jpeg(big)
