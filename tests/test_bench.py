@@ -765,18 +765,128 @@ def test_recipe_eval_pipelines_match_torchvision_and_the_decode_transform(cache)
 
 
 @pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
-def test_cli_recipe_runs_both_pipelines(recipe, cache, tmp_path):
+def test_cli_recipe_runs_its_pipelines(recipe, cache, tmp_path):
     out = tmp_path / "r.json"
     rc = cli.main(["--recipe", recipe, "--num-images", "4", "--batch-size", "2", "--steps", "1", "--warmup", "0",
                    "--workers", "0", "--step-ms", "1", "--no-progress", "--json", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["settings"]["recipe"] == recipe and report["settings"]["crop_size"] == 224
-    assert {r["pipeline"] for r in report["results"]} == {"reference", "fastprep"}
+    assert {r["pipeline"] for r in report["results"]} == {"reference", "fastprep", "fastprep-packed"}
     assert all(r["error"] is None and r["samples_per_s"] > 0 for r in report["results"])
-    assert "500x375" in report["settings"]["data"]
+    assert "500x375" in report["settings"]["data"] and report["settings"]["builtin_size"] == "imagenet"
     with pytest.raises(SystemExit):
         cli.main(["--recipe", "imagenet-test"])
+
+
+def test_builtin_size_presets_and_spec():
+    """--builtin-size picks the built-in spec and, for 12mp, its own (smaller) presets;
+    explicit counts win over the presets."""
+    from fastprep.bench.config import BUILTIN_SIZES, LARGE_DEFAULTS, LARGE_QUICK
+
+    def cfg(*argv):
+        return cli.config_from_args(cli.build_parser().parse_args(list(argv)), list(argv))
+
+    default = cfg("--recipe", "imagenet-train")
+    assert default.builtin_size == "imagenet" and (default.num_images, default.steps, default.warmup) == (512, 30, 5)
+    spec = default.builtin_spec()
+    assert (spec.width, spec.height) == (500, 375) == BUILTIN_SIZES["imagenet"]
+    large = cfg("--recipe", "imagenet-eval", "--builtin-size", "12mp")
+    assert (large.num_images, large.steps, large.warmup) == tuple(LARGE_DEFAULTS.values())
+    spec = large.builtin_spec()
+    assert (spec.width, spec.height) == (4000, 3000) and (spec.quality, spec.subsampling) == (90, "4:2:0")
+    assert spec.digest() != default.builtin_spec().digest()  # its own cache folder
+    quick = cfg("--recipe", "imagenet-train", "--builtin-size", "12mp", "--quick")
+    assert (quick.num_images, quick.steps, quick.warmup) == tuple(LARGE_QUICK.values())
+    mine = cfg("--recipe", "imagenet-train", "--builtin-size", "12mp", "--quick", "--num-images", "5", "--steps", "2")
+    assert (mine.num_images, mine.steps, mine.warmup) == (5, 2, LARGE_QUICK["warmup"])
+    seed = cfg()
+    assert seed.builtin_size is None and (seed.builtin_spec().width, seed.builtin_spec().height) == (800, 533)
+    assert cfg("--recipe", "imagenet-train", "--data", "somewhere").builtin_size is None
+
+
+def test_cli_builtin_size_reaches_the_generated_files(cache, tmp_path, monkeypatch):
+    """--builtin-size 12mp generates (and caches) photos of BUILTIN_SIZES["12mp"] (shrunk
+    here so the test is fast) and every recipe pipeline runs on them."""
+    from fastprep.bench import config
+    from fastprep.io import jpeg_info
+
+    monkeypatch.setitem(config.BUILTIN_SIZES, "12mp", (160, 120))
+    out = tmp_path / "r.json"
+    rc = cli.main(["--recipe", "imagenet-train", "--builtin-size", "12mp", "--num-images", "3", "--batch-size", "2",
+                   "--steps", "1", "--warmup", "0", "--workers", "0", "--step-ms", "1", "--no-progress",
+                   "--json", str(out)])
+    assert rc == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["builtin_size"] == "12mp" and settings["num_images"] == 3
+    assert "3 synthetic JPEGs 160x120 q90 4:2:0" in settings["data"]
+    files = sorted(Path(settings["data_root"]).rglob("*.jpg"))
+    assert len(files) == 3 and Path(settings["data_root"]).is_relative_to(cache)
+    for f in files:
+        info = jpeg_info(f.read_bytes())
+        assert (info.width, info.height, info.subsampling) == (160, 120, "4:2:0")
+    assert all(r["error"] is None for r in json.loads(out.read_text())["results"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--builtin-size", "12mp"], "--builtin-size applies to the ImageNet recipes"),
+    (["--recipe", "seed", "--builtin-size", "imagenet"], "seed recipe always uses its 800x533"),
+    (["diagnose", "--builtin-size", "12mp"], "--builtin-size applies to the ImageNet recipes"),
+    (["--recipe", "imagenet-train", "--builtin-size", "12mp", "--data", "DATA"], "does not apply to --data DIR"),
+    (["--recipe", "imagenet-eval", "--builtin-size", "4k"], "invalid choice: '4k'"),
+])
+def test_cli_builtin_size_bad_combinations_exit_2(argv, message, tmp_path, capsys):
+    argv = [str(tmp_path) if a == "DATA" else a for a in argv]
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_bench_config_rejects_builtin_size_where_it_does_not_apply():
+    from fastprep.bench.config import BenchConfig
+
+    for bad in ({"builtin_size": "12mp"}, {"recipe": "imagenet-train", "builtin_size": "12mp", "data": "x"},
+                {"recipe": "imagenet-train", "builtin_size": "8k"}):
+        with pytest.raises(ValueError, match="builtin-size"):
+            BenchConfig(**bad)
+    cfg = BenchConfig(recipe="imagenet-eval", builtin_size="12mp", quick=True)
+    assert (cfg.num_images, cfg.steps, cfg.warmup) == (12, 3, 1)
+
+
+@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+def test_recipe_fastprep_packed_gives_exactly_the_fastprep_batches(recipe, cache):
+    """As for the seed recipe: packing is lossless and the window decode exact, so with the
+    same seed the recipe's fastprep-packed yields the very same tensors as its fastprep."""
+    from fastprep.bench.recipes import RECIPE_PIPELINES
+    from fastprep.io import jpeg_info
+
+    data = builtin_dataset(8, IMAGENET_SIZED, processes=1, progress=False)
+    cfg = PipelineConfig(batch_size=4, num_workers=0)
+    batches = {}
+    for name in ("fastprep", "fastprep-packed"):
+        pipe = RECIPE_PIPELINES[recipe][name]
+        files = pipe.prepare_files(data.files, progress=False)
+        assert (files == data.files) == (name == "fastprep")
+        if name == "fastprep-packed":
+            assert all(jpeg_info(Path(f).read_bytes()).restart_interval > 0 for f in files)
+        torch.manual_seed(3)
+        batches[name] = [(x.clone(), y.clone()) for x, y in pipe.loader(files, data.targets, 8, cfg)]
+    assert len(batches["fastprep"]) == 2
+    for (a, ta), (b, tb) in zip(batches["fastprep"], batches["fastprep-packed"]):
+        assert a.shape == (4, 3, 224, 224)
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+
+
+def test_recipe_pipelines_have_no_ray_engine():
+    """The seed pipelines' Ray loader runs crop + mask + YUV: --engine ray must skip the
+    recipe pipelines rather than measure that under their names."""
+    from fastprep.bench.recipes import RECIPE_PIPELINES
+
+    for pipes in RECIPE_PIPELINES.values():
+        for pipe in pipes.values():
+            assert "no Ray Data engine" in cli._ray_reason(pipe)
 
 
 def test_cli_engine_ray_runs_the_fastprep_pipelines_and_skips_the_others(cache, tmp_path):

@@ -15,8 +15,9 @@ import time
 from fastprep._platform import describe
 
 from . import report
-from .config import DEFAULTS, ON_ERROR, QUICK, BenchConfig, trainer_line, usable_cores
-from .dataset import BenchData, BenchDataError, BuiltinSpec, builtin_dataset, folder_dataset
+from .config import (BUILTIN_SIZES, DEFAULTS, LARGE_DEFAULTS, LARGE_QUICK, ON_ERROR, QUICK, BenchConfig,
+                     trainer_line, usable_cores)
+from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset
 from .pipelines import PIPELINES
 from .recipes import RECIPE_PIPELINES, RECIPES, get_recipe_pipeline
 
@@ -60,10 +61,18 @@ def _positive(kind):
 def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--data", metavar="DIR", help="folder of your JPEGs (ImageFolder layout or flat); default: a "
-                   "built-in synthetic set of 533x800 q90 4:2:0 photos, generated once and cached under "
-                   "$FASTPREP_CACHE (default ~/.cache/fastprep)")
+                   "built-in synthetic set of q90 4:2:0 photos (800x533 for the seed recipe; 500x375 or 4000x3000 for "
+                   "the ImageNet recipes, see --builtin-size), generated once and cached under $FASTPREP_CACHE "
+                   "(default ~/.cache/fastprep)")
+    g.add_argument("--builtin-size", choices=BUILTIN_SIZES, default=None,
+                   help="the built-in photos of --recipe imagenet-train|imagenet-eval: imagenet (default): "
+                        "500x375, ImageNet's typical size; 12mp: 4000x3000 (a phone or camera photo, 64x the "
+                        "pixels; fewer images and steps by default). Both q90 4:2:0, generated once and cached. "
+                        "An error with --data or with the seed recipe")
     g.add_argument("--num-images", type=_positive(int), metavar="N",
-                   help=f"images to use (default {DEFAULTS['num_images']}, --quick {QUICK['num_images']})")
+                   help=f"images to use (default {DEFAULTS['num_images']}, --quick {QUICK['num_images']}; "
+                        f"--builtin-size 12mp: {LARGE_DEFAULTS['num_images']}, --quick "
+                        f"{LARGE_QUICK['num_images']})")
     g.add_argument("--on-error", choices=ON_ERROR, default="skip",
                    help="--data files that a pipeline cannot read (damaged, empty, PNG, CMYK for YCbCr "
                         "decoding): skip leaves them out and lists them once; raise stops at the first")
@@ -71,7 +80,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recipe", choices=RECIPES, default="seed",
                    help="seed (default): the crop+mask+YUV pipelines; imagenet-train: RandomResizedCrop(224)+flip; "
                         "imagenet-eval: Resize(256)+CenterCrop(224); both RGB normalised, torchvision v2 as reference, "
-                        "on built-in 500x375 photos")
+                        "on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
                         "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs fastprep[ray])")
@@ -96,9 +105,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "torch's default otherwise")
     g = p.add_argument_group("measurement")
     g.add_argument("--steps", type=_positive(int), help=f"measured steps per configuration (default "
-                   f"{DEFAULTS['steps']}, --quick {QUICK['steps']})")
+                   f"{DEFAULTS['steps']}, --quick {QUICK['steps']}; --builtin-size 12mp: "
+                   f"{LARGE_DEFAULTS['steps']}, --quick {LARGE_QUICK['steps']})")
     g.add_argument("--warmup", type=int, help=f"warm-up steps, not measured (default {DEFAULTS['warmup']}, "
-                   f"--quick {QUICK['warmup']})")
+                   f"--quick {QUICK['warmup']}; --builtin-size 12mp: {LARGE_DEFAULTS['warmup']}, --quick "
+                   f"{LARGE_QUICK['warmup']})")
     g.add_argument("--quick", action="store_true", help="fewer images and steps: a smoke test in under 2 minutes")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--json", metavar="FILE", help="write every figure and the machine description as JSON")
@@ -142,26 +153,26 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str], diagnose: bool = False) -> BenchConfig:
-    """The :class:`BenchConfig` for parsed arguments (presets filled in).
+    """The :class:`BenchConfig` for parsed arguments (presets filled in by the config: see
+    :func:`~fastprep.bench.config.presets`).
 
     Raises:
         ValueError: a setting is out of range.
     """
-    preset = QUICK if args.quick else DEFAULTS
-    value = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in preset.items()}
     if diagnose:
         workers = (args.workers if args.workers is not None else usable_cores(),)
     else:
         workers = args.workers if args.workers is not None else list(dict.fromkeys([0, 1, usable_cores()]))
     return BenchConfig(
-        data=args.data, num_images=value["num_images"], pipelines=args.pipelines, workers=workers,
+        data=args.data, num_images=args.num_images, pipelines=args.pipelines, workers=workers,
         batch_size=args.batch_size, crop_size=args.crop_size, mask_ratio=args.mask_ratio, seed=args.seed,
         mp_context=args.mp_context, device=args.device, step_ms=args.step_ms, threads=args.threads,
-        steps=value["steps"], warmup=value["warmup"], on_error=args.on_error, progress=not args.no_progress,
+        steps=args.steps, warmup=args.warmup, on_error=args.on_error, progress=not args.no_progress,
         json_path=args.json, plot_path=getattr(args, "plot", None), profile_dir=getattr(args, "profile", None),
         profile_steps=getattr(args, "profile_steps", 4), itt=getattr(args, "itt", False),
         check_syncs=getattr(args, "check_syncs", False), quick=args.quick,
-        command=" ".join(["python -m fastprep.bench", *argv]), recipe=args.recipe, engine=args.engine)
+        command=" ".join(["python -m fastprep.bench", *argv]), recipe=args.recipe, engine=args.engine,
+        builtin_size=args.builtin_size)
 
 
 def _stop_ray() -> None:
@@ -177,7 +188,7 @@ def _stop_ray() -> None:
 def _ray_reason(pipe) -> str | None:
     """Why ``pipe`` cannot run on the Ray engine, or ``None``."""
     if not pipe.ray_capable:
-        return "no Ray Data engine for this pipeline (--engine ray runs the fastprep pipelines)"
+        return "no Ray Data engine for this pipeline (--engine ray runs the seed recipe's fastprep pipelines)"
     try:
         import fastprep.ray  # noqa: F401
     except ImportError as e:
@@ -192,8 +203,7 @@ def load_data(cfg: BenchConfig) -> BenchData:
         BenchDataError: no usable file, or a bad one with ``cfg.on_error == "raise"``.
     """
     if not cfg.data:
-        spec = BuiltinSpec() if cfg.recipe == "seed" else BuiltinSpec(height=375, width=500)  # ImageNet-sized
-        return builtin_dataset(cfg.num_images, spec, progress=cfg.progress)
+        return builtin_dataset(cfg.num_images, cfg.builtin_spec(), progress=cfg.progress)
     checks: dict = {}
     for name in cfg.pipelines:
         pipe = get_recipe_pipeline(name, cfg.recipe)
@@ -355,7 +365,8 @@ def run(cfg: BenchConfig) -> int:
         "command": cfg.command,
         "platform": describe(),
         "settings": {**_data_settings(data),
-                     "recipe": cfg.recipe, "engine": cfg.engine, "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
+                     "recipe": cfg.recipe, "builtin_size": cfg.builtin_size, "engine": cfg.engine,
+                     "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
                      "steps": cfg.steps, "warmup": cfg.warmup, "workers": list(cfg.workers),
                      "pipelines": list(cfg.pipelines), "device": device_name, "on_error": cfg.on_error,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,

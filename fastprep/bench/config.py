@@ -19,14 +19,31 @@ from .pipelines import PipelineConfig
 from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry
 from .trainer import ASSUMED_GPU_TFLOPS, make_trainer, train_step_flops
 
-__all__ = ["DEFAULTS", "ON_ERROR", "QUICK", "BenchConfig", "trainer_line", "usable_cores"]
+__all__ = ["BUILTIN_SIZES", "DEFAULTS", "LARGE_DEFAULTS", "LARGE_QUICK", "ON_ERROR", "QUICK", "BenchConfig",
+           "presets", "trainer_line", "usable_cores"]
 
 QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
 DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
+#: ``--builtin-size``: the built-in photos of the ImageNet recipes, ``{name: (width, height)}``.
+#: ``imagenet`` (the default) is ImageNet's typical photo; ``12mp`` a 12-megapixel camera's.
+BUILTIN_SIZES = {"imagenet": (500, 375), "12mp": (4000, 3000)}
+#: Presets for ``--builtin-size 12mp``: each photo has 64 times the pixels of an ImageNet
+#: one (about 2 MB; 3-4 CPU seconds to generate, so 24 take under a minute on 2 cores; some
+#: 50 ms to decode whole), so fewer images (the loaders cycle over them) and fewer steps
+#: keep a default run to a few minutes. The quick set is the first half of the default one.
+LARGE_DEFAULTS = {"num_images": 24, "steps": 8, "warmup": 2}
+LARGE_QUICK = {"num_images": 12, "steps": 3, "warmup": 1}
 #: ``skip``: leave out files a pipeline cannot read (listed once); ``raise``: stop at the first.
 ON_ERROR = ("skip", "raise")
 #: ``--engine``: DataLoader workers, or Ray Data actors (fastprep.ray) on this machine.
 ENGINES = ("dataloader", "ray")
+
+
+def presets(quick: bool = False, builtin_size: str | None = None) -> dict:
+    """``{"num_images", "steps", "warmup"}`` defaults for a run (``--quick``, ``--builtin-size``)."""
+    if builtin_size == "12mp":
+        return LARGE_QUICK if quick else LARGE_DEFAULTS
+    return QUICK if quick else DEFAULTS
 
 
 def usable_cores() -> int:
@@ -43,7 +60,8 @@ class BenchConfig:
 
     Attributes:
         data: folder of the user's JPEGs, or ``None`` for the built-in synthetic set.
-        num_images: images to use (the first ones in sorted order for a folder).
+        num_images: images to use (the first ones in sorted order for a folder); ``None``:
+            the preset (see :func:`presets`), as for ``steps`` and ``warmup``.
         pipelines: names in :data:`fastprep.bench.pipelines.PIPELINES`.
         workers: DataLoader worker counts to measure (``diagnose`` uses the first).
         batch_size, crop_size, mask_ratio, seed, mp_context: the pipelines' settings.
@@ -52,16 +70,20 @@ class BenchConfig:
         threads: torch threads in the training process (``None``: 1 with the simulated
             accelerator, torch's default otherwise).
         steps, warmup: measured and unmeasured steps per configuration.
+        builtin_size: the built-in photos of the ImageNet recipes, a key of
+            :data:`BUILTIN_SIZES` (``None``: ``imagenet``). Only for the built-in data of
+            ``imagenet-train``/``imagenet-eval``: with ``data`` or the ``seed`` recipe it is
+            a ``ValueError``.
         on_error: ``"skip"`` or ``"raise"`` (see :data:`ON_ERROR`).
         progress: show progress bars.
         json_path, plot_path, profile_dir: optional outputs.
         profile_steps, itt, check_syncs: profiling options.
-        quick: the run used the ``--quick`` presets (recorded in the JSON).
+        quick: use the ``--quick`` presets for counts left at ``None`` (recorded in the JSON).
         command: the command line, for the JSON report.
     """
 
     data: str | None = None
-    num_images: int = DEFAULTS["num_images"]
+    num_images: int | None = None  # None: the preset (see presets())
     pipelines: tuple[str, ...] | None = None  # None: every registered pipeline
     workers: tuple[int, ...] = (0, 1)
     batch_size: int = 64
@@ -72,8 +94,8 @@ class BenchConfig:
     device: str = "auto"
     step_ms: float | None = None
     threads: int | None = None
-    steps: int = DEFAULTS["steps"]
-    warmup: int = DEFAULTS["warmup"]
+    steps: int | None = None
+    warmup: int | None = None
     on_error: str = "skip"
     progress: bool = True
     json_path: str | None = None
@@ -86,12 +108,28 @@ class BenchConfig:
     command: str = "python -m fastprep.bench"
     recipe: str = "seed"
     engine: str = "dataloader"
+    builtin_size: str | None = None
 
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {self.recipe!r}")
+        if self.builtin_size is not None:
+            if self.builtin_size not in BUILTIN_SIZES:
+                raise ValueError(f"--builtin-size must be one of {', '.join(BUILTIN_SIZES)}, got "
+                                 f"{self.builtin_size!r}")
+            if self.data:
+                raise ValueError("--builtin-size chooses the built-in photos and does not apply to --data DIR "
+                                 "(your files keep their size); drop one of the two")
+            if self.recipe == "seed":
+                raise ValueError("--builtin-size applies to the ImageNet recipes (--recipe imagenet-train or "
+                                 "imagenet-eval); the seed recipe always uses its 800x533 built-in photos")
+        elif self.recipe != "seed" and not self.data:
+            self.builtin_size = "imagenet"
+        for name, value in presets(self.quick, self.builtin_size).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         PIPELINES = pipeline_registry(self.recipe)
         if self.recipe != "seed":  # the recipe fixes the output size and has no mask
             self.crop_size, self.mask_ratio = RECIPE_CROP, 0.0
@@ -112,6 +150,16 @@ class BenchConfig:
             raise ValueError(f"mask_ratio must be in [0, 1], got {self.mask_ratio}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+
+    def builtin_spec(self):
+        """The :class:`~fastprep.bench.dataset.BuiltinSpec` of the built-in data: 800x533 for
+        the seed recipe, :data:`BUILTIN_SIZES` ``[builtin_size]`` for the ImageNet recipes."""
+        from .dataset import BuiltinSpec
+
+        if self.recipe == "seed":
+            return BuiltinSpec()
+        width, height = BUILTIN_SIZES[self.builtin_size or "imagenet"]
+        return BuiltinSpec(height=height, width=width)
 
     @property
     def output_bounds(self):
