@@ -15,9 +15,8 @@ is :data:`fastprep.bench.pipelines.PIPELINES`):
 * ``fastprep-packed`` -- ``fastprep`` on copies of the files made once (before timing, not
   counted) by :func:`fastprep.pack.pack_folder` (see
   :func:`~fastprep.bench.dataset.packed_copy`): the same pixels (so the same batches), but
-  restart markers let a full-scale window decode entropy-decode only the intervals the
-  window needs. DCT-scaled windows (most of them on large photos) take the general path,
-  so there packing gains nothing.
+  restart markers let the window decode (full-size or DCT-scaled) entropy-decode only the
+  intervals the window needs.
 
 All deliver float32 ``[N, 3, 224, 224]`` RGB normalised with ImageNet's mean and std.
 """
@@ -163,7 +162,7 @@ class FastprepPackedRecipe(FastprepRecipe):
     def __init__(self, recipe: str):
         super().__init__(recipe)
         self.summary = (f"as fastprep (recipe={recipe!r}), on copies made by fastprep.pack (restart markers: a "
-                        "full-scale window decode skips the intervals outside the window)")
+                        "window decode skips the intervals outside the window)")
 
     def prepare_files(self, files, *, progress=True):
         from .dataset import packed_copy
