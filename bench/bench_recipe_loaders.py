@@ -1,0 +1,439 @@
+"""Loader throughput of the ImageNet train recipe: torchvision v2 DataLoader vs fastprep's
+make_loader vs a DALI CPU pipeline, in one run.
+
+    python bench/bench_recipe_loaders.py [--files 256] [--epochs 3] [--batch-size 64] [--workers 2]
+                                         [--size 500x375|4000x3000] [--json FILE] [--no-dali]
+
+The recipe: decode + RandomResizedCrop(224) (scale (0.08, 1), ratio (3/4, 4/3),
+antialiased bilinear) + horizontal flip with p = 0.5, batches of ``--batch-size``,
+``--workers`` worker processes (DALI: threads), shuffled, consumer doing nothing. Inputs:
+``--files`` photo-like JPEGs (``fastprep.bench.synthetic.photo_like``, q90 4:2:0) of
+``--size`` written to a temporary folder (beyond ``--distinct`` images the files are byte
+copies under other names: same decode work, and 12 MP images are slow to synthesise).
+
+Output. ``make_loader`` has no uint8 output: with a recipe it always delivers float32 RGB
+normalised with ImageNet's mean/std, converted once per batch in the main process
+(``BatchConvert``: ``x.float()`` then one ``addcmul``, torch's intra-op threads). So the
+main comparison is on that output, and the torchvision reference does the same work the
+same way: its uint8 batches go through ``v2.ToDtype(float32, scale=True)`` +
+``v2.Normalize(mean, std)`` in the main process. The uint8 rows (the recipe alone) are
+there for DALI's plain pipeline and are compared with the uint8 torchvision loader.
+
+Pipelines (ratios are to the torchvision row with the same output, same run):
+
+float32 NCHW, normalised:
+
+* ``torchvision v2 DataLoader``: a Dataset over the paths doing
+  ``torchvision.io.read_file`` + ``decode_jpeg(mode=RGB)`` + ``v2.RandomResizedCrop(224)``
+  + ``v2.RandomHorizontalFlip()`` (what an ImageFolder + v2 script does, with torchvision's
+  decoder instead of PIL), ``DataLoader(num_workers, batch_size, shuffle=True)`` with its
+  ``default_collate`` (uint8, into shared memory); then the batch ToDtype + Normalize above.
+* ``fastprep make_loader``: ``make_loader(paths, recipe="imagenet-train", device="cpu",
+  ...)``: ``DecodeRandomResizedCrop(224, flip_p=0.5)`` (ROI decode, DCT scaling where a
+  scale applies: none at 500x375, 1/8 or 2/8 at 12 MP) in the workers, pooled
+  shared-memory collate, batch conversion to normalised float32 in the main process.
+* ``fastprep make_loader, packed files``: the same on copies written by
+  ``fastprep.pack.pack_folder`` (lossless: same pixels, restart markers).
+* ``DALI CPU pipeline, N threads, crop_mirror_normalize``: ``fn.readers.file`` +
+  ``fn.decoders.image_random_crop(device="cpu")`` + ``fn.resize(size=(224, 224))``
+  (DALI's defaults: linear, ``antialias=True``) + ``fn.crop_mirror_normalize(mirror=
+  fn.random.coin_flip(), dtype=FLOAT, output_layout="CHW")`` (normalise and flip fused),
+  ``batch_size``, ``num_threads=--workers``, ``device_id=None`` (CPU only).
+
+uint8:
+
+* ``torchvision v2 DataLoader, uint8``: the torchvision loader without the batch
+  conversion (uint8 NCHW).
+* ``DALI CPU pipeline, N threads``: the DALI graph above with ``fn.flip(horizontal=
+  fn.random.coin_flip())`` instead of ``crop_mirror_normalize``: uint8 **HWC** batches
+  (``[N, 224, 224, 3]``, DALI's layout; not transposed to NCHW).
+
+DALI runs in this process (its threads), the DataLoaders in worker processes, both
+non-persistent (a DataLoader forks its workers each epoch, as ``DataLoader`` and
+``make_loader`` do by default; the DALI pipeline is built once, before the timing). DALI is
+exposed as an iterator over ``share_outputs()`` batches (tensors by DLPack, or copied with
+the legacy executor, as DALI's PyTorch iterator does) that keeps DALI's prefetch queue full
+(depth 2, DALI's default) but schedules no run past the epoch's last batch: DALI's own
+``DALIGenericIterator`` schedules a run after every batch, the last one included, so the
+next epoch's first batches would be decoded during the other pipelines' epochs and their
+CPU time charged to those (DALI 2.4, 128 files in batches of 64: the whole next epoch is
+decoded in the gap, 0.22 CPU-s, and then "takes" 1 ms). DALI's reader pads a last partial
+batch (``pad_last_batch=True``); only the epoch's samples are counted and yielded.
+
+Epochs of the pipelines are interleaved (round ``r`` starts at pipeline ``r mod P``);
+round 0 is a warm-up, reported separately; the table gives medians over the ``--epochs``
+rounds after it. Per epoch: samples/s (wall, from ``iter()`` to the last batch), the
+seconds to the first batch (a DataLoader forks its workers in it; with a few batches per
+epoch that start is a large share of the epoch: raise ``--files`` for steadier rates), and
+CPU time per sample: DataLoader workers from ``RUSAGE_CHILDREN`` (read after the epoch's
+workers are joined) plus the main process from ``RUSAGE_SELF``; DALI all in-process
+(``RUSAGE_SELF``). After each epoch the script sleeps ``--settle`` seconds, not timed, whose
+CPU time is added to that epoch, so work trailing an epoch (none is expected) is charged to
+it and not to the next pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torchvision
+from torch.utils.data import DataLoader, Dataset
+from torchvision.io import ImageReadMode, decode_jpeg, read_file
+from torchvision.transforms import v2
+
+# bench_loader (next to this file) has the epoch timer; importing it also makes fastprep
+# importable from a source checkout.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_loader import _cpu_seconds, _epoch  # noqa: E402
+
+import fastprep  # noqa: E402
+from fastprep._platform import describe  # noqa: E402
+from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
+from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, make_loader  # noqa: E402
+from fastprep.pack import pack_folder  # noqa: E402
+
+CROP = 224
+FLOAT_OUT = "float32 NCHW, normalised"
+UINT8_OUT = "uint8"
+TV_FLOAT = "torchvision v2 DataLoader"
+TV_UINT8 = "torchvision v2 DataLoader, uint8"
+
+
+def make_files(folder, count, width, height, distinct):
+    """``count`` JPEGs in ``folder``; file ``i`` holds photo-like image ``i % distinct``."""
+    blobs = [encode_jpeg(photo_like(height, width, seed=i), quality=90, subsampling="4:2:0")
+             for i in range(min(distinct, count))]
+    paths = []
+    for i in range(count):
+        path = os.path.join(folder, f"{i:05d}.jpg")
+        with open(path, "wb") as f:
+            f.write(blobs[i % len(blobs)])
+        paths.append(path)
+    return paths
+
+
+class TorchvisionRecipe(Dataset):
+    """Per sample: read the file, ``torchvision.io.decode_jpeg`` (RGB), v2
+    ``RandomResizedCrop(224)`` + ``RandomHorizontalFlip()``; ``(uint8 [3, 224, 224], 0)``."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+        self.transform = v2.Compose([v2.RandomResizedCrop(CROP), v2.RandomHorizontalFlip()])
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        img = decode_jpeg(read_file(self.paths[i]), mode=ImageReadMode.RGB)
+        return self.transform(img), 0
+
+
+class BatchTransformed:
+    """A loader whose image batches go through ``transform`` in the consumer's process."""
+
+    def __init__(self, loader, transform):
+        self.loader, self.transform = loader, transform
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for images, targets in self.loader:
+            yield self.transform(images), targets
+
+
+class DaliEpochs:
+    """A built DALI pipeline as an iterable of ``(images, labels)`` epochs of ``samples``.
+
+    Keeps ``prefetch_queue_depth`` runs in flight, as DALI's PyTorch iterator does, but
+    schedules none past the epoch's last batch (see the module docstring). The pipeline's
+    first ``schedule_run()`` fills the whole prefetch queue, later ones schedule one run
+    each; build it with a depth of at most the epoch's batch count. Outputs are torch
+    tensors: by DLPack with the dynamic executor, else copied out of DALI's buffers.
+    """
+
+    def __init__(self, pipe, samples, batch_size):
+        self.pipe, self.samples, self.batch_size = pipe, samples, batch_size
+        depth = pipe.prefetch_queue_depth
+        depth = depth if isinstance(depth, int) else max(depth.values())
+        self.depth = depth if pipe.exec_pipelined else 1  # runs the first schedule_run() starts
+        if self.depth > len(self):
+            raise ValueError(f"prefetch depth {self.depth} exceeds the {len(self)} batches of an epoch")
+        self.copy = not getattr(pipe, "exec_dynamic", False)
+        self._primed = False
+
+    def __len__(self):
+        return math.ceil(self.samples / self.batch_size)
+
+    def _tensor(self, out):
+        t = out.as_tensor()
+        return torch.from_numpy(np.array(t)) if self.copy else torch.from_dlpack(t)
+
+    def __iter__(self):
+        batches = len(self)
+        if not self._primed:
+            self.pipe.schedule_run()  # fills the queue: self.depth runs
+            self._primed, scheduled = True, self.depth
+        else:
+            for _ in range(self.depth):
+                self.pipe.schedule_run()
+            scheduled = self.depth
+        for k in range(batches):
+            images, labels = self.pipe.share_outputs()
+            images, labels = self._tensor(images), self._tensor(labels)
+            self.pipe.release_outputs()
+            if scheduled < batches:
+                self.pipe.schedule_run()
+                scheduled += 1
+            keep = min(self.batch_size, self.samples - k * self.batch_size)
+            yield images[:keep], labels[:keep].view(-1)
+
+
+def dali_loader(paths, batch_size, threads, normalize, seed=0):
+    """The DALI CPU recipe over ``paths`` as a :class:`DaliEpochs`."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def
+    def graph():
+        jpegs, labels = fn.readers.file(files=list(paths), labels=[0] * len(paths), random_shuffle=True,
+                                        pad_last_batch=True, name="Reader")
+        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, size=(CROP, CROP))  # defaults: linear, antialias=True
+        flip = fn.random.coin_flip()
+        if normalize:
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=flip,
+                                              mean=[255 * m for m in IMAGENET_MEAN],
+                                              std=[255 * s for s in IMAGENET_STD])
+        else:
+            images = fn.flip(images, horizontal=flip)
+        return images, labels
+
+    depth = min(2, math.ceil(len(paths) / batch_size))  # DALI's default 2, at most an epoch's batches
+    pipe = graph(batch_size=batch_size, num_threads=threads, device_id=None, seed=seed, prefetch_queue_depth=depth)
+    pipe.build()
+    return DaliEpochs(pipe, len(paths), batch_size)
+
+
+def dali_status():
+    """(nvidia.dali version or None, a line saying whether DALI rows run or why not)."""
+    try:
+        import nvidia.dali as dali
+        from nvidia.dali import fn, pipeline_def, types  # noqa: F401
+    except Exception as e:  # not installed, or its import fails
+        return None, f"DALI rows skipped: nvidia.dali does not import ({type(e).__name__}: {e})"
+    return dali.__version__, f"DALI {dali.__version__}: CPU-only pipelines (device_id=None)"
+
+
+def versions(dali_version):
+    out = {"python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__,
+           "numpy": np.__version__, "fastprep": getattr(fastprep, "__version__", "?")}
+    try:
+        import numba
+        out["numba"] = numba.__version__
+    except ImportError:
+        pass
+    if dali_version:
+        out["nvidia-dali"] = dali_version
+    return out
+
+
+class _Observed:
+    """Iterate ``inner``, recording in ``rec`` the seconds from the start of the iteration to
+    the first batch and that batch's image shape and dtype."""
+
+    def __init__(self, inner, rec):
+        self.inner, self.rec = inner, rec
+
+    def __iter__(self):
+        t0 = time.perf_counter()
+        for k, (images, targets) in enumerate(self.inner):
+            if k == 0:
+                self.rec.update(first_batch_s=time.perf_counter() - t0, shape=list(images.shape),
+                                dtype=str(images.dtype).replace("torch.", ""))
+            yield images, targets
+
+
+def build_pipelines(args, files, packed, dali_version):
+    """{name: (iterable, output kind, what it outputs, "dataloader" | "in-process")}."""
+    W, B = args.workers, args.batch_size
+    common = dict(batch_size=B, num_workers=W, shuffle=True)
+    normalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    fp = dict(recipe="imagenet-train", device="cpu", **common)
+    p = {
+        TV_FLOAT: (BatchTransformed(DataLoader(TorchvisionRecipe(files), **common), normalize), FLOAT_OUT,
+                   "uint8 default_collate, then batch ToDtype+Normalize in the main process", "dataloader"),
+        "fastprep make_loader": (make_loader(files, **fp), FLOAT_OUT,
+                                 "recipe's batch conversion in the main process", "dataloader"),
+        "fastprep make_loader, packed files": (make_loader(packed, **fp), FLOAT_OUT,
+                                               "same, on pack_folder copies", "dataloader"),
+    }
+    dali_float = dali_uint8 = None
+    if dali_version and not args.no_dali:
+        try:
+            dali_float = dali_loader(files, B, W, normalize=True)
+            dali_uint8 = dali_loader(files, B, W, normalize=False)
+        except Exception as e:  # imports, but a CPU-only pipeline does not build here
+            dali_float = dali_uint8 = None
+            print(f"DALI rows skipped: the CPU pipeline does not build ({type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''})")
+    if dali_float is not None:
+        p[f"DALI CPU pipeline, {W} threads, crop_mirror_normalize"] = (
+            dali_float, FLOAT_OUT, "crop_mirror_normalize (flip + normalise fused), CHW", "in-process")
+    p[TV_UINT8] = (DataLoader(TorchvisionRecipe(files), **common), UINT8_OUT, "uint8 default_collate, NCHW",
+                   "dataloader")
+    if dali_uint8 is not None:
+        p[f"DALI CPU pipeline, {W} threads"] = (dali_uint8, UINT8_OUT, "fn.flip; HWC layout", "in-process")
+    return p
+
+
+def run(args, dali_version):
+    torch.manual_seed(0)
+    width, height = args.size
+    with tempfile.TemporaryDirectory(prefix="fastprep-recipe-loaders-") as tmp:
+        t0 = time.perf_counter()
+        orig, packed_dir = os.path.join(tmp, "orig"), os.path.join(tmp, "packed")
+        os.makedirs(orig)
+        files = make_files(orig, args.files, width, height, args.distinct_used)
+        pack_folder(orig, packed_dir, progress=False)
+        packed = [os.path.join(packed_dir, os.path.basename(f)) for f in files]
+        print(f"wrote {len(files)} JPEGs ({args.distinct_used} distinct, photo-like {width}x{height} q90 4:2:0) "
+              f"and their packed copies in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        pipelines = build_pipelines(args, files, packed, dali_version)
+        names = list(pipelines)
+        runs = {name: {"warmup": [], "epochs": []} for name in names}
+        meta = {name: {} for name in names}
+        for r in range(args.warmup + args.epochs):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                rec = {}
+                n, wall, main_cpu, worker_cpu = _epoch(_Observed(pipelines[name][0], rec))
+                s0 = _cpu_seconds(resource.RUSAGE_SELF)
+                time.sleep(args.settle)  # not timed; its CPU (threads winding down) counts for this epoch
+                main_cpu += _cpu_seconds(resource.RUSAGE_SELF) - s0
+                which = "warmup" if r < args.warmup else "epochs"
+                runs[name][which].append({"samples": n, "wall_s": wall, "first_batch_s": rec["first_batch_s"],
+                                          "main_cpu_s": main_cpu, "worker_cpu_s": worker_cpu})
+                meta[name] = {"shape": rec["shape"], "dtype": rec["dtype"]}
+                print(f"{'warm-up' if which == 'warmup' else 'epoch'} {r} {name}: {n / wall:.0f} samples/s, "
+                      f"first batch after {rec['first_batch_s']:.3f} s", file=sys.stderr)
+                if n != args.files:
+                    raise RuntimeError(f"{name} delivered {n} samples in an epoch, expected {args.files}")
+                want = "float32" if pipelines[name][1] == FLOAT_OUT else "uint8"
+                if rec["dtype"] != want or CROP not in rec["shape"][1:2] + rec["shape"][3:] \
+                        or rec["shape"].count(CROP) < 2:
+                    raise RuntimeError(f"{name} delivered {rec['dtype']} {rec['shape']}, expected {want} "
+                                       f"224x224 images")
+    results = {}
+    for name in names:
+        _, out, note, kind = pipelines[name]
+        rs = runs[name]["epochs"]
+        results[name] = {
+            "output": out, "note": note, "kind": kind, "batch": meta[name],
+            "samples_per_s": statistics.median(x["samples"] / x["wall_s"] for x in rs),
+            "warmup_samples_per_s": [x["samples"] / x["wall_s"] for x in runs[name]["warmup"]],
+            "first_batch_s": statistics.median(x["first_batch_s"] for x in rs),
+            "cpu_ms_per_sample": statistics.median((x["main_cpu_s"] + x["worker_cpu_s"]) / x["samples"] * 1e3
+                                                   for x in rs),
+            "worker_cpu_ms_per_sample": statistics.median(x["worker_cpu_s"] / x["samples"] * 1e3 for x in rs),
+            "main_cpu_ms_per_sample": statistics.median(x["main_cpu_s"] / x["samples"] * 1e3 for x in rs),
+            "epochs": rs, "warmup": runs[name]["warmup"],
+        }
+    for name, r in results.items():
+        ref = TV_FLOAT if r["output"] == FLOAT_OUT else TV_UINT8
+        r["reference"] = ref
+        r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]
+    return results
+
+
+def table(results) -> str:
+    lines = ["| pipeline | output batch | samples/s | vs torchvision (same output) | warm-up epoch samples/s "
+             "| first batch (s) | CPU ms/sample |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        b = r["batch"]
+        shape = "x".join(str(s) for s in b.get("shape", []))
+        if r["kind"] == "dataloader":
+            cpu = (f"{r['cpu_ms_per_sample']:.2f} (workers {r['worker_cpu_ms_per_sample']:.2f} + main "
+                   f"{r['main_cpu_ms_per_sample']:.2f})")
+        else:
+            cpu = f"{r['cpu_ms_per_sample']:.2f} (in-process)"
+        warm = ", ".join(f"{v:.0f}" for v in r["warmup_samples_per_s"]) or "-"
+        lines.append(f"| {name} | {b.get('dtype', '?')} {shape}: {r['note']} | {r['samples_per_s']:.0f} | "
+                     f"{r['vs_torchvision']:.2f}x | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
+    return "\n".join(lines)
+
+
+def _size(text):
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 500x375, got {text!r}") from None
+    if w < 1 or h < 1:
+        raise argparse.ArgumentTypeError(f"width and height must be >= 1, got {text!r}")
+    return w, h
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="See the module docstring (and docs/recipes.md) for what each row does.")
+    p.add_argument("--files", type=int, default=256, help="JPEG files = samples per epoch (default 256)")
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs per pipeline, after the warm-up (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up epochs per pipeline, reported apart (default 1)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=2, help="DataLoader workers and DALI threads (default 2)")
+    p.add_argument("--size", type=_size, default=(500, 375), help="WIDTHxHEIGHT of the JPEGs (default 500x375; "
+                   "4000x3000 for 12 MP)")
+    p.add_argument("--distinct", type=int, default=None, help="distinct images among the files (default: "
+                   "min(files, 64), or min(files, 4) above 2 MP)")
+    p.add_argument("--settle", type=float, default=0.25, help="untimed pause after each epoch, its CPU counted "
+                   "(default 0.25 s)")
+    p.add_argument("--no-dali", action="store_true", help="leave the DALI rows out even if DALI imports")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    args = p.parse_args(argv)
+    if args.files < 1 or args.epochs < 1 or args.warmup < 0 or args.batch_size < 1 or args.workers < 1:
+        p.error("--files, --epochs, --batch-size, --workers must be >= 1 and --warmup >= 0")
+    w, h = args.size
+    args.distinct_used = min(args.files, args.distinct or (64 if w * h <= 2_000_000 else 4))
+    load_start = os.getloadavg()
+    print(describe())
+    dali_version, dali_line = (None, "DALI rows skipped: --no-dali") if args.no_dali else dali_status()
+    vers = versions(dali_version)
+    print(", ".join(f"{k} {v}" for k, v in vers.items()))
+    print(dali_line)
+    results = run(args, dali_version)
+    load_end = os.getloadavg()
+    print()
+    print(table(results))
+    print()
+    print(f"ImageNet train recipe (decode + RandomResizedCrop(224) + flip), {args.files} photo-like {w}x{h} q90 "
+          f"4:2:0 JPEGs per epoch ({args.distinct_used} distinct), batch {args.batch_size}, {args.workers} "
+          f"DataLoader workers / DALI threads, consumer doing nothing; median of {args.epochs} interleaved epochs "
+          f"after {args.warmup} warm-up. Ratios: to '{TV_FLOAT}' for the normalised float32 rows, to "
+          f"'{TV_UINT8}' for the uint8 rows. make_loader has no uint8 output: its rows include the batch "
+          f"normalisation, and so does the torchvision reference. Load average (1, 5, 15 min) at start "
+          f"{', '.join(f'{v:.2f}' for v in load_start)}, at end {', '.join(f'{v:.2f}' for v in load_end)}.")
+    if args.json:
+        report = {"platform": describe(), "versions": vers, "dali": dali_line,
+                  "config": {"files": args.files, "distinct_images": args.distinct_used, "size": f"{w}x{h}",
+                             "quality": 90, "subsampling": "4:2:0", "batch_size": args.batch_size,
+                             "workers": args.workers, "epochs": args.epochs, "warmup": args.warmup,
+                             "settle_s": args.settle, "cpu_count": os.cpu_count(),
+                             "main_torch_threads": torch.get_num_threads()},
+                  "loadavg": {"start": load_start, "end": load_end}, "results": results}
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
