@@ -127,6 +127,68 @@ class TestScale:
             F.scale(3)
 
 
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def ref_normalize(img, mean, std):
+    """ToDtype(scale=True) + Normalize in float64: ``(x / 255 - mean) / std``."""
+    c = img.shape[-3]
+    shape = (c, 1, 1)
+    m = torch.tensor(mean, dtype=torch.float64).expand(c).reshape(shape)
+    s = torch.tensor(std, dtype=torch.float64).expand(c).reshape(shape)
+    return (img.double() / 255 - m) / s
+
+
+class TestScaleNormalize:
+    @pytest.mark.parametrize("shape", SHAPES)
+    @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+    def test_matches_float64_formula(self, shape, dtype):
+        img = image(shape, dtype)
+        got = F.scale_normalize(img, IMAGENET_MEAN, IMAGENET_STD)
+        assert got.dtype == torch.float32 and got.shape == img.shape
+        # |out| <= 2.7: a float32 ulp there is 2.4e-7; gain, bias, product and sum round once each
+        torch.testing.assert_close(got.double(), ref_normalize(img, IMAGENET_MEAN, IMAGENET_STD), rtol=0, atol=1e-6)
+
+    def test_equals_v2_to_dtype_normalize(self):
+        from torchvision.transforms import v2
+
+        img = image((2, 3, 31, 45))
+        ref = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])(img)
+        torch.testing.assert_close(F.scale_normalize(img, IMAGENET_MEAN, IMAGENET_STD), ref, rtol=0, atol=1e-6)
+
+    @pytest.mark.parametrize("channels", [1, 2, 4])
+    def test_other_channel_counts_and_scalar_values(self, channels):
+        img = torch.randint(0, 256, (2, channels, 9, 13), dtype=torch.uint8, generator=torch.Generator().manual_seed(channels))
+        mean, std = [0.1 * (c + 1) for c in range(channels)], [0.2 + 0.05 * c for c in range(channels)]
+        torch.testing.assert_close(F.scale_normalize(img, mean, std).double(), ref_normalize(img, mean, std),
+                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(F.scale_normalize(img, 0.5, 0.25).double(), ref_normalize(img, 0.5, 0.25),
+                                   rtol=0, atol=1e-6)
+
+    def test_threads_and_numpy_give_the_same_bits(self):
+        img = image((5, 3, 130, 150))
+        one = F.scale_normalize(img, IMAGENET_MEAN, IMAGENET_STD, num_threads=1)
+        assert torch.equal(F.scale_normalize(img, IMAGENET_MEAN, IMAGENET_STD, num_threads=3), one)
+        got = F.scale_normalize(img.numpy(), IMAGENET_MEAN, IMAGENET_STD)
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, one.numpy())
+
+    def test_errors(self):
+        img = image((3, 4, 5))
+        with pytest.raises(ValueError, match="std must be nonzero"):
+            F.scale_normalize(img, 0.5, (0.2, 0.0, 0.2))
+        with pytest.raises(ValueError, match=r"mean must have one value per channel \(3\), got 2"):
+            F.scale_normalize(img, (0.5, 0.5), 0.2)
+        with pytest.raises(ValueError, match="std must be finite"):
+            F.scale_normalize(img, 0.5, float("nan"))
+        with pytest.raises(TypeError, match="mean must be a number or one number per channel"):
+            F.scale_normalize(img, "a", 0.2)
+        with pytest.raises(ValueError, match="1 to 4 channels"):
+            F.scale_normalize(torch.zeros((5, 2, 2), dtype=torch.uint8), 0.5, 0.2)
+        with pytest.raises(TypeError, match="uint8 or float32, got torch.int32"):
+            F.scale_normalize(torch.zeros((3, 2, 2), dtype=torch.int32), 0.5, 0.2)
+
+
 class TestYuvScale:
     @pytest.mark.parametrize("shape", SHAPES)
     @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
@@ -246,7 +308,8 @@ def _all_colour_outputs():
         for dtype in (torch.uint8, torch.float32):
             img = image(shape, dtype, seed=k)
             outs += [F.rgb_to_yuv(img), F.yuv_scale(img), F.scale(img),
-                     F.mask_yuv_scale(img, 0.3, seed=k, fill=7)]
+                     F.mask_yuv_scale(img, 0.3, seed=k, fill=7),
+                     F.scale_normalize(img, IMAGENET_MEAN, IMAGENET_STD)]
     outs.append(F.rgb_to_yuv(ALL_PIXELS))
     return outs
 
@@ -370,7 +433,8 @@ class TestOut:
         img = image((2, 3, 17, 33))
         if as_numpy:
             img = img.numpy()
-        for fn in (F.rgb_to_yuv, F.yuv_scale, F.scale):
+        normalize = lambda x, out=None: F.scale_normalize(x, IMAGENET_MEAN, IMAGENET_STD, out=out)  # noqa: E731
+        for fn in (F.rgb_to_yuv, F.yuv_scale, F.scale, normalize):
             out = np.full(img.shape, np.nan, np.float32)
             out = out if as_numpy else torch.from_numpy(out)
             got = fn(img, out=out)

@@ -130,13 +130,20 @@ cdef extern from *:
         /* a true division, not a reciprocal multiply, so the result equals x / 255 */  \\
         for (ptrdiff_t i = 0; i < n; ++i) dst[i] = (float)src[i] / 255.0f;             \\
     }
+    #define FP_AFFINE_SPAN(NAME, T, ATTR)                                               \\
+    ATTR static void NAME(const T *restrict src, float *restrict dst, ptrdiff_t n,      \\
+                          float gain, float bias) {                                     \\
+        for (ptrdiff_t i = 0; i < n; ++i) dst[i] = (float)src[i] * gain + bias;        \\
+    }
     #define FP_VARIANT(SUFFIX, ATTR)                                                    \\
     FP_YUV_SPAN(fp_yuv_u8_##SUFFIX, uint8_t, ATTR)                                     \\
     FP_YUV_SPAN(fp_yuv_f32_##SUFFIX, float, ATTR)                                      \\
     FP_YUV_SPAN_MASKED(fp_yuv_masked_u8_##SUFFIX, uint8_t, ATTR)                       \\
     FP_YUV_SPAN_MASKED(fp_yuv_masked_f32_##SUFFIX, float, ATTR)                        \\
     FP_SCALE_SPAN(fp_scale_u8_##SUFFIX, uint8_t, ATTR)                                 \\
-    FP_SCALE_SPAN(fp_scale_f32_##SUFFIX, float, ATTR)
+    FP_SCALE_SPAN(fp_scale_f32_##SUFFIX, float, ATTR)                                  \\
+    FP_AFFINE_SPAN(fp_affine_u8_##SUFFIX, uint8_t, ATTR)                               \\
+    FP_AFFINE_SPAN(fp_affine_f32_##SUFFIX, float, ATTR)
     FP_VARIANT(base, FP_T_BASE)
     #if FP_X86
     FP_VARIANT(avx2, FP_T_AVX2)
@@ -155,10 +162,13 @@ cdef extern from *:
                                float *, float *, float *, ptrdiff_t, const float *);
         void (*scale_u8)(const uint8_t *, float *, ptrdiff_t);
         void (*scale_f32)(const float *, float *, ptrdiff_t);
+        void (*affine_u8)(const uint8_t *, float *, ptrdiff_t, float, float);
+        void (*affine_f32)(const float *, float *, ptrdiff_t, float, float);
     } fp_table;
     #define FP_TABLE(SUFFIX)                                                            \\
         {fp_yuv_u8_##SUFFIX, fp_yuv_f32_##SUFFIX, fp_yuv_masked_u8_##SUFFIX,           \\
-         fp_yuv_masked_f32_##SUFFIX, fp_scale_u8_##SUFFIX, fp_scale_f32_##SUFFIX}
+         fp_yuv_masked_f32_##SUFFIX, fp_scale_u8_##SUFFIX, fp_scale_f32_##SUFFIX,      \\
+         fp_affine_u8_##SUFFIX, fp_affine_f32_##SUFFIX}
     /* levels: 0 baseline, 1 AVX2, 2 AVX-512 */
     static const fp_table fp_tables[3] = {
         FP_TABLE(base),
@@ -205,6 +215,8 @@ cdef extern from *:
                                float*, float*, float*, Py_ssize_t, const float*) noexcept nogil
         void (*scale_u8)(const uint8_t*, float*, Py_ssize_t) noexcept nogil
         void (*scale_f32)(const float*, float*, Py_ssize_t) noexcept nogil
+        void (*affine_u8)(const uint8_t*, float*, Py_ssize_t, float, float) noexcept nogil
+        void (*affine_f32)(const float*, float*, Py_ssize_t, float, float) noexcept nogil
     fp_table fp_k
 
 
@@ -368,3 +380,39 @@ def scale(const pixel_t[::1] src, float[::1] dst, int nthreads):
         with nogil:
             _scale_span(&src[0], &dst[0], n)
 
+
+
+cdef inline void _affine_span(const pixel_t* src, float* dst, Py_ssize_t n, float gain,
+                              float bias) noexcept nogil:
+    if pixel_t is uint8_t:
+        fp_k.affine_u8(src, dst, n, gain, bias)
+    else:
+        fp_k.affine_f32(src, dst, n, gain, bias)
+
+
+def affine(const pixel_t[:, :, :] src, float[:, :, :] dst, gain, bias):
+    """dst[N, C, P] = src[N, C, P] * gain[c] + bias[c] (float32: one rounding for the
+    product, one for the sum), on the calling thread.
+
+    ``gain`` and ``bias`` hold C numbers each, rounded to float32 here. The last axis must
+    be contiguous; the others may be strided (a slice of pixels of a C-contiguous batch,
+    as :mod:`fastprep.functional` hands to its threads).
+    """
+    cdef Py_ssize_t n, c
+    cdef Py_ssize_t channels = src.shape[1], count = src.shape[2]
+    if len(gain) != channels or len(bias) != channels:
+        raise ValueError(f"gain and bias need {channels} values each, got {len(gain)} and {len(bias)}")
+    if count == 0:
+        return
+    _check_last_axis(src.strides[2], sizeof(pixel_t), dst.strides[2], count)
+    cdef float g[4]
+    cdef float o[4]
+    if channels > 4:
+        raise ValueError(f"at most 4 channels, got {channels}")
+    for c in range(channels):
+        g[c] = <float>gain[c]
+        o[c] = <float>bias[c]
+    with nogil:
+        for n in range(src.shape[0]):
+            for c in range(channels):
+                _affine_span(&src[n, c, 0], &dst[n, c, 0], count, g[c], o[c])

@@ -225,11 +225,13 @@ class BatchConvert(torch.nn.Module):
     RGB -> YUV transform (``"yuv"``). ``mean``/``std`` are on the [0, 1] scale, as
     torchvision's ``Normalize`` after ``ToDtype(float32, scale=True)``.
 
-    Paths: ``"yuv"`` without ``mean``/``std`` on the CPU is :class:`BatchYuvScale` (the
-    fused kernel into recycled buffers). Otherwise plain torch ops on ``x``'s device, with
-    ``/ 255``, ``- mean`` and ``/ std`` folded into one multiply-add per channel
-    (``x * (1 / (255 std)) + (-mean / std)``): equal to the three-step formula to float32
-    rounding.
+    Paths: on the CPU, ``"yuv"`` without ``mean``/``std`` is :class:`BatchYuvScale` and
+    ``"rgb"`` is :func:`fastprep.functional.scale_normalize` (or
+    :func:`~fastprep.functional.scale` without ``mean``/``std``): one pass over the batch
+    into a recycled float32 buffer (as :class:`BatchYuvScale`), with ``/ 255``, ``- mean``
+    and ``/ std`` folded into one multiply-add per channel
+    (``x * (1 / (255 std)) + (-mean / std)``). Otherwise plain torch ops on ``x``'s device
+    with the same folding. Either agrees with the three-step formula to float32 rounding.
 
     Args:
         color: ``"yuv"`` (default) or ``"rgb"``.
@@ -259,6 +261,7 @@ class BatchConvert(torch.nn.Module):
         self.channels_last = bool(channels_last)
         self.require_uint8 = bool(require_uint8)
         self._yuv = BatchYuvScale(torch.float32, num_threads=num_threads)
+        self._pool = _BufferPool(3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, 3, H, W]`` uint8 (or float on the 0-255 scale) -> ``[N, 3, H, W]`` ``dtype``."""
@@ -270,6 +273,17 @@ class BatchConvert(torch.nn.Module):
                             "dtype=)")
         if self.mean is None and self.color == "yuv":
             out = self._yuv(x)
+        elif self.color == "rgb" and x.device.type == "cpu" and x.dtype in (torch.uint8, torch.float32):
+            x = x.contiguous()
+            # a recycled buffer only when it is what the caller gets (no cast or copy after)
+            pooled = self.dtype == torch.float32 and not self.channels_last
+            out = self._pool.get(tuple(x.shape)) if pooled else torch.empty(x.shape)
+            if out.numel():
+                threads = self._yuv.num_threads
+                if self.mean is None:
+                    F.scale(x, out=out, num_threads=threads)
+                else:
+                    F.scale_normalize(x, self.mean, self.std, out=out, num_threads=threads)
         else:
             out = _yuv_torch(x, None) if self.color == "yuv" else x.float()
             if self.mean is None:
