@@ -13,10 +13,11 @@ copies under other names: same decode work, and 12 MP images are slow to synthes
 
 Output. ``make_loader`` has no uint8 output: with a recipe it always delivers float32 RGB
 normalised with ImageNet's mean/std, converted once per batch in the main process
-(``BatchConvert``: ``x.float()`` then one ``addcmul``, torch's intra-op threads). So the
-main comparison is on that output, and the torchvision reference does the same work the
-same way: its uint8 batches go through ``v2.ToDtype(float32, scale=True)`` +
-``v2.Normalize(mean, std)`` in the main process. The uint8 rows (the recipe alone) are
+(``BatchConvert``: one pass of ``fastprep.functional.scale_normalize`` into a recycled
+buffer, one thread since the workers use the cores). So the main comparison is on that
+output, and the torchvision reference does the same work in the same place: its uint8
+batches go through ``v2.ToDtype(float32, scale=True)`` + ``v2.Normalize(mean, std)`` in
+the main process. The uint8 rows (the recipe alone) are
 there for DALI's plain pipeline and are compared with the uint8 torchvision loader.
 
 Pipelines (ratios are to the torchvision row with the same output, same run):
