@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -261,13 +262,74 @@ void v_row_base(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, con
 #if defined(__x86_64__)
 #define FP_AVX2 __attribute__((target("avx2")))
 
-// Four rows of one output pixel's taps, C = 3 or 4. `in[r]` may be read up to 4 bytes past
-// the last tap (the caller pads the window's last row).
+#define FP_AVX2_INLINE static inline __attribute__((target("avx2"), always_inline))
+
 template <int C>
-FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const out[4], const Axis& ax, int nout) {
+struct HMasks {
+  __m256i lo, hi;
+};
+
+// The taps of output pixel j for four rows: a01 = [row 0 | row 1], a23 = [row 2 | row 3],
+// each lane the 4 channel sums (int32) shifted down by the precision. `in[r]` may be read up
+// to 4 bytes past the last tap (the caller pads the buffer's last row).
+template <int C>
+FP_AVX2_INLINE void h_acc4(const uint8_t* const in[4], const Axis& ax, int j, __m256i init, __m256i m_lo,
+                           __m256i m_hi, __m128i shift, __m256i& r01, __m256i& r23) {
   const int K = ax.K;
+  const int64_t off = (int64_t)ax.start[j] * C;
+  const int16_t* w = &ax.w[(size_t)j * K];
+  const uint8_t *p0 = in[0] + off, *p1 = in[1] + off, *p2 = in[2] + off, *p3 = in[3] + off;
+  __m256i a01 = init, a23 = init;
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    int32_t wa, wb;
+    std::memcpy(&wa, w + k, 4);
+    std::memcpy(&wb, w + k + 2, 4);
+    const __m256i k0 = _mm256_set1_epi32(wa), k1 = _mm256_set1_epi32(wb);
+    const __m256i s01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(p0 + k * C))),
+                                                _mm_loadu_si128((const __m128i*)(p1 + k * C)), 1);
+    const __m256i s23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(p2 + k * C))),
+                                                _mm_loadu_si128((const __m128i*)(p3 + k * C)), 1);
+    a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(s01, m_lo), k0));
+    a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(s23, m_lo), k0));
+    a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(s01, m_hi), k1));
+    a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(s23, m_hi), k1));
+  }
+  for (; k + 2 <= K; k += 2) {
+    int32_t wa;
+    std::memcpy(&wa, w + k, 4);
+    const __m256i k0 = _mm256_set1_epi32(wa);
+    const __m256i s01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i*)(p0 + k * C))),
+                                                _mm_loadl_epi64((const __m128i*)(p1 + k * C)), 1);
+    const __m256i s23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i*)(p2 + k * C))),
+                                                _mm_loadl_epi64((const __m128i*)(p3 + k * C)), 1);
+    a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(s01, m_lo), k0));
+    a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(s23, m_lo), k0));
+  }
+  if (k < K) {  // one tap: (pixel, 0) pairs times (w, 0)
+    const __m256i k0 = _mm256_set1_epi32((int32_t)(uint16_t)w[k]);
+    int32_t v0, v1, v2, v3;
+    std::memcpy(&v0, p0 + k * C, 4);
+    std::memcpy(&v1, p1 + k * C, 4);
+    std::memcpy(&v2, p2 + k * C, 4);
+    std::memcpy(&v3, p3 + k * C, 4);
+    const __m256i s01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(v0))),
+                                                _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v1)), 1);
+    const __m256i s23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(v2))),
+                                                _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v3)), 1);
+    a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(s01, k0));
+    a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(s23, k0));
+  }
+  r01 = _mm256_sra_epi32(a01, shift);
+  r23 = _mm256_sra_epi32(a23, shift);
+}
+
+// Horizontal pass of four rows, C = 3 or 4. GRAY: each "row" is 4 rows of a 1-channel image
+// interleaved as 4 channels, and out holds the 16 output rows (4 per input pointer).
+template <int C, bool GRAY = false>
+FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const* out, const Axis& ax, int nout) {
   const __m256i init = _mm256_set1_epi32(1 << (ax.prec - 1));
-  // pairs (pixel k, pixel k+1) of each channel as int16, from 8 bytes (low) / bytes 8.. (high)
+  // pairs (pixel k, pixel k+1) of each channel as int16, from bytes 0..7 (lo) / 8..15 (hi)
   const __m256i m_lo = C == 4 ? _mm256_set_epi8(-1, 7, -1, 3, -1, 6, -1, 2, -1, 5, -1, 1, -1, 4, -1, 0, -1, 7, -1, 3,
                                                 -1, 6, -1, 2, -1, 5, -1, 1, -1, 4, -1, 0)
                               : _mm256_set_epi8(-1, -1, -1, -1, -1, 5, -1, 2, -1, 4, -1, 1, -1, 3, -1, 0, -1, -1,
@@ -276,64 +338,53 @@ FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const out[4], con
                                                 -1, 11, -1, 14, -1, 10, -1, 13, -1, 9, -1, 12, -1, 8)
                               : _mm256_set_epi8(-1, -1, -1, -1, -1, 11, -1, 8, -1, 10, -1, 7, -1, 9, -1, 6, -1, -1,
                                                 -1, -1, -1, 11, -1, 8, -1, 10, -1, 7, -1, 9, -1, 6);
+  // 4 pixels of 4 bytes -> 4 pixels of 3 bytes (C == 3), per lane
+  const __m256i m_pack3 = _mm256_set_epi8(-1, -1, -1, -1, 14, 13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0, -1, -1, -1, -1, 14,
+                                          13, 12, 10, 9, 8, 6, 5, 4, 2, 1, 0);
   const __m128i shift = _mm_cvtsi32_si128(ax.prec);
-  for (int j = 0; j < nout; j++) {
-    const int64_t off = (int64_t)ax.start[j] * C;
-    const int16_t* w = &ax.w[(size_t)j * K];
-    const uint8_t *p0 = in[0] + off, *p1 = in[1] + off, *p2 = in[2] + off, *p3 = in[3] + off;
-    __m256i a01 = init, a23 = init;
-    int k = 0;
-    for (; k + 4 <= K; k += 4) {
-      int32_t wa, wb;
-      std::memcpy(&wa, w + k, 4);
-      std::memcpy(&wb, w + k + 2, 4);
-      const __m256i k0 = _mm256_set1_epi32(wa), k1 = _mm256_set1_epi32(wb);
-      const __m256i s01 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(p0 + k * C))),
-          _mm_loadu_si128((const __m128i*)(p1 + k * C)), 1);
-      const __m256i s23 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(p2 + k * C))),
-          _mm_loadu_si128((const __m128i*)(p3 + k * C)), 1);
-      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(s01, m_lo), k0));
-      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(s23, m_lo), k0));
-      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(s01, m_hi), k1));
-      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(s23, m_hi), k1));
+  int j = 0;
+  if (!GRAY) {
+    // Four output pixels at a time: one 16-byte store per row.
+    for (; j + 4 <= nout; j += 4) {
+      __m256i A[4], B[4];
+      for (int q = 0; q < 4; q++) h_acc4<C>(in, ax, j + q, init, m_lo, m_hi, shift, A[q], B[q]);
+      // lane 0: row 0 (A) / row 2 (B) pixels j..j+3; lane 1: row 1 / row 3
+      __m256i X = _mm256_packus_epi16(_mm256_packs_epi32(A[0], A[1]), _mm256_packs_epi32(A[2], A[3]));
+      __m256i Y = _mm256_packus_epi16(_mm256_packs_epi32(B[0], B[1]), _mm256_packs_epi32(B[2], B[3]));
+      if (C == 3) {
+        X = _mm256_shuffle_epi8(X, m_pack3);
+        Y = _mm256_shuffle_epi8(Y, m_pack3);
+      }
+      const __m128i x0 = _mm256_castsi256_si128(X), x1 = _mm256_extracti128_si256(X, 1);
+      const __m128i y0 = _mm256_castsi256_si128(Y), y1 = _mm256_extracti128_si256(Y, 1);
+      if (C == 4 || (j + 4) * C + 4 <= nout * C) {
+        _mm_storeu_si128((__m128i*)(out[0] + j * C), x0);
+        _mm_storeu_si128((__m128i*)(out[1] + j * C), x1);
+        _mm_storeu_si128((__m128i*)(out[2] + j * C), y0);
+        _mm_storeu_si128((__m128i*)(out[3] + j * C), y1);
+      } else {
+        alignas(16) uint8_t t[4][16];
+        _mm_store_si128((__m128i*)t[0], x0);
+        _mm_store_si128((__m128i*)t[1], x1);
+        _mm_store_si128((__m128i*)t[2], y0);
+        _mm_store_si128((__m128i*)t[3], y1);
+        for (int q = 0; q < 4; q++) std::memcpy(out[q] + j * C, t[q], 4 * C);
+      }
     }
-    for (; k + 2 <= K; k += 2) {
-      int32_t wa;
-      std::memcpy(&wa, w + k, 4);
-      const __m256i k0 = _mm256_set1_epi32(wa);
-      const __m256i s01 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i*)(p0 + k * C))),
-          _mm_loadl_epi64((const __m128i*)(p1 + k * C)), 1);
-      const __m256i s23 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i*)(p2 + k * C))),
-          _mm_loadl_epi64((const __m128i*)(p3 + k * C)), 1);
-      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(s01, m_lo), k0));
-      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(s23, m_lo), k0));
-    }
-    if (k < K) {  // one tap: (pixel, 0) pairs times (w, 0)
-      const __m256i k0 = _mm256_set1_epi32((int32_t)(uint16_t)w[k]);
-      int32_t v0, v1, v2, v3;
-      std::memcpy(&v0, p0 + k * C, 4);
-      std::memcpy(&v1, p1 + k * C, 4);
-      std::memcpy(&v2, p2 + k * C, 4);
-      std::memcpy(&v3, p3 + k * C, 4);
-      const __m256i s01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(v0))),
-                                                  _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v1)), 1);
-      const __m256i s23 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(v2))),
-                                                  _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v3)), 1);
-      a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(s01, k0));
-      a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(s23, k0));
-    }
-    a01 = _mm256_sra_epi32(a01, shift);
-    a23 = _mm256_sra_epi32(a23, shift);
+  }
+  for (; j < nout; j++) {
+    __m256i a01, a23;
+    h_acc4<C>(in, ax, j, init, m_lo, m_hi, shift, a01, a23);
     // [r0 | r1] int32 -> int16 (saturating) -> uint8 (saturating): bytes 0..3 of each lane
     const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_setzero_si256());
     // lane 0: r0 (bytes 0..3), r2 (bytes 4..7); lane 1: r1, r3
     const uint32_t o0 = (uint32_t)_mm256_extract_epi32(b, 0), o2 = (uint32_t)_mm256_extract_epi32(b, 1);
     const uint32_t o1 = (uint32_t)_mm256_extract_epi32(b, 4), o3 = (uint32_t)_mm256_extract_epi32(b, 5);
-    if (C == 4 || j + 1 < nout) {  // C == 3: the 4th byte is overwritten by the next pixel
+    if (GRAY) {
+      const uint32_t o[4] = {o0, o1, o2, o3};
+      for (int q = 0; q < 4; q++)
+        for (int b2 = 0; b2 < 4; b2++) out[q * 4 + b2][j] = (uint8_t)(o[q] >> (8 * b2));
+    } else if (C == 4 || j + 1 < nout) {  // C == 3: the 4th byte is overwritten by the next pixel
       std::memcpy(out[0] + j * C, &o0, 4);
       std::memcpy(out[1] + j * C, &o1, 4);
       std::memcpy(out[2] + j * C, &o2, 4);
@@ -345,6 +396,25 @@ FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const out[4], con
       std::memcpy(out[3] + j * C, &o3, C);
     }
   }
+}
+
+// dst[4x + b] = src[b][x], x < n.
+FP_AVX2 void interleave4_avx2(const uint8_t* const src[4], uint8_t* dst, int64_t n) {
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m128i a = _mm_loadu_si128((const __m128i*)(src[0] + x));
+    const __m128i b = _mm_loadu_si128((const __m128i*)(src[1] + x));
+    const __m128i c = _mm_loadu_si128((const __m128i*)(src[2] + x));
+    const __m128i d = _mm_loadu_si128((const __m128i*)(src[3] + x));
+    const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+    const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+    _mm_storeu_si128((__m128i*)(dst + 4 * x), _mm_unpacklo_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i*)(dst + 4 * x + 16), _mm_unpackhi_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i*)(dst + 4 * x + 32), _mm_unpacklo_epi16(ab1, cd1));
+    _mm_storeu_si128((__m128i*)(dst + 4 * x + 48), _mm_unpackhi_epi16(ab1, cd1));
+  }
+  for (; x < n; x++)
+    for (int b = 0; b < 4; b++) dst[4 * x + b] = src[b][x];
 }
 
 // One output row of the vertical pass: out[x] = sum_k w[k] * src[k*stride + x].
@@ -404,6 +474,28 @@ void h_pass(int C, const uint8_t* in, int64_t in_stride, int64_t nrows, bool las
             uint8_t* out, int64_t out_stride, const Axis& ax, int level) {
   const int nout = (int)ax.start.size();
 #if defined(__x86_64__)
+  if (level >= 1 && C == 1 && in_w >= 4) {
+    // 16 rows at a time: 4 groups of 4 rows interleaved as 4-channel pixels.
+    std::vector<uint8_t> buf((size_t)(4 * (in_w * 4 + 16)));
+    const int64_t bstride = in_w * 4 + 16;
+    for (int64_t r = 0; r < nrows; r += 16) {
+      const uint8_t* rin[4];
+      uint8_t* rout[16];
+      for (int q = 0; q < 4; q++) {
+        uint8_t* b = buf.data() + q * bstride;
+        const uint8_t* src[4];
+        for (int b2 = 0; b2 < 4; b2++) {
+          const int64_t rr = std::min<int64_t>(r + q * 4 + b2, nrows - 1);
+          src[b2] = in + rr * in_stride;
+          rout[q * 4 + b2] = out + rr * out_stride;
+        }
+        interleave4_avx2(src, b, in_w);
+        rin[q] = b;
+      }
+      h_rows4_avx2<4, true>(rin, rout, ax, nout);
+    }
+    return;
+  }
   if (level >= 1 && (C == 3 || C == 4)) {
     // The window's last row may be the last bytes of the buffer: read it from a padded copy.
     std::vector<uint8_t> pad;
@@ -510,11 +602,12 @@ at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_o
 
   if (do_h && need_v) {
     const int64_t r0 = av.lo, r1 = av.hi;
-    std::vector<uint8_t> tmp((size_t)((r1 - r0) * orow + 32));
-    h_pass((int)C, ip + r0 * rs, rs, r1 - r0, row_is_end(r1 - 1), W, tmp.data(), orow, ah, level);
+    // intermediate rows, uninitialised (every byte read is written first)
+    std::unique_ptr<uint8_t[]> tmp(new uint8_t[(size_t)((r1 - r0) * orow + 32)]);
+    h_pass((int)C, ip + r0 * rs, rs, r1 - r0, row_is_end(r1 - 1), W, tmp.get(), orow, ah, level);
     Axis avl = av;
     for (auto& s : avl.start) s -= r0;
-    v_pass(tmp.data(), orow, op, orow, orow, avl, level);
+    v_pass(tmp.get(), orow, op, orow, orow, avl, level);
   } else if (do_h) {
     // rows: identity
     const int64_t r0 = av.start[0];
