@@ -272,10 +272,10 @@ struct HMasks {
 // The taps of output pixel j for four rows: a01 = [row 0 | row 1], a23 = [row 2 | row 3],
 // each lane the 4 channel sums (int32) shifted down by the precision. `in[r]` may be read up
 // to 4 bytes past the last tap (the caller pads the buffer's last row).
-template <int C>
+template <int C, int KT>
 FP_AVX2_INLINE void h_acc4(const uint8_t* const in[4], const Axis& ax, int j, __m256i init, __m256i m_lo,
                            __m256i m_hi, __m128i shift, __m256i& r01, __m256i& r23) {
-  const int K = ax.K;
+  const int K = KT ? KT : ax.K;
   const int64_t off = (int64_t)ax.start[j] * C;
   const int16_t* w = &ax.w[(size_t)j * K];
   const uint8_t *p0 = in[0] + off, *p1 = in[1] + off, *p2 = in[2] + off, *p3 = in[3] + off;
@@ -326,8 +326,8 @@ FP_AVX2_INLINE void h_acc4(const uint8_t* const in[4], const Axis& ax, int j, __
 
 // Horizontal pass of four rows, C = 3 or 4. GRAY: each "row" is 4 rows of a 1-channel image
 // interleaved as 4 channels, and out holds the 16 output rows (4 per input pointer).
-template <int C, bool GRAY = false>
-FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const* out, const Axis& ax, int nout) {
+template <int C, bool GRAY, int KT>
+FP_AVX2 void h_rows4_avx2_k(const uint8_t* const in[4], uint8_t* const* out, const Axis& ax, int nout) {
   const __m256i init = _mm256_set1_epi32(1 << (ax.prec - 1));
   // pairs (pixel k, pixel k+1) of each channel as int16, from bytes 0..7 (lo) / 8..15 (hi)
   const __m256i m_lo = C == 4 ? _mm256_set_epi8(-1, 7, -1, 3, -1, 6, -1, 2, -1, 5, -1, 1, -1, 4, -1, 0, -1, 7, -1, 3,
@@ -347,7 +347,7 @@ FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const* out, const
     // Four output pixels at a time: one 16-byte store per row.
     for (; j + 4 <= nout; j += 4) {
       __m256i A[4], B[4];
-      for (int q = 0; q < 4; q++) h_acc4<C>(in, ax, j + q, init, m_lo, m_hi, shift, A[q], B[q]);
+      for (int q = 0; q < 4; q++) h_acc4<C, KT>(in, ax, j + q, init, m_lo, m_hi, shift, A[q], B[q]);
       // lane 0: row 0 (A) / row 2 (B) pixels j..j+3; lane 1: row 1 / row 3
       __m256i X = _mm256_packus_epi16(_mm256_packs_epi32(A[0], A[1]), _mm256_packs_epi32(A[2], A[3]));
       __m256i Y = _mm256_packus_epi16(_mm256_packs_epi32(B[0], B[1]), _mm256_packs_epi32(B[2], B[3]));
@@ -374,7 +374,7 @@ FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const* out, const
   }
   for (; j < nout; j++) {
     __m256i a01, a23;
-    h_acc4<C>(in, ax, j, init, m_lo, m_hi, shift, a01, a23);
+    h_acc4<C, KT>(in, ax, j, init, m_lo, m_hi, shift, a01, a23);
     // [r0 | r1] int32 -> int16 (saturating) -> uint8 (saturating): bytes 0..3 of each lane
     const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), _mm256_setzero_si256());
     // lane 0: r0 (bytes 0..3), r2 (bytes 4..7); lane 1: r1, r3
@@ -398,6 +398,18 @@ FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const* out, const
   }
 }
 
+// K known at compile time for the common tap counts.
+template <int C, bool GRAY = false>
+FP_AVX2 void h_rows4_avx2(const uint8_t* const in[4], uint8_t* const* out, const Axis& ax, int nout) {
+  switch (ax.K) {
+    case 2: return h_rows4_avx2_k<C, GRAY, 2>(in, out, ax, nout);
+    case 4: return h_rows4_avx2_k<C, GRAY, 4>(in, out, ax, nout);
+    case 6: return h_rows4_avx2_k<C, GRAY, 6>(in, out, ax, nout);
+    case 8: return h_rows4_avx2_k<C, GRAY, 8>(in, out, ax, nout);
+    default: return h_rows4_avx2_k<C, GRAY, 0>(in, out, ax, nout);
+  }
+}
+
 // dst[4x + b] = src[b][x], x < n.
 FP_AVX2 void interleave4_avx2(const uint8_t* const src[4], uint8_t* dst, int64_t n) {
   int64_t x = 0;
@@ -418,8 +430,10 @@ FP_AVX2 void interleave4_avx2(const uint8_t* const src[4], uint8_t* dst, int64_t
 }
 
 // One output row of the vertical pass: out[x] = sum_k w[k] * src[k*stride + x].
-FP_AVX2 void v_row_avx2(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, const int16_t* w, int K,
-                        int prec) {
+template <int KT>
+FP_AVX2 void v_row_avx2_k(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, const int16_t* w, int K_,
+                          int prec) {
+  const int K = KT ? KT : K_;
   const __m256i init = _mm256_set1_epi32(1 << (prec - 1));
   const __m128i shift = _mm_cvtsi32_si128(prec);
   int64_t x = 0;
@@ -462,6 +476,17 @@ FP_AVX2 void v_row_avx2(const uint8_t* src, int64_t stride, uint8_t* out, int64_
     _mm256_storeu_si256((__m256i*)(out + x), b);
   }
   if (x < n) v_row_base(src + x, stride, out + x, n - x, w, K, prec);
+}
+
+FP_AVX2 void v_row_avx2(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, const int16_t* w, int K,
+                        int prec) {
+  switch (K) {
+    case 2: return v_row_avx2_k<2>(src, stride, out, n, w, K, prec);
+    case 4: return v_row_avx2_k<4>(src, stride, out, n, w, K, prec);
+    case 6: return v_row_avx2_k<6>(src, stride, out, n, w, K, prec);
+    case 8: return v_row_avx2_k<8>(src, stride, out, n, w, K, prec);
+    default: return v_row_avx2_k<0>(src, stride, out, n, w, K, prec);
+  }
 }
 #endif
 
