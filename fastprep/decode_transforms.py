@@ -680,8 +680,8 @@ class DecodeResizeCenterCrop(_ResizeBase):
     ``dct_scaling=True``; on a packed file only the restart intervals they lie in), and
     the resize runs on the whole image's pixel grid, so the crop sees the same sample
     positions as v2's. With ``dct_scaling=False`` the output
-    equals v2 on the full decode within 1 level (the filter scale is passed as
-    ``out/in`` rather than computed as ``in/out``, which can change a weight's last bit).
+    equals v2 on the full decode bit for bit (``fastprep::resize_aa`` computes the crop's
+    rows and columns of the full image's resize from the decoded window alone).
     A crop larger than the resized image is zero-padded as v2 ``CenterCrop`` pads.
 
     Args:

@@ -1,14 +1,15 @@
 """Bilinear resize of uint8 images for the decode recipes.
 
-torch's uint8 bilinear kernel (antialiased or not) is used directly on the uint8 image
-(the one ``torchvision.transforms.v2.Resize`` uses on an AVX2/AVX-512 CPU, so results are
-bit-identical to v2 for the same input), with two additions that v2 cannot make:
+uint8 images of 1, 3 or 4 channels go through ``torch.ops.fastprep.resize_aa`` (csrc/
+resize_aa.cpp), which is bit-identical to torch's uint8 bilinear kernel (antialiased or not;
+the one ``torchvision.transforms.v2.Resize`` uses on an AVX2/AVX-512 CPU) and faster; other
+inputs use torch's kernel directly. Two additions that v2 cannot make:
 
 * an explicit scale, so that a window of a larger image, or a DCT-scaled decode, is
-  resized on the same pixel grid as the whole image would be (the resize of a full image
-  followed by a crop, computed only for the rows and columns the crop keeps);
-* a horizontal flip of the small output (a copy of ``C x h x w`` bytes, about 1/50 of the
-  resize), equal to flipping the resized image.
+  resized on the same pixel grid as the whole image would be (``resize_window``: the
+  resize of a full image followed by a crop, computed from only the pixels the crop's
+  filter reads);
+* a horizontal flip, fused into the resize (equal to flipping the resized image).
 """
 
 from __future__ import annotations

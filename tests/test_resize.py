@@ -176,3 +176,19 @@ def test_env_caps_isa():
     out = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "FASTPREP_ISA": "baseline"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "0"
+
+
+def test_eval_recipe_bit_exact_with_v2_without_dct_scaling():
+    from conftest import make_jpeg
+    from torchvision.transforms import v2
+
+    import fastprep.io as fio
+    from fastprep.decode_transforms import DecodeResize, DecodeResizeCenterCrop
+
+    for h, w in ((375, 500), (500, 333), (213, 171), (120, 640)):
+        data = torch.frombuffer(bytearray(make_jpeg("420", h, w, seed=h)), dtype=torch.uint8)
+        full = fio.decode_jpeg(data)
+        for rs, cs in ((256, 224), (160, 200)):
+            ref = v2.CenterCrop(cs)(v2.Resize(rs)(full))
+            assert torch.equal(DecodeResizeCenterCrop(rs, cs, dct_scaling=False)(data), ref)
+        assert torch.equal(DecodeResize(256, dct_scaling=False)(data), v2.Resize(256)(full))
