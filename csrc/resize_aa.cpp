@@ -232,9 +232,9 @@ inline uint8_t clamp_u8(int32_t v) { return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255
 // Baseline kernels.
 
 // One row: out[j*C + c] = sum_k w[j,k] * in[(start[j]+k)*C + c].
-template <int C>
-void h_row_base(const uint8_t* in, uint8_t* out, const Axis& ax) {
-  const int K = ax.K, n = (int)ax.start.size();
+template <int C, int KT>
+void h_row_base_k(const uint8_t* in, uint8_t* out, const Axis& ax) {
+  const int K = KT ? KT : ax.K, n = (int)ax.start.size();
   const int32_t init = 1 << (ax.prec - 1);
   for (int j = 0; j < n; j++) {
     const uint8_t* p = in + (int64_t)ax.start[j] * C;
@@ -247,12 +247,34 @@ void h_row_base(const uint8_t* in, uint8_t* out, const Axis& ax) {
   }
 }
 
-void v_row_base(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, const int16_t* w, int K, int prec) {
+template <int C>
+void h_row_base(const uint8_t* in, uint8_t* out, const Axis& ax) {
+  switch (ax.K) {
+    case 2: return h_row_base_k<C, 2>(in, out, ax);
+    case 4: return h_row_base_k<C, 4>(in, out, ax);
+    case 6: return h_row_base_k<C, 6>(in, out, ax);
+    default: return h_row_base_k<C, 0>(in, out, ax);
+  }
+}
+
+template <int KT>
+void v_row_base_k(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, const int16_t* w, int K_,
+                  int prec) {
+  const int K = KT ? KT : K_;
   const int32_t init = 1 << (prec - 1);
   for (int64_t x = 0; x < n; x++) {
     int32_t acc = init;
     for (int k = 0; k < K; k++) acc += (int32_t)w[k] * src[k * stride + x];
     out[x] = clamp_u8(acc >> prec);
+  }
+}
+
+void v_row_base(const uint8_t* src, int64_t stride, uint8_t* out, int64_t n, const int16_t* w, int K, int prec) {
+  switch (K) {
+    case 2: return v_row_base_k<2>(src, stride, out, n, w, K, prec);
+    case 4: return v_row_base_k<4>(src, stride, out, n, w, K, prec);
+    case 6: return v_row_base_k<6>(src, stride, out, n, w, K, prec);
+    default: return v_row_base_k<0>(src, stride, out, n, w, K, prec);
   }
 }
 
