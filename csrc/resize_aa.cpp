@@ -107,9 +107,17 @@ void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt,
     maxk = 2;
   }
   const double invscale = s >= 1.0 ? 1.0 / s : 1.0;
-  std::vector<double> wd((size_t)(out_len * maxk), 0.0);
-  std::vector<int64_t> xmin_v(out_len), xsize_v(out_len);
-  std::vector<double> tmp((size_t)maxk);
+  // scratch reused across calls of this thread (every entry read is written first)
+  static thread_local std::vector<double> wd, tmp;
+  static thread_local std::vector<int64_t> xmin_v, xsize_v, first, cnt;
+  static thread_local std::vector<int16_t> wi16;
+  wd.resize((size_t)(out_len * maxk));
+  tmp.resize((size_t)maxk);
+  xmin_v.resize(out_len);
+  xsize_v.resize(out_len);
+  first.resize(out_len);
+  cnt.resize(out_len);
+  wi16.resize((size_t)(out_len * maxk));
   double wt_max = 0.0;
   for (int64_t i = 0; i < full_out; i++) {
     const bool keep = i >= out_start && i < out_start + out_len;
@@ -121,19 +129,25 @@ void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt,
       xmin = std::max((int64_t)(center - support + 0.5), (int64_t)0);
       xsize = std::min((int64_t)(center + support + 0.5), full_in) - xmin;
       xsize = std::clamp(xsize, (int64_t)0, maxk);
-      double total = 0.0;
+      double total = 0.0, wbig = 0.0;
       for (int64_t j = 0; j < xsize; j++) {
         const double w = tri(((double)(j + xmin) - center + 0.5) * invscale);
         wp[j] = w;
         total += w;
+        wbig = std::max(wbig, w);
       }
-      if (total != 0.0) {
+      if (!keep) {
+        // only the largest normalised weight matters here; division is monotonic, so it
+        // is the largest raw weight divided by the total
+        if (total != 0.0) wmax_i = wbig / total;
+      } else if (total != 0.0) {
         for (int64_t j = 0; j < xsize; j++) {
           wp[j] /= total;
           wmax_i = std::max(wmax_i, wp[j]);
         }
       }
-      for (int64_t j = xsize; j < maxk; j++) wp[j] = 0.0;
+      if (keep)
+        for (int64_t j = xsize; j < maxk; j++) wp[j] = 0.0;
     } else {
       double real = s * (i + 0.5) - 0.5;
       if (real < 0.0) real = 0.0;
@@ -170,9 +184,7 @@ void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt,
   }
   ax.prec = prec;
   // int16 weights; trim zero taps at both ends (they read nothing).
-  std::vector<int16_t> wi16((size_t)(out_len * maxk));
   int K = 1;
-  std::vector<int64_t> first(out_len), cnt(out_len);
   for (int64_t j = 0; j < out_len; j++) {
     int64_t a = 0, b = xsize_v[j];
     for (int64_t k = 0; k < xsize_v[j]; k++) {
@@ -459,42 +471,34 @@ FP_AVX2 void v_row_avx2_k(const uint8_t* src, int64_t stride, uint8_t* out, int6
   const __m256i init = _mm256_set1_epi32(1 << (prec - 1));
   const __m128i shift = _mm_cvtsi32_si128(prec);
   int64_t x = 0;
+  const __m256i z = _mm256_setzero_si256();
   for (; x + 32 <= n; x += 32) {
+    // Per 128-bit lane: bytes of rows k, k+1 interleaved (U0: bytes 0..7, U1: 8..15), then
+    // widened to (row k, row k+1) int16 pairs: 6 shuffles per pair of rows.
     __m256i a0 = init, a1 = init, a2 = init, a3 = init;
     int k = 0;
-    for (; k + 2 <= K; k += 2) {
+    for (; k < K; k += 2) {
       int32_t wp;
-      std::memcpy(&wp, w + k, 4);
+      if (k + 1 < K) {
+        std::memcpy(&wp, w + k, 4);
+      } else {
+        wp = (int32_t)(uint16_t)w[k];
+      }
       const __m256i kk = _mm256_set1_epi32(wp);
       const uint8_t* r0 = src + k * stride + x;
-      const uint8_t* r1 = r0 + stride;
-      const __m256i A0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)r0));
-      const __m256i B0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)r1));
-      const __m256i A1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(r0 + 16)));
-      const __m256i B1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(r1 + 16)));
-      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi16(A0, B0), kk));
-      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi16(A0, B0), kk));
-      a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi16(A1, B1), kk));
-      a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi16(A1, B1), kk));
+      const __m256i A = _mm256_loadu_si256((const __m256i*)r0);
+      const __m256i B = k + 1 < K ? _mm256_loadu_si256((const __m256i*)(r0 + stride)) : z;
+      const __m256i U0 = _mm256_unpacklo_epi8(A, B), U1 = _mm256_unpackhi_epi8(A, B);
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi8(U0, z), kk));
+      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi8(U0, z), kk));
+      a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi8(U1, z), kk));
+      a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi8(U1, z), kk));
     }
-    if (k < K) {
-      const __m256i kk = _mm256_set1_epi32((int32_t)(uint16_t)w[k]);
-      const uint8_t* r0 = src + k * stride + x;
-      const __m256i z = _mm256_setzero_si256();
-      const __m256i A0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)r0));
-      const __m256i A1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(r0 + 16)));
-      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_unpacklo_epi16(A0, z), kk));
-      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_unpackhi_epi16(A0, z), kk));
-      a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_unpacklo_epi16(A1, z), kk));
-      a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_unpackhi_epi16(A1, z), kk));
-    }
-    a0 = _mm256_sra_epi32(a0, shift);
-    a1 = _mm256_sra_epi32(a1, shift);
-    a2 = _mm256_sra_epi32(a2, shift);
-    a3 = _mm256_sra_epi32(a3, shift);
-    const __m256i v0 = _mm256_packs_epi32(a0, a1);  // x0..x15 as int16
-    const __m256i v1 = _mm256_packs_epi32(a2, a3);  // x16..x31
-    const __m256i b = _mm256_permute4x64_epi64(_mm256_packus_epi16(v0, v1), 0xD8);
+    a0 = _mm256_sra_epi32(a0, shift);  // lane bytes 0..3
+    a1 = _mm256_sra_epi32(a1, shift);  // 4..7
+    a2 = _mm256_sra_epi32(a2, shift);  // 8..11
+    a3 = _mm256_sra_epi32(a3, shift);  // 12..15
+    const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), _mm256_packs_epi32(a2, a3));
     _mm256_storeu_si256((__m256i*)(out + x), b);
   }
   if (x < n) v_row_base(src + x, stride, out + x, n - x, w, K, prec);
