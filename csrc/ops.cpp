@@ -35,6 +35,16 @@ TORCH_LIBRARY(fastprep, m) {
   m.def(
       "transcode_jpeg(Tensor data, int restart_interval, bool optimize, bool keep_metadata, "
       "int max_pixels) -> Tensor");
+  // Bilinear resize of a uint8 channels-last [C, H, W] image (C = 1, 3, 4), bit-identical to
+  // aten::_upsample_bilinear2d_aa (antialias) / aten::upsample_bilinear2d (uint8 kernels):
+  // output pixels [out_top, out_top+out_h) x [out_left, out_left+out_w) of resizing a virtual
+  // full_in_h x full_in_w image to full_out_h x full_out_w, of which `image` holds rows
+  // [in_top, in_top+H) and columns [in_left, in_left+W). scale_h/scale_w: output px per input
+  // px (<= 0: full_out/full_in). hflip: the output mirrored. Result channels-last.
+  m.def(
+      "resize_aa(Tensor image, int full_out_h, int full_out_w, int out_top, int out_left, int out_h, "
+      "int out_w, int full_in_h, int full_in_w, int in_top, int in_left, float scale_h, float scale_w, "
+      "bool antialias, bool hflip) -> Tensor");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.
@@ -53,10 +63,23 @@ static PyObject* restart_stats(PyObject*, PyObject*) {
   return Py_BuildValue("(LL)", (long long)s.taken, (long long)s.fallbacks);
 }
 
+namespace fastprep {
+int64_t resize_aa_isa(int64_t level);
+}
+
+// resize_isa(level) -> int: resize_aa's kernel variant (0 baseline, 1 AVX2); level -1 only
+// reads it, 0/1 select one (capped by the CPU). For tests and benchmarks; not thread-safe.
+static PyObject* resize_isa(PyObject*, PyObject* arg) {
+  long level = PyLong_AsLong(arg);
+  if (level == -1 && PyErr_Occurred()) return nullptr;
+  return PyLong_FromLongLong((long long)fastprep::resize_aa_isa(level));
+}
+
 static PyMethodDef methods[] = {
     {"take_warning", take_warning, METH_NOARGS, "Pending libjpeg warning of this thread, cleared."},
     {"restart_stats", restart_stats, METH_NOARGS,
      "This thread's (restart-interval ROI decodes taken, eligible files that fell back)."},
+    {"resize_isa", resize_isa, METH_O, "resize_aa's kernel variant: -1 reads, 0 baseline, 1 AVX2 selects."},
     {nullptr, nullptr, 0, nullptr}};
 
 extern "C" PyObject* PyInit__C(void) {

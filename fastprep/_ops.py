@@ -47,3 +47,11 @@ def _decode_jpeg_fake(data, mode, max_pixels, strict, scale_num=8, max_scans=0, 
 @torch.library.register_fake("fastprep::transcode_jpeg")
 def _transcode_jpeg_fake(data, restart_interval, optimize, keep_metadata, max_pixels):
     return data.new_empty((torch.library.get_ctx().new_dynamic_size(),))
+
+
+@torch.library.register_fake("fastprep::resize_aa")
+def _resize_aa_fake(image, full_out_h, full_out_w, out_top, out_left, out_h, out_w, full_in_h, full_in_w,
+                    in_top, in_left, scale_h, scale_w, antialias, hflip):
+    torch._check(image.dtype == torch.uint8)
+    torch._check(image.dim() == 3)
+    return image.new_empty((out_h, out_w, image.shape[0])).permute(2, 0, 1)

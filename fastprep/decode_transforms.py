@@ -43,6 +43,7 @@ from torchvision.transforms import v2
 
 from . import io as fio
 from .resize import resize as _resize
+from .resize import resize_window as _resize_window
 
 __all__ = [
     "DecodeCenterCrop",
@@ -617,6 +618,12 @@ class _ResizeBase(_DecodeTransform):
             img = fio.decode_jpeg(data, self.mode, **self._io_kwargs(), **_TO_RESIZE)
             return _resize(img, (oh, ow), antialias=self.antialias)
         img = fio.decode_jpeg_roi(data, y0, x0, y1 - y0, x1 - x0, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
+        # The window's rows/cols of the full image's resize grid, from the decoded window
+        # alone (fastprep::resize_aa); at full scale the default in/out filter scale is v2's.
+        out = _resize_window(img, (hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
+                             scale=None if num == 8 else (sh, sw), antialias=self.antialias)
+        if out is not None:
+            return out
         if y0 or x0:
             # torch's kernel puts output pixel 0 at input pixel 0, so the window goes into a
             # buffer anchored at the image's corner. Its other pixels stay uninitialised:
@@ -673,8 +680,8 @@ class DecodeResizeCenterCrop(_ResizeBase):
     ``dct_scaling=True``; on a packed file only the restart intervals they lie in), and
     the resize runs on the whole image's pixel grid, so the crop sees the same sample
     positions as v2's. With ``dct_scaling=False`` the output
-    equals v2 on the full decode within 1 level (the filter scale is passed as
-    ``out/in`` rather than computed as ``in/out``, which can change a weight's last bit).
+    equals v2 on the full decode bit for bit (``fastprep::resize_aa`` computes the crop's
+    rows and columns of the full image's resize from the decoded window alone).
     A crop larger than the resized image is zero-padded as v2 ``CenterCrop`` pads.
 
     Args:

@@ -1,14 +1,15 @@
 """Bilinear resize of uint8 images for the decode recipes.
 
-torch's uint8 bilinear kernel (antialiased or not) is used directly on the uint8 image
-(the one ``torchvision.transforms.v2.Resize`` uses on an AVX2/AVX-512 CPU, so results are
-bit-identical to v2 for the same input), with two additions that v2 cannot make:
+uint8 images of 1, 3 or 4 channels go through ``torch.ops.fastprep.resize_aa`` (csrc/
+resize_aa.cpp), which is bit-identical to torch's uint8 bilinear kernel (antialiased or not;
+the one ``torchvision.transforms.v2.Resize`` uses on an AVX2/AVX-512 CPU) and faster; other
+inputs use torch's kernel directly. Two additions that v2 cannot make:
 
 * an explicit scale, so that a window of a larger image, or a DCT-scaled decode, is
-  resized on the same pixel grid as the whole image would be (the resize of a full image
-  followed by a crop, computed only for the rows and columns the crop keeps);
-* a horizontal flip of the small output (a copy of ``C x h x w`` bytes, about 1/50 of the
-  resize), equal to flipping the resized image.
+  resized on the same pixel grid as the whole image would be (``resize_window``: the
+  resize of a full image followed by a crop, computed from only the pixels the crop's
+  filter reads);
+* a horizontal flip, fused into the resize (equal to flipping the resized image).
 """
 
 from __future__ import annotations
@@ -16,9 +17,27 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from ._interleave import planar3_to_interleaved
 
-__all__ = ["resize"]
+__all__ = ["resize", "resize_window"]
+
+
+def _op_input(image: torch.Tensor):
+    """``image`` as the channels-last ``[C, H, W]`` view that ``fastprep::resize_aa`` reads
+    (1, 3 or 4 channels; planar 3-channel input is interleaved first), or ``None``."""
+    c, h, w = image.shape
+    if c not in (1, 3, 4):
+        return None
+    if image.stride(2) == c and (c == 1 or image.stride(0) == 1) and image.stride(1) >= w * c:
+        return image
+    if c == 3 and image.stride(2) == 1:
+        hwc = np.empty((h, w, 3), np.uint8)
+        planar3_to_interleaved(image.contiguous().numpy(), hwc)
+        return torch.from_numpy(hwc).permute(2, 0, 1)
+    if c == 1:
+        return image.contiguous()
+    return None
 
 
 def _check_image(image) -> torch.Tensor:
@@ -53,6 +72,11 @@ def _resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> torch.Ten
     more than one channel). ``scales`` = ``(sh, sw)`` output pixels per input pixel, or
     ``None`` for ``out / in`` (torch's convention)."""
     sh, sw = scales if scales is not None else (None, None)
+    src = _op_input(image)
+    if src is not None:
+        h, w = out_hw
+        return torch.ops.fastprep.resize_aa(src, h, w, 0, 0, h, w, src.shape[1], src.shape[2], 0, 0,
+                                            sh or 0.0, sw or 0.0, antialias, False)
     x = _channels_last(image)
     if antialias:
         y = torch.ops.aten._upsample_bilinear2d_aa(x, list(out_hw), False, sh, sw)
@@ -93,6 +117,34 @@ def resize(image: torch.Tensor, size, *, antialias: bool = True, hflip: bool = F
         scale = (float(scale[0]), float(scale[1]))
     if scale is None and tuple(size) == tuple(image.shape[1:]):
         out = image  # v2 returns the input unchanged for an identity resize
+    elif hflip and (src := _op_input(image)) is not None:
+        h, w = size
+        sh, sw = scale if scale is not None else (0.0, 0.0)
+        return torch.ops.fastprep.resize_aa(src, h, w, 0, 0, h, w, src.shape[1], src.shape[2], 0, 0,
+                                            sh, sw, bool(antialias), True)
     else:
         out = _resample(image, size, scale, bool(antialias))
     return out.flip(-1) if hflip else out
+
+
+def resize_window(image: torch.Tensor, full_in, in_offset, full_out, out_window, *, scale=None,
+                  antialias: bool = True, hflip: bool = False):
+    """Pixels ``out_window = (top, left, h, w)`` of resizing a virtual ``full_in = (H, W)``
+    image to ``full_out = (h_full, w_full)``, given only ``image``: the virtual image's
+    pixels from ``in_offset = (top, left)`` on (they must cover what the window's filter
+    reads). ``scale``: ``(sh, sw)`` output pixels per input pixel, default ``full_out /
+    full_in``. Equal to ``resize`` of the whole virtual image followed by the crop.
+
+    Returns ``None`` when the compiled op cannot take ``image`` (channel count or dtype);
+    the caller then falls back.
+    """
+    if not isinstance(image, torch.Tensor) or image.dtype != torch.uint8 or image.dim() != 3:
+        return None
+    src = _op_input(image)
+    if src is None:
+        return None
+    sh, sw = scale if scale is not None else (0.0, 0.0)
+    top, left, h, w = out_window
+    return torch.ops.fastprep.resize_aa(src, full_out[0], full_out[1], top, left, h, w, full_in[0], full_in[1],
+                                        in_offset[0], in_offset[1], float(sh), float(sw), bool(antialias),
+                                        bool(hflip))
