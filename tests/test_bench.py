@@ -902,3 +902,19 @@ def test_cli_engine_ray_runs_the_fastprep_pipelines_and_skips_the_others(cache, 
     assert "no Ray Data engine" in results["reference"]["skipped"]
     packed = results["fastprep-packed"]
     assert packed["error"] is None and packed["samples_per_s"] > 0 and packed["worker_cpu_cores"] is None
+
+
+def test_diagnosis_advice_for_a_pipeline_that_still_starves():
+    from fastprep.bench.report import diagnosis
+
+    def row(name, sps, starved):
+        return {"pipeline": name, "workers": 2, "samples_per_s": sps, "starvation_fraction": starved}
+
+    text = diagnosis([row("reference", 35, 0.98), row("fastprep", 119, 0.93)], 1730)
+    assert "fastprep is 3.4x faster but still starves 93%" in text
+    assert "more CPU cores" in text and "python -m fastprep.pack" in text
+    text = diagnosis([row("reference", 35, 0.98), row("fastprep", 119, 0.93), row("fastprep-packed", 183, 0.89)],
+                     1730)
+    assert "fastprep-packed is 5.2x faster but still starves 89% (more CPU cores for the workers would help)" in text
+    text = diagnosis([row("reference", 983, 0.43), row("fastprep-packed", 1686, 0.025)], 1730)
+    assert "fastprep-packed removes the bottleneck (2% starved, 1.7x reference)" in text
