@@ -620,19 +620,8 @@ class _ResizeBase(_DecodeTransform):
         img = fio.decode_jpeg_roi(data, y0, x0, y1 - y0, x1 - x0, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
         # The window's rows/cols of the full image's resize grid, from the decoded window
         # alone (fastprep::resize_aa); at full scale the default in/out filter scale is v2's.
-        out = _resize_window(img, (hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
-                             scale=None if num == 8 else (sh, sw), antialias=self.antialias)
-        if out is not None:
-            return out
-        if y0 or x0:
-            # torch's kernel puts output pixel 0 at input pixel 0, so the window goes into a
-            # buffer anchored at the image's corner. Its other pixels stay uninitialised:
-            # they feed only output pixels before (oy0, ox0), which are cut off below.
-            buf = torch.empty((y1, x1, img.shape[0]), dtype=torch.uint8)
-            buf[y0:, x0:].copy_(img.permute(1, 2, 0))
-            img = buf.permute(2, 0, 1)
-        out = _resize(img, (oy1, ox1), antialias=self.antialias, scale=(sh, sw))
-        return out[:, oy0:oy1, ox0:ox1]
+        return _resize_window(img, (hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
+                              scale=None if num == 8 else (sh, sw), antialias=self.antialias)
 
 
 class DecodeResize(_ResizeBase):

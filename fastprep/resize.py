@@ -25,7 +25,8 @@ __all__ = ["resize", "resize_window"]
 
 def _op_input(image: torch.Tensor):
     """``image`` as the channels-last ``[C, H, W]`` view that ``fastprep::resize_aa`` reads
-    (1, 3 or 4 channels; planar 3-channel input is interleaved first), or ``None``."""
+    (1, 3 or 4 channels; planar input is interleaved first), or ``None`` for other channel
+    counts."""
     c, h, w = image.shape
     if c not in (1, 3, 4):
         return None
@@ -35,9 +36,7 @@ def _op_input(image: torch.Tensor):
         hwc = np.empty((h, w, 3), np.uint8)
         planar3_to_interleaved(image.contiguous().numpy(), hwc)
         return torch.from_numpy(hwc).permute(2, 0, 1)
-    if c == 1:
-        return image.contiguous()
-    return None
+    return image.permute(1, 2, 0).contiguous().permute(2, 0, 1)
 
 
 def _check_image(image) -> torch.Tensor:
@@ -67,16 +66,11 @@ def _channels_last(image: torch.Tensor) -> torch.Tensor:
     return image.as_strided((1, c, h, w), (c * h * w + 1,) + tuple(image.stride()))
 
 
-def _resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> torch.Tensor:
-    """``image`` uint8 ``[C, H, W]`` -> ``[C, out_h, out_w]`` (channels-last memory for
-    more than one channel). ``scales`` = ``(sh, sw)`` output pixels per input pixel, or
-    ``None`` for ``out / in`` (torch's convention)."""
+def _torch_resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> torch.Tensor:
+    """torch's kernel, for channel counts ``resize_aa`` does not take: ``image`` uint8
+    ``[C, H, W]`` -> ``[C, out_h, out_w]``. ``scales`` = ``(sh, sw)`` output pixels per
+    input pixel, or ``None`` for ``out / in`` (torch's convention)."""
     sh, sw = scales if scales is not None else (None, None)
-    src = _op_input(image)
-    if src is not None:
-        h, w = out_hw
-        return torch.ops.fastprep.resize_aa(src, h, w, 0, 0, h, w, src.shape[1], src.shape[2], 0, 0,
-                                            sh or 0.0, sw or 0.0, antialias, False)
     x = _channels_last(image)
     if antialias:
         y = torch.ops.aten._upsample_bilinear2d_aa(x, list(out_hw), False, sh, sw)
@@ -117,13 +111,14 @@ def resize(image: torch.Tensor, size, *, antialias: bool = True, hflip: bool = F
         scale = (float(scale[0]), float(scale[1]))
     if scale is None and tuple(size) == tuple(image.shape[1:]):
         out = image  # v2 returns the input unchanged for an identity resize
-    elif hflip and (src := _op_input(image)) is not None:
-        h, w = size
-        sh, sw = scale if scale is not None else (0.0, 0.0)
-        return torch.ops.fastprep.resize_aa(src, h, w, 0, 0, h, w, src.shape[1], src.shape[2], 0, 0,
-                                            sh, sw, bool(antialias), True)
     else:
-        out = _resample(image, size, scale, bool(antialias))
+        src = _op_input(image)
+        if src is not None:
+            h, w = size
+            sh, sw = scale if scale is not None else (0.0, 0.0)
+            return torch.ops.fastprep.resize_aa(src, h, w, 0, 0, h, w, src.shape[1], src.shape[2], 0, 0,
+                                                sh, sw, bool(antialias), bool(hflip))
+        out = _torch_resample(image, size, scale, bool(antialias))
     return out.flip(-1) if hflip else out
 
 
@@ -135,14 +130,14 @@ def resize_window(image: torch.Tensor, full_in, in_offset, full_out, out_window,
     reads). ``scale``: ``(sh, sw)`` output pixels per input pixel, default ``full_out /
     full_in``. Equal to ``resize`` of the whole virtual image followed by the crop.
 
-    Returns ``None`` when the compiled op cannot take ``image`` (channel count or dtype);
-    the caller then falls back.
+    Raises:
+        TypeError: ``image`` is not a uint8 ``[C, H, W]`` tensor.
+        ValueError: ``image`` has other than 1, 3 or 4 channels, or lacks a pixel that the
+            window's filter reads.
     """
-    if not isinstance(image, torch.Tensor) or image.dtype != torch.uint8 or image.dim() != 3:
-        return None
-    src = _op_input(image)
+    src = _op_input(_check_image(image))
     if src is None:
-        return None
+        raise ValueError(f"resize_window takes 1, 3 or 4 channels, got {image.shape[0]}")
     sh, sw = scale if scale is not None else (0.0, 0.0)
     top, left, h, w = out_window
     return torch.ops.fastprep.resize_aa(src, full_out[0], full_out[1], top, left, h, w, full_in[0], full_in[1],

@@ -207,3 +207,20 @@ def test_tiny_images(level):
         img = _rand(h, w, c, gen)
         ref = _torch(img, oh, ow, None, None, aa)
         assert torch.equal(_ours(img, oh, ow, None, None, aa, hflip), ref.flip(-1) if hflip else ref)
+
+
+def test_resize_window_argument_errors():
+    img = torch.zeros((2, 8, 8), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="resize_window takes 1, 3 or 4 channels, got 2"):
+        resize_window(img, (8, 8), (0, 0), (4, 4), (0, 0, 4, 4))
+    with pytest.raises(TypeError, match="uint8 tensor"):
+        resize_window(img.float(), (8, 8), (0, 0), (4, 4), (0, 0, 4, 4))
+
+
+def test_planar_four_channels_use_the_op():
+    g = torch.Generator().manual_seed(3)
+    img = torch.randint(0, 256, (4, 37, 53), dtype=torch.uint8, generator=g)  # planar memory
+    ref = torch.ops.aten._upsample_bilinear2d_aa(img[None].contiguous(memory_format=torch.channels_last),
+                                                 [20, 30], False, None, None)[0]
+    assert torch.equal(resize(img, (20, 30)), ref)
+    assert torch.equal(resize(img, (20, 30), hflip=True), ref.flip(-1))
