@@ -49,29 +49,12 @@ def _check_image(image) -> torch.Tensor:
     return image
 
 
-def _channels_last(image: torch.Tensor) -> torch.Tensor:
-    """``image`` as a ``[1, C, H, W]`` tensor whose memory is ``[H, W, C]`` (torch's uint8
-    resize kernels read interleaved pixels; planar input costs them a strided copy)."""
-    c, h, w = image.shape
-    # Interleaved already (e.g. fastprep.io.decode_jpeg(..., channels_last=True)): as is.
-    if c > 1 and image.stride() != (1, w * c, c):
-        if c == 3 and image.stride(2) == 1:
-            hwc = np.empty((h, w, 3), np.uint8)
-            planar3_to_interleaved(image.numpy(), hwc)
-            image = torch.from_numpy(hwc).permute(2, 0, 1)
-        else:
-            return image[None]
-    # A batch stride that is not the numel keeps torch from allocating a planar output
-    # for this 1-image batch (what torchvision's resize does too).
-    return image.as_strided((1, c, h, w), (c * h * w + 1,) + tuple(image.stride()))
-
-
 def _torch_resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> torch.Tensor:
     """torch's kernel, for channel counts ``resize_aa`` does not take: ``image`` uint8
     ``[C, H, W]`` -> ``[C, out_h, out_w]``. ``scales`` = ``(sh, sw)`` output pixels per
     input pixel, or ``None`` for ``out / in`` (torch's convention)."""
     sh, sw = scales if scales is not None else (None, None)
-    x = _channels_last(image)
+    x = image[None]  # 2 or 5+ channels: torch has no interleaved fast path for them either
     if antialias:
         y = torch.ops.aten._upsample_bilinear2d_aa(x, list(out_hw), False, sh, sw)
     else:

@@ -260,6 +260,7 @@ class BatchConvert(torch.nn.Module):
         self.dtype = _check_dtype(dtype)
         self.channels_last = bool(channels_last)
         self.require_uint8 = bool(require_uint8)
+        self.num_threads = _check_num_threads(num_threads)
         self._yuv = BatchYuvScale(torch.float32, num_threads=num_threads)
         self._pool = _BufferPool(3)
 
@@ -279,11 +280,10 @@ class BatchConvert(torch.nn.Module):
             pooled = self.dtype == torch.float32 and not self.channels_last
             out = self._pool.get(tuple(x.shape)) if pooled else torch.empty(x.shape)
             if out.numel():
-                threads = self._yuv.num_threads
                 if self.mean is None:
-                    F.scale(x, out=out, num_threads=threads)
+                    F.scale(x, out=out, num_threads=self.num_threads)
                 else:
-                    F.scale_normalize(x, self.mean, self.std, out=out, num_threads=threads)
+                    F.scale_normalize(x, self.mean, self.std, out=out, num_threads=self.num_threads)
         else:
             out = _yuv_torch(x, None) if self.color == "yuv" else x.float()
             if self.mean is None:
