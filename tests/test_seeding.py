@@ -148,10 +148,15 @@ class TestKeyedDataset:
 CONFIGS = [(0, None, False), (1, "fork", False), (2, "fork", True), (2, "spawn", True)]
 
 
+# A module-level function: since pytest 9.1 a class-scoped fixture defined as a method is
+# deprecated (PytestRemovedIn10Warning, an error under filterwarnings = error).
+@pytest.fixture(scope="class")
+def reference(folder):
+    """Per-epoch sorted sample digests of a one-process, seeded run (epochs 0 and 1)."""
+    return [sorted(_reference(folder, e).values()) for e in range(2)]
+
+
 class TestKeyedLoader:
-    @pytest.fixture(scope="class")
-    def reference(self, folder):
-        return [sorted(_reference(folder, e).values()) for e in range(2)]
 
     @pytest.mark.parametrize("workers,context,persistent", CONFIGS)
     def test_same_batches_for_any_workers(self, folder, reference, workers, context, persistent):

@@ -186,10 +186,21 @@ class JpegDataset(Dataset):
         state["_warned"] = False
         return state
 
+    def read_encoded(self, index: int) -> tuple[torch.Tensor, str]:
+        """``(encoded bytes as a uint8 1-D tensor, name)`` of sample ``index``, nothing decoded.
+
+        The name identifies the sample in error messages (here: its path). Subclasses that
+        keep samples elsewhere than in one file each (shards, archives) override this; the
+        rest of the dataset (transform, keyed randomness, ``on_error``) is shared. Raises
+        ``OSError`` (or :class:`fastprep.io.DecodeError`) when the bytes cannot be read.
+        """
+        path = self.files[index]
+        return _read_regular_file(path), path
+
     def _load(self, index: int):
         path = self.files[index]
         try:
-            data = _read_regular_file(path)
+            data, path = self.read_encoded(index)
             sample = data if self.transform is None else self._keyed_transform(data, path, index)
         except (fio.DecodeError, OSError) as e:
             raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
