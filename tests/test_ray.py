@@ -124,12 +124,21 @@ class TestRayLoader:
         folder = _make_folder(tmp_path)
         rows = read_jpegs(folder)
         assert rows.count() == len(SIZES)
-        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, concurrency=2, device="cpu",
-                           map_batch_size=3)
+        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, device="cpu", map_batch_size=3)
+        assert loader.actors() == 2  # the default: one actor per CPU of ray.init(num_cpus=2)
         loader.set_epoch(1)
         got = sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
         assert got == _dataloader_digests(folder, 1)
         assert loader.skipped == 0 and loader.epoch == 2
+
+    def test_concurrency_checked(self, tmp_path):
+        folder = _make_folder(tmp_path)
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="concurrency must be a positive int or None"):
+                RayLoader(folder, concurrency=bad)
+        with pytest.raises(ValueError, match="num_cpus must be > 0"):
+            RayLoader(folder, num_cpus=0)
+        assert RayLoader(folder, concurrency=3, num_cpus=0.5).actors() == 3
 
     def test_actor_killed_once_and_bad_file(self, ray_local, tmp_path):
         """One actor process is SIGKILLed mid-epoch: Ray restarts it and re-runs its batches
