@@ -1,4 +1,4 @@
-"""fastprep's per-sample work on Ray Data actors (optional: ``pip install fastprep[ray]``).
+"""fastprep's per-sample work on Ray Data actors (optional: the ``ray`` extra).
 
 The same pipeline as :func:`fastprep.data.make_loader`, with the worker side run by Ray
 Data instead of DataLoader workers, on this machine or across a cluster::
@@ -39,8 +39,8 @@ try:
     import ray
     import ray.data
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("fastprep.ray needs Ray Data: pip install 'fastprep[ray]' "
-                      "(or pip install 'ray[data]')") from e
+    raise ImportError("fastprep.ray needs Ray Data: install fastprep's ray extra (from the checkout: "
+                      "pip install --no-build-isolation -e '.[ray]'), or pip install 'ray[data,train]'") from e
 
 from . import io as fio
 from ._seeding import check_seed, keyed_default_rng, sample_key

@@ -2,7 +2,7 @@
 
 Runs a local Ray instance (``ray.init(num_cpus=2)``), started once for the module; every
 dataset execution starts its actors (seconds on a small machine), so there are two.
-Skipped when Ray is not installed (``pip install 'fastprep[ray]'``; CI installs it).
+Skipped when Ray is not installed (the ``ray`` extra; CI installs it).
 """
 
 import hashlib
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install 'fastprep[ray]')")
+ray = pytest.importorskip("ray", reason="Ray Data not installed (the ray extra: pip install --no-build-isolation -e '.[ray]')")
 pytest.importorskip("ray.data")
 
 import fastprep.data as D  # noqa: E402
