@@ -83,7 +83,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
-                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs the ray extra: pip install --no-build-isolation -e ".[ray]")")
+                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs the ray extra: pip install --no-build-isolation -e '.[ray]')")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
                    help=f"comma-separated, from: {', '.join(PIPELINES)} (default all)")
     g.add_argument("--batch-size", type=_positive(int), default=None,
@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
-                parser.error("--plot needs matplotlib: pip install matplotlib (or the bench extra: pip install --no-build-isolation -e ".[bench]")")
+                parser.error("--plot needs matplotlib: pip install matplotlib (or the bench extra: pip install --no-build-isolation -e '.[bench]')")
     try:
         cfg = config_from_args(args, argv, diagnose)
     except ValueError as e:
