@@ -160,7 +160,7 @@ class TestJpegDataset:
     def test_substitutes_visit_every_other_index_once(self, n):
         ds = D.JpegDataset([f"f{i}.jpg" for i in range(n)], on_error="skip")
         for index in range(n):
-            order = [ds._substitute(index, a) for a in range(n - 1)]
+            order = [ds.substitute(index, a) for a in range(n - 1)]
             assert sorted(order) == [i for i in range(n) if i != index], (n, index)
 
     @pytest.mark.parametrize("n", [17, 241, 256])
