@@ -144,11 +144,11 @@ class _BufferRing:
 class _Sample:
     """One position of the epoch: what the readers prepared for the builder."""
 
-    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "nbytes")
+    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "fatal", "nbytes")
 
     def __init__(self, index: int, name: str):
         self.index, self.name = index, name
-        self.data = self.plan = self.image = self.reason = self.error = None
+        self.data = self.plan = self.image = self.reason = self.error = self.fatal = None
         self.nbytes = 0
 
 
@@ -364,6 +364,12 @@ class _EpochRun:
         slot, images = self.ring.acquire(len(samples))
         targets = torch.tensor([self.dataset.targets[s.index] for s in samples], dtype=torch.int64)
         batch = _Batch(slot, images, targets)
+        for s in samples:  # a reader failed (not a decode error): the batch raises it
+            if s.fatal is not None:
+                batch.error = s.fatal
+                return batch
+            if s.error is not None and self.dataset.on_error != "skip":
+                break
         self._fill(samples, images, batch, num_threads)
         for j, s in enumerate(samples):
             if s.error is None or batch.error is not None:
@@ -395,26 +401,26 @@ class _EpochRun:
             self.cond.notify_all()
 
     def _read_loop(self) -> None:
-        position = -1
-        try:
-            while True:
-                with self.cond:
-                    while True:
-                        if self.stopped or self.next_position >= len(self.indices):
-                            return
-                        if self._may_read(self.next_position):
-                            break
-                        self.cond.wait()
-                    position = self.next_position
-                    self.next_position += 1
-                sample = self.prepare(self.indices[position])
-                with self.cond:
-                    self.ready[position] = sample
-                    self.held_bytes += sample.nbytes
-                    self.cond.notify_all()
-        except BaseException as e:  # a bug or an unexpected error: the consumer raises it
-            index = self.indices[position] if position >= 0 else None
-            self._fail(_thread_error("reading", self.dataset, index, e))
+        while True:
+            with self.cond:
+                while True:
+                    if self.stopped or self.next_position >= len(self.indices):
+                        return
+                    if self._may_read(self.next_position):
+                        break
+                    self.cond.wait()
+                position = self.next_position
+                self.next_position += 1
+            index = self.indices[position]
+            try:
+                sample = self.prepare(index)
+            except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
+                sample = _Sample(index, _sample_name(self.dataset, index))
+                sample.fatal = _thread_error("reading", self.dataset, index, e)
+            with self.cond:
+                self.ready[position] = sample
+                self.held_bytes += sample.nbytes
+                self.cond.notify_all()
 
     def _build_loop(self) -> None:
         k = 0
@@ -434,7 +440,7 @@ class _EpochRun:
                     self.results[k] = batch
                     self.building = k + 1
                     self.cond.notify_all()
-        except BaseException as e:
+        except BaseException as e:  # raised in the consumer after the batches before it
             index = self.indices[k * self.batch_size] if self.indices else None
             self._fail(_thread_error(f"building batch {k} (first sample)", self.dataset, index, e))
 
@@ -446,7 +452,7 @@ class _EpochRun:
         with self.cond:
             while k not in self.results and self.fatal is None:
                 self.cond.wait(0.25)
-            if self.fatal is not None:
+            if k not in self.results:
                 raise self.fatal
             batch = self.results.pop(k)
             self.cond.notify_all()

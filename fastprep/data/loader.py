@@ -230,7 +230,11 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
             the processes engine's samples draw from their worker's torch RNG. Not for a
             ``Dataset`` source (give the dataset its own ``seed``).
         sampler: a sampler of dataset indices; it does the shuffling (``shuffle`` is then
-            ignored). Default: an :class:`~fastprep.data.EpochSampler`.
+            ignored). Default: an :class:`~fastprep.data.EpochSampler`. An ``EpochSampler``
+            given here keeps its rank, world size, ``shuffle`` and ``drop_last`` but takes
+            its seed from the loader (``seed``; without it, 0 when ``world_size > 1``, else
+            the epoch's drawn seed): one way to run a rank of a job without
+            ``torch.distributed``.
         distributed: shard over the initialised ``torch.distributed`` process group: each
             rank takes its slice of the epoch's global order as ``DistributedSampler``
             does (``shuffle``, ``drop_last``; the order's seed: ``seed``, or 0 -- the same
@@ -284,9 +288,12 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     threads = 1 if device.type == "cpu" and num_workers > 0 else None
     convert = BatchConvert(color or "yuv", mean, std, dtype, channels_last=channels_last, num_threads=threads,
                            require_uint8=True)
-    user_sampler = sampler is not None
     if sampler is None:
         sampler = _epoch_sampler(dataset, shuffle, drop_last, seed, distributed)
+    elif isinstance(sampler, EpochSampler) and sampler.size != len(dataset):
+        raise ValueError(f"sampler is an EpochSampler of size {sampler.size}; the dataset has {len(dataset)} samples")
+    user_sampler = not isinstance(sampler, EpochSampler)
+    sliced = distributed or (not user_sampler and sampler.world_size > 1)
     if engine == "threads":
         loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
                               num_workers=num_workers, pin_memory=pin_memory, prefetch=prefetch_factor or 2)
@@ -297,7 +304,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
                               worker_init_fn, prefetch_factor)
         # Samples drawing from worker processes' RNG are reproduced only by re-running them.
         replay = user_sampler or (seed is None and num_workers > 0 and not persistent_workers)
-    control = EpochControl(engine, loader, dataset, sampler, seed=seed, generator=generator, distributed=distributed,
+    control = EpochControl(engine, loader, dataset, sampler, seed=seed, generator=generator, distributed=sliced,
                            replay=replay, batch_size=batch_size, num_workers=num_workers)
     return DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
 
