@@ -22,9 +22,11 @@ as the processes engine's :func:`~fastprep._seeding.keyed_default_rng`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import warnings
+import weakref
 
 import torch
 
@@ -35,6 +37,13 @@ from .collate import _PooledBatch
 __all__ = ["ThreadLoader", "native_pipeline"]
 
 _JOIN_TIMEOUT_S = 30.0  # a thread still inside one read or one batch after this is left (daemon)
+_live_runs = weakref.WeakSet()  # epochs with threads: stopped at exit, before daemon threads are frozen
+
+
+@atexit.register
+def _stop_live_runs() -> None:
+    for run in list(_live_runs):
+        run.close()
 
 
 def available_cpus() -> int:
@@ -200,7 +209,7 @@ class ThreadLoader:
         batch_size, drop_last: as ``DataLoader``'s.
         num_workers: native threads of each batch run; 0: everything runs in the
             consumer's thread at ``next()`` (no threads; for debugging).
-        pin_memory: allocate the output buffers in pinned memory (CUDA).
+        pin_memory: allocate the output buffers in pinned memory (when CUDA is available).
         prefetch: finished batches kept ahead of the consumer (at least 2).
         read_threads: threads reading and planning samples.
         read_ahead_bytes: encoded bytes the readers may hold beyond the batch being built.
@@ -219,7 +228,7 @@ class ThreadLoader:
         self.num_workers = available_cpus() if num_workers is None else int(num_workers)
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        self.pin_memory = bool(pin_memory)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = max(2, int(prefetch))
         if read_threads is None:
             # the stand-in pipeline does each sample's whole work while planning
@@ -281,6 +290,7 @@ class _EpochRun:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
             self.threads = [threading.Thread(target=self._read_loop, name=n, daemon=True) for n in names]
             self.threads.append(threading.Thread(target=self._build_loop, name="fastprep-build", daemon=True))
+            _live_runs.add(self)
             for t in self.threads:
                 t.start()
 
@@ -401,26 +411,33 @@ class _EpochRun:
             self.cond.notify_all()
 
     def _read_loop(self) -> None:
-        while True:
-            with self.cond:
-                while True:
-                    if self.stopped or self.next_position >= len(self.indices):
-                        return
-                    if self._may_read(self.next_position):
-                        break
-                    self.cond.wait()
-                position = self.next_position
-                self.next_position += 1
-            index = self.indices[position]
-            try:
-                sample = self.prepare(index)
-            except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
-                sample = _Sample(index, _sample_name(self.dataset, index))
-                sample.fatal = _thread_error("reading", self.dataset, index, e)
-            with self.cond:
-                self.ready[position] = sample
-                self.held_bytes += sample.nbytes
-                self.cond.notify_all()
+        try:
+            while self._read_one():
+                pass
+        except BaseException as e:  # never leave the builder waiting on a position
+            self._fail(_thread_error("a reader thread", self.dataset, None, e))
+
+    def _read_one(self) -> bool:
+        with self.cond:
+            while True:
+                if self.stopped or self.next_position >= len(self.indices):
+                    return False
+                if self._may_read(self.next_position):
+                    break
+                self.cond.wait()
+            position = self.next_position
+            self.next_position += 1
+        index = self.indices[position]
+        try:
+            sample = self.prepare(index)
+        except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
+            sample = _Sample(index, _sample_name(self.dataset, index))
+            sample.fatal = _thread_error("reading", self.dataset, index, e)
+        with self.cond:
+            self.ready[position] = sample
+            self.held_bytes += sample.nbytes
+            self.cond.notify_all()
+        return True
 
     def _build_loop(self) -> None:
         k = 0
