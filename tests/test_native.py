@@ -367,3 +367,76 @@ def test_gil_released_during_the_batch():
     assert torch.equal(out[0], fio.decode_jpeg(big[0]))
     # with the GIL held through the call the helper could not have counted at all
     assert during > 0
+
+
+class TestFloatOut:
+    """Phase 2: the batch conversion fused into the write equals BatchConvert on the uint8
+    batch, bit for bit."""
+
+    MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+    def _uint8(self, pipe, datas, keys):
+        out = torch.empty((len(datas), pipe.channels, *pipe.size), dtype=torch.uint8)
+        assert pipe.run(datas, plans_for(pipe, datas, keys), out) == [(STATUS_OK, "")] * len(datas)
+        return out
+
+    @pytest.mark.parametrize("name", ["default", "rrc-flip", "resize-center-crop", "crop-padding-ycbcr"])
+    @pytest.mark.parametrize("color", ["yuv", "rgb"])
+    @pytest.mark.parametrize("normalize", [False, True])
+    def test_matches_batch_convert(self, name, color, normalize):
+        pipe = NativePipeline.from_transform(PIPELINES[name]())
+        datas = [d for d, (e, _, _) in zip(DATAS, IMAGES) if e != "cmyk"] + PACKED
+        keys = [sample_key(11, 0, i) for i in range(len(datas))]
+        batch = self._uint8(pipe, datas, keys)
+        mean, std = (self.MEAN, self.STD) if normalize else (None, None)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for channels_last in (False, True):
+                want = BatchConvert(color, mean, std, dtype)(batch)
+                out = torch.empty(batch.shape, dtype=dtype)
+                if channels_last:
+                    out = out.contiguous(memory_format=torch.channels_last)
+                got = pipe.run(datas, plans_for(pipe, datas, keys), out, color=color, mean=mean, std=std,
+                               num_threads=3)
+                assert got == [(STATUS_OK, "")] * len(datas)
+                assert want.dtype == out.dtype
+                diff = (out.float() - want.float()).abs().max().item()
+                assert torch.equal(out, want), (dtype, channels_last, diff)
+
+    def test_default_color_is_yuv_and_scalar_normalization(self):
+        pipe = NativePipeline.from_transform(PIPELINES["default"]())
+        keys = [sample_key(3, 0, i) for i in range(4)]
+        batch = self._uint8(pipe, DATAS[:4], keys)
+        out = torch.empty(batch.shape)
+        pipe.run(DATAS[:4], plans_for(pipe, DATAS[:4], keys), out)
+        assert torch.equal(out, BatchConvert("yuv")(batch))
+        pipe.run(DATAS[:4], plans_for(pipe, DATAS[:4], keys), out, color="rgb", mean=0.5, std=0.25)
+        assert torch.equal(out, BatchConvert("rgb", 0.5, 0.25)(batch))
+
+    def test_fallback_when_torch_rounding_is_mixed(self, monkeypatch):
+        from fastprep.data import native
+
+        monkeypatch.setattr(native, "_fma_probe_result", [None])
+        pipe = NativePipeline.from_transform(PIPELINES["rrc-flip"]())
+        keys = [sample_key(4, 0, i) for i in range(5)]
+        batch = self._uint8(pipe, DATAS[:5], keys)
+        out = torch.empty(batch.shape, dtype=torch.float16)
+        pipe.run(DATAS[:5], plans_for(pipe, DATAS[:5], keys), out, mean=self.MEAN, std=self.STD)
+        assert torch.equal(out, BatchConvert("yuv", self.MEAN, self.STD, torch.float16)(batch))
+
+    def test_bad_conversion_arguments(self):
+        pipe = NativePipeline.from_transform(PIPELINES["default"]())
+        plans = plans_for(pipe, DATAS[:2], [1, 2])
+        out = torch.empty((2, 3, 64, 64))
+        with pytest.raises(ValueError, match="color"):
+            pipe.run(DATAS[:2], plans, out, color="hsv")
+        with pytest.raises(ValueError, match="mean and std"):
+            pipe.run(DATAS[:2], plans, out, mean=self.MEAN)
+        with pytest.raises(ValueError, match="nonzero"):
+            pipe.run(DATAS[:2], plans, out, mean=self.MEAN, std=(1, 0, 1))
+        with pytest.raises(ValueError, match="finite"):
+            pipe.run(DATAS[:2], plans, out, mean=(0, float("nan"), 0), std=self.STD)
+        with pytest.raises(TypeError, match="float64"):
+            pipe.run(DATAS[:2], plans, out.double())
+        gray = NativePipeline.from_transform(PIPELINES["crop-gray"]())
+        with pytest.raises(ValueError, match="3 channels"):
+            gray.run(DATAS[:2], plans_for(gray, DATAS[:2], [1, 2]), torch.empty((2, 1, 30, 60)))
