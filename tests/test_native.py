@@ -440,3 +440,36 @@ class TestFloatOut:
         gray = NativePipeline.from_transform(PIPELINES["crop-gray"]())
         with pytest.raises(ValueError, match="3 channels"):
             gray.run(DATAS[:2], plans_for(gray, DATAS[:2], [1, 2]), torch.empty((2, 1, 30, 60)))
+
+
+def test_ray_decode_batch_native_equals_per_sample():
+    """fastprep.ray.DecodeBatch runs the default transform as one native call per batch: the
+    same images, skips, errors and warnings as its per-sample path (a wrapped transform)."""
+    pytest.importorskip("ray.data")
+    from fastprep.ray import DecodeBatch
+    from test_decode_errors import warning_flip
+
+    good = [make_jpeg(e, h, w, seed=20 + i) for i, (e, h, w) in enumerate(IMAGES[:6])]
+    corrupt = warning_flip(make_jpeg("420", 40, 48, seed=3))
+    files = good[:2] + [good[2][:300], corrupt, b"", b"\xff\xd8\xff\xe0 junk"] + good[2:]
+    batch = {"bytes": np.array(files, dtype=object), "label": np.arange(len(files), dtype=np.int64),
+             "index": np.arange(100, 100 + len(files), dtype=np.int64)}
+    transform = default_transform((48, 40), 0.25)
+
+    def run(decode):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = decode(batch)
+        return out, sorted(str(w.message) for w in caught if issubclass(w.category, fio.DecodeWarning))
+
+    native = DecodeBatch(transform, seed=5, epoch=1, on_error="skip", num_threads=2)
+    per_sample = DecodeBatch(lambda data: transform(data), seed=5, epoch=1, on_error="skip")
+    assert native._native is not None and per_sample._native is None
+    (a, warned_a), (b, warned_b) = run(native), run(per_sample)
+    assert a["index"].tolist() == b["index"].tolist() and a["label"].tolist() == b["label"].tolist()
+    assert np.array_equal(a["image"], b["image"]) and a["image"].shape[1:] == (3, 48, 40)
+    assert warned_a == warned_b and len(warned_a) == 1
+    raising = DecodeBatch(transform, seed=5, on_error="raise")
+    with pytest.raises(fio.DecodeError, match=r"index 102"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raising(batch)
