@@ -648,23 +648,65 @@ class TestThreads:
             assert set(os.listdir("/dev/shm")) <= shm
         assert not _threads()
 
-    def test_buffers_are_reused(self, folder):
-        loader = _loader(folder, engine="threads", num_workers=2, batch_size=2)
-        ring_ptrs = set()
+    def test_uint8_ring_buffers_are_reused(self, folder):
+        """Without fused conversion (the CUDA path), the prefetcher hands every ring buffer
+        back and the builder reuses them: no one-off buffers."""
+        ds = D.JpegFolder(folder, transform=D.default_transform(CROP))
+        loader = _thread_loader(ds, batch_size=2)
+        released = []
         original = D.DevicePrefetcher._release
 
         def spy(self, pooled, event=None):
             if pooled is not None:
-                ring_ptrs.add((pooled.slot, pooled.images.data_ptr()))
+                released.append((pooled.slot, pooled.images.data_ptr()))
             original(self, pooled, event)
 
         D.DevicePrefetcher._release = spy
         try:
-            _epochs(loader, 1)
+            for _ in range(2):
+                _epochs(loader, 1)
         finally:
             D.DevicePrefetcher._release = original
-        slots = {s for s, _ in ring_ptrs}
-        assert -1 not in slots and len(ring_ptrs) <= loader.loader.prefetch + 3
+        assert len(released) == 2 * -(-N // 2)
+        assert {slot for slot, _ in released} <= set(range(loader.loader.prefetch + 3))
+        assert len(set(released)) <= loader.loader.prefetch + 3
+
+    def test_fused_buffers_recycled_only_when_dropped(self, folder):
+        kw = dict(seed=SEED, batch_size=2, recipe="imagenet-eval")
+        loader = _loader(folder, engine="threads", **kw)
+        assert loader.batch_transform is None and loader.loader.convert is not None
+        held = [x for x, _ in loader]  # no copies: every batch still referenced
+        want = [x for x, _ in _epochs(_loader(folder, engine="processes", num_workers=0, **kw))[0]]
+        assert len({x.data_ptr() for x in held}) == len(held)
+        assert all(torch.equal(a, b) for a, b in zip(held, want, strict=True))
+        del held
+
+    def test_leased_buffers(self):
+        from fastprep.data.engine import _LeasedBuffers
+
+        pool = _LeasedBuffers((4, 3, 5, 6), torch.bfloat16, True, slots=2)
+        _, a = pool.acquire(4)
+        assert a.dtype == torch.bfloat16 and a.shape == (4, 3, 5, 6)
+        assert a.is_contiguous(memory_format=torch.channels_last)
+        _, b = pool.acquire(3)  # `a` is alive: another buffer
+        assert b.shape == (3, 3, 5, 6) and b.data_ptr() != a.data_ptr()
+        ptr, view = a.data_ptr(), a[1:]
+        del a  # a view keeps the lease
+        _, c = pool.acquire(4)
+        assert c.data_ptr() not in (ptr, b.data_ptr())
+        del view
+        _, d = pool.acquire(2)
+        assert d.data_ptr() == ptr  # every tensor on it gone: reused
+
+    @pytest.mark.parametrize("dtype,channels_last", [(torch.float16, False), (torch.bfloat16, True),
+                                                     (torch.float32, True)])
+    @pytest.mark.parametrize("pipeline", ["default", "imagenet-train"])
+    def test_fused_conversion_bit_identical(self, folder, pipeline, dtype, channels_last):
+        kw = dict(seed=SEED, dtype=dtype, channels_last=channels_last, **PIPELINES[pipeline])
+        got = _epochs(_loader(folder, engine="threads", **kw))[0]
+        want = _epochs(_loader(folder, engine="processes", num_workers=0, **kw))[0]
+        _assert_same(got, want)
+        assert all(x.is_contiguous(memory_format=torch.channels_last) == channels_last for x, _ in got)
 
 
 # ------------------------------------------------------------------ engine choice

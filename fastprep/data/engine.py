@@ -28,6 +28,7 @@ import threading
 import warnings
 import weakref
 
+import numpy as np
 import torch
 
 from .. import io as fio
@@ -54,51 +55,12 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _PerSamplePipeline:
-    """Stand-in for ``fastprep.data.native.NativePipeline`` where it is not available: the
-    plan *is* the sample (the transform run on the bytes), run copies plans into ``out``."""
-
-    per_sample = True
-
-    def __init__(self, transform, channels: int, size: tuple[int, int]):
-        self.transform = transform
-        self.channels = channels
-        self.size = size
-
-    @classmethod
-    def from_transform(cls, transform):
-        crop = getattr(transform, "crop", None)
-        if crop is not None and type(transform).__name__ == "_SampleTransform":
-            size = crop.size
-        else:
-            from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
-
-            if type(transform) is DecodeRandomResizedCrop:
-                size = transform.size
-            elif type(transform) is DecodeResizeCenterCrop:
-                size = transform.crop_size
-            else:
-                return None
-        if str(getattr(crop or transform, "mode", "RGB")).upper() != "RGB":
-            return None
-        return cls(transform, 3, tuple(size))
-
-    def plan(self, data):
-        return self.transform(data)
-
-    def run(self, datas, plans, out, *, num_threads=None, **kwargs):
-        for i, img in enumerate(plans):
-            out[i].copy_(img)
-        return [(0, "")] * len(plans)
-
-
 def native_pipeline(transform):
-    """The native batch pipeline for ``transform``, or ``None`` when it has none (the
-    threads engine cannot run it)."""
-    try:
-        from .native import NativePipeline
-    except ImportError:
-        return _PerSamplePipeline.from_transform(transform)
+    """The native batch pipeline of ``transform``
+    (:meth:`fastprep.data.native.NativePipeline.from_transform`), or ``None`` when it has
+    none: the threads engine cannot run it."""
+    from .native import NativePipeline  # imported late: it imports the loader module
+
     return NativePipeline.from_transform(transform)
 
 
@@ -150,6 +112,56 @@ class _BufferRing:
             self._buffers = [None] * len(self._buffers)
 
 
+_NUMPY_STORAGE = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.uint16}
+
+
+class _LeasedBuffers:
+    """Output buffers of converted batches, which the consumer keeps (the conversion is
+    fused into the batch run, nothing copies out of them).
+
+    As :class:`~fastprep.data.BatchConvert`'s pool: each hand-out is a new numpy view of a
+    pooled array (a *lease*) on which the tensor is built, and the pool keeps a weak
+    reference to it, so a buffer is handed out again only once every tensor using it is
+    gone. ``acquire`` never waits (a fresh buffer when none is free). Same interface as
+    :class:`_BufferRing`; the slot is always -1 (nothing to release).
+    """
+
+    def __init__(self, shape, dtype: torch.dtype, channels_last: bool, slots: int):
+        self.shape, self.dtype, self.channels_last = tuple(shape), dtype, bool(channels_last)
+        self._lock = threading.Lock()
+        self._entries = []  # [pooled numpy array, weak reference to its lease or None]
+        self._slots = slots
+
+    def _tensor(self, lease, n: int) -> torch.Tensor:
+        t = torch.from_numpy(lease)
+        if self.dtype == torch.bfloat16:
+            t = t.view(torch.bfloat16)
+        if self.channels_last:
+            t = t.permute(0, 3, 1, 2)  # NHWC storage: a channels_last NCHW tensor
+        return t[:n]
+
+    def acquire(self, n: int):
+        with self._lock:
+            for entry in self._entries:
+                if entry[1] is None or entry[1]() is None:
+                    lease = entry[0].view()
+                    entry[1] = weakref.ref(lease)
+                    return -1, self._tensor(lease, n)
+            b, c, h, w = self.shape
+            array = np.empty((b, h, w, c) if self.channels_last else (b, c, h, w), dtype=_NUMPY_STORAGE[self.dtype])
+            lease = array.view()
+            if len(self._entries) < self._slots:
+                self._entries.append([array, weakref.ref(lease)])
+        return -1, self._tensor(lease, n)
+
+    def release(self, slot: int, event=None) -> None:
+        pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries = []
+
+
 class _Sample:
     """One position of the epoch: what the readers prepared for the builder."""
 
@@ -195,7 +207,7 @@ class ThreadLoader:
     Iterating yields one epoch of ``_PooledBatch(images uint8 [N, C, H, W], targets int64
     [N], slot, owner)``; the images live in a reused buffer that
     :class:`~fastprep.data.DevicePrefetcher` hands back (``owner.release(slot)``) once it
-    copied or converted them. Use it through :func:`~fastprep.data.make_loader`
+    copied or converted them (with ``convert``: converted images, slot -1). Use it through :func:`~fastprep.data.make_loader`
     (``engine="threads"``), which adds the prefetcher, the batch conversion and resuming.
 
     Args:
@@ -213,11 +225,15 @@ class ThreadLoader:
         prefetch: finished batches kept ahead of the consumer (at least 2).
         read_threads: threads reading and planning samples.
         read_ahead_bytes: encoded bytes the readers may hold beyond the batch being built.
+        convert: a :class:`~fastprep.data.BatchConvert` to fuse into the batch run (CPU
+            delivery): batches then come out converted (its dtype, colour, mean/std, memory
+            format), bit for bit what it computes on the uint8 batch, in buffers the
+            consumer keeps (recycled once it drops them); ``None``: uint8 batches.
     """
 
     def __init__(self, dataset, pipeline, sampler, *, batch_size: int, drop_last: bool = False,
                  num_workers: int | None = None, pin_memory: bool = False, prefetch: int = 2,
-                 read_threads: int | None = None, read_ahead_bytes: int = 256 << 20):
+                 read_threads: int = 2, read_ahead_bytes: int = 256 << 20, convert=None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.dataset = dataset
@@ -230,10 +246,10 @@ class ThreadLoader:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = max(2, int(prefetch))
-        if read_threads is None:
-            # the stand-in pipeline does each sample's whole work while planning
-            read_threads = self.num_workers if getattr(pipeline, "per_sample", False) else 2
         self.read_threads = max(1, int(read_threads))
+        if convert is not None and getattr(pipeline, "channels", 3) != 3:
+            raise ValueError(f"convert needs 3-channel batches; the pipeline gives {pipeline.channels}")
+        self.convert = convert
         self.read_ahead_bytes = int(read_ahead_bytes)
         self.epoch = 0
         self._epoch_seed = None
@@ -274,9 +290,14 @@ class _EpochRun:
         self.epoch_seed, self.epoch = epoch_seed, epoch
         self.batch_size = loader.batch_size
         self.num_batches = -(-len(indices) // self.batch_size)
-        size = tuple(self.pipeline.size)
-        self.ring = _BufferRing((self.batch_size, self.pipeline.channels) + size, loader.prefetch + 3,
-                                loader.pin_memory)
+        shape = (self.batch_size, self.pipeline.channels) + tuple(self.pipeline.size)
+        convert = loader.convert
+        if convert is None:
+            self.ring = _BufferRing(shape, loader.prefetch + 3, loader.pin_memory)
+            self.run_options = {}
+        else:
+            self.ring = _LeasedBuffers(shape, convert.dtype, convert.channels_last, loader.prefetch + 3)
+            self.run_options = dict(color=convert.color, mean=convert.mean, std=convert.std)
         self.cond = threading.Condition()
         self.next_position = 0  # next position a reader takes
         self.ready = {}  # position -> _Sample
@@ -327,7 +348,7 @@ class _EpochRun:
             dest = out if len(native) == len(samples) else torch.empty((len(native),) + tuple(out.shape[1:]),
                                                                        dtype=out.dtype)
             statuses = self.pipeline.run([samples[j].data for j in native], [samples[j].plan for j in native],
-                                         dest, num_threads=num_threads)
+                                         dest, num_threads=num_threads, **self.run_options)
             if dest is not out:
                 out.index_copy_(0, torch.tensor(native, dtype=torch.int64), dest)
             for j, (status, message) in zip(native, statuses):
@@ -338,12 +359,13 @@ class _EpochRun:
                     s.error = _failure(fio.DecodeError(message), s.name, s.index)
         for j, s in enumerate(samples):
             if s.image is not None:
-                if tuple(s.image.shape) != tuple(out.shape[1:]) or s.image.dtype != out.dtype:
+                if tuple(s.image.shape) != tuple(out.shape[1:]) or s.image.dtype != torch.uint8:
                     s.error = ValueError(f"{s.name!r} (index {s.index}): the full-decode fallback gave "
-                                         f"{tuple(s.image.shape)} {s.image.dtype}, the batch needs "
-                                         f"{tuple(out.shape[1:])} {out.dtype}")
+                                         f"{tuple(s.image.shape)} {s.image.dtype}, the batch needs uint8 "
+                                         f"{tuple(out.shape[1:])}")
                     continue
-                out[j].copy_(s.image)
+                # the conversion is elementwise: a row converted alone equals its row in a batch
+                out[j].copy_(s.image if self.loader.convert is None else self.loader.convert(s.image[None])[0])
                 batch.fallbacks.append((s.name, s.reason))
 
     def _substitute(self, failed: _Sample, out: torch.Tensor, batch: _Batch, num_threads: int):

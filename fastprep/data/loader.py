@@ -295,8 +295,14 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     user_sampler = not isinstance(sampler, EpochSampler)
     sliced = distributed or (not user_sampler and sampler.world_size > 1)
     if engine == "threads":
+        # On the CPU the conversion is fused into the batch run (bit for bit BatchConvert's):
+        # the native threads write the delivered batch, nothing converts it afterwards.
+        fused = convert if device.type == "cpu" else None
         loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
-                              num_workers=num_workers, pin_memory=pin_memory, prefetch=prefetch_factor or 2)
+                              num_workers=num_workers, pin_memory=pin_memory, prefetch=prefetch_factor or 2,
+                              convert=fused)
+        if fused is not None:
+            convert = None
         replay = False
     else:
         loader = _data_loader(dataset, sampler, batch_size, drop_last, num_workers, pin_memory, generator,
