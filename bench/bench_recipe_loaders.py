@@ -37,7 +37,8 @@ float32 NCHW, normalised:
   normalised float32 in the main process.
 * ``fastprep make_loader, threads engine``: the same with ``engine="threads"``: reader
   threads plan each sample, one native call per batch decodes it on ``--workers`` threads
-  into a reused buffer, the conversion runs in the consumer (``docs/engine.md``).
+  with the conversion to normalised float32 fused into the write (CPU delivery), into a
+  recycled buffer (``docs/engine.md``).
 * ``..., packed files``: the same on copies written by ``fastprep.pack.pack_folder``
   (lossless: same pixels, restart markers).
 
@@ -283,7 +284,7 @@ class _Observed:
 
 ENGINE_NOTES = {
     "processes": ("recipe's batch conversion in the main process", "dataloader"),
-    "threads": ("one native call per batch on the workers' threads; conversion in the consumer", "in-process"),
+    "threads": ("one native call per batch on --workers threads, conversion fused into it", "in-process"),
 }
 
 
