@@ -159,9 +159,10 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
 
     * ``"threads"``: threads of this process read the files ahead, draw each sample's
       parameters and decode a whole batch in one native call into reused buffers
-      (:class:`~fastprep.data.engine.ThreadLoader`). For the pipelines fastprep runs
-      natively: the default transform, ``recipe=``, and fastprep decode transforms given as
-      ``transform=`` that :func:`~fastprep.data.engine.native_pipeline` accepts.
+      (:class:`~fastprep.data.engine.ThreadLoader`); on the CPU that call also does the
+      :class:`BatchConvert` step (fused, bit for bit the same). For the pipelines fastprep
+      runs natively: the default transform, ``recipe=``, and fastprep decode transforms
+      given as ``transform=`` that :func:`~fastprep.data.engine.native_pipeline` accepts.
     * ``"processes"``: a ``DataLoader`` with worker processes, each running the per-sample
       transform, batches collated into shared memory (:class:`PooledCollate`). Runs any
       transform and any ``Dataset``.
