@@ -5,6 +5,7 @@ Data instead of DataLoader workers, on this machine or across a cluster::
 
     read_jpegs: rows (path, label, index) -> Ray tasks read the bytes
       -> map_batches(DecodeBatch) on CPU actors: decode + per-sample transforms -> uint8 NCHW
+         (built-in pipelines: one native call per batch, fastprep.data.native)
       -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchConvert (YUV / 255) on the device
 
 * **Same output.** :class:`DecodeBatch` runs the per-sample transform of
@@ -30,6 +31,7 @@ must be readable there (a shared filesystem); otherwise build the rows yourself 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,6 +47,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from . import io as fio
 from ._seeding import check_seed, keyed_default_rng, sample_key
 from .data import BatchConvert, DevicePrefetcher, JpegDataset, JpegFolder, default_transform
+from .data.native import STATUS_ERROR, STATUS_WARNING, NativePipeline
 
 __all__ = ["DecodeBatch", "RayLoader", "read_jpegs"]
 
@@ -126,13 +129,21 @@ class DecodeBatch:
             left alone.
         epoch: the epoch the keys use.
         on_error: ``"raise"`` or ``"skip"`` (drop the sample).
+        num_threads: native threads per batch for the built-in pipelines (the default
+            transform and the others :class:`fastprep.data.native.NativePipeline` takes),
+            which run as one native call per batch (same output; the header read and the
+            random draws stay per sample, in Python). Other transforms run per sample.
     """
 
     def __init__(self, transform=None, *, crop_size=256, mask_ratio=0.25, seed=None, epoch: int = 0,
-                 on_error: str = "raise"):
+                 on_error: str = "raise", num_threads: int = 1):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
         self.transform = transform if transform is not None else default_transform(crop_size, mask_ratio)
+        self.num_threads = num_threads
+        self._native = NativePipeline.from_transform(self.transform)
         self.seed = check_seed(seed)
         self.epoch = int(epoch)
         self.on_error = on_error
@@ -142,35 +153,75 @@ class DecodeBatch:
         # default transform's
         size = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
         self._shape = (3, *size) if transform is None else None
+        if self._native is not None:
+            self._shape = (self._native.channels, *self._native.size)
 
-    def _one(self, data: bytes, index: int) -> torch.Tensor:
+    @staticmethod
+    def _encoded(data: bytes) -> torch.Tensor:
         # bytes -> 1-D uint8 tensor, as fastprep.io.read_file returns (a copy: the transform may
         # keep a reference and Ray's buffer is read-only)
-        enc = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+
+    def _keyed(self, fn, enc: torch.Tensor, index: int):
+        """``fn(enc)`` drawing from the sample's keyed generator (with a seed)."""
         if self.seed is None:
-            return self.transform(enc)
+            return fn(enc)
         with keyed_default_rng(sample_key(self.seed, self.epoch, index)):
-            return self.transform(enc)
+            return fn(enc)
+
+    def _per_sample(self, batch: dict):
+        """``(images, positions kept, {position: error})``, one transform call per sample."""
+        images, kept, failed = [], [], {}
+        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
+            try:
+                images.append(self._keyed(self.transform, self._encoded(data), int(index)))
+            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
+                failed[k] = e
+                if self.on_error == "raise":
+                    break
+                continue
+            kept.append(k)
+        return (torch.stack(images) if images else None), kept, failed
+
+    def _batched(self, batch: dict):
+        """As :meth:`_per_sample`, with the plans drawn per sample and one native run."""
+        datas, plans, planned, failed = [], [], [], {}
+        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
+            enc = self._encoded(data)
+            try:
+                plans.append(self._keyed(self._native.plan, enc, int(index)))
+            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
+                failed[k] = e
+                continue
+            datas.append(enc)
+            planned.append(k)
+        out = torch.empty((len(datas), *self._shape), dtype=torch.uint8)
+        rows = []
+        for j, (status, message) in enumerate(self._native.run(datas, plans, out, num_threads=self.num_threads)):
+            if status == STATUS_ERROR:
+                failed[planned[j]] = fio.DecodeError(message)
+                continue
+            if status == STATUS_WARNING:
+                warnings.warn(message, fio.DecodeWarning, stacklevel=2)
+            rows.append(j)
+        images = out if len(rows) == len(datas) else out[rows]
+        return (images if rows else None), [planned[j] for j in rows], failed
 
     def __call__(self, batch: dict) -> dict:
-        images, labels, indices = [], [], []
-        paths = batch.get("path")
-        for k, (data, label, index) in enumerate(zip(batch["bytes"], batch["label"], batch["index"])):
-            try:
-                img = self._one(data, int(index))
-            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
-                if self.on_error == "raise":
-                    name = paths[k] if paths is not None else f"index {int(index)}"
-                    raise fio.DecodeError(f"cannot decode {name!r} (index {int(index)}): {e}") from e
-                continue
-            images.append(img)
-            labels.append(int(label))
-            indices.append(int(index))
-        if images:
-            image = torch.stack(images).numpy()
+        images, kept, failed = (self._per_sample if self._native is None else self._batched)(batch)
+        if failed and self.on_error == "raise":
+            k = min(failed)  # the first bad sample of the batch, as one call per sample finds it
+            index = int(batch["index"][k])
+            paths = batch.get("path")
+            name = paths[k] if paths is not None else f"index {index}"
+            raise fio.DecodeError(f"cannot decode {name!r} (index {index}): {failed[k]}") from failed[k]
+        if images is not None:
+            image = images.numpy()
             self._shape = image.shape[1:]
         else:
             image = np.zeros((0, *(self._shape or (3, 1, 1))), dtype=np.uint8)
+        labels = [int(batch["label"][k]) for k in kept]
+        indices = [int(batch["index"][k]) for k in kept]
         return {"image": image, "label": np.asarray(labels, dtype=np.int64),
                 "index": np.asarray(indices, dtype=np.int64)}
 
@@ -199,7 +250,8 @@ class RayLoader:
         concurrency: number of decode actors; ``None`` (default): as many as the Ray
             cluster has CPUs for (its CPUs divided by ``num_cpus``, at least 1), read when an
             epoch starts, so a 2-CPU laptop gets 2 actors and a cluster all of its cores.
-        num_cpus: CPUs reserved per actor.
+        num_cpus: CPUs reserved per actor; for the built-in pipelines also the native
+            threads of each batch (its integer part, at least 1).
         map_batch_size: rows per ``map_batches`` call (per actor task).
         drop_last: drop a last batch smaller than ``batch_size`` (its samples then count
             as neither delivered nor skipped: :attr:`skipped` is only exact without it).
@@ -268,7 +320,7 @@ class RayLoader:
             DecodeBatch, batch_format="numpy", batch_size=self.map_batch_size,
             fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
                                        mask_ratio=self.mask_ratio, seed=self.seed, epoch=epoch,
-                                       on_error=self.on_error),
+                                       on_error=self.on_error, num_threads=max(1, int(self.num_cpus))),
             compute=ray.data.ActorPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
 
     def actors(self) -> int:
