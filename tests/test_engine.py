@@ -720,14 +720,20 @@ class TestEngineChoice:
         assert _loader(folder, transform=lambda data: data).engine == "processes"
         ds = D.JpegFolder(folder, transform=DecodeCenterCrop(CROP))
         assert _loader(ds, num_workers=0).engine == "processes"
+        # asked for, a JpegDataset with a fastprep decode transform runs on threads, same batches
+        threads = _loader(ds, engine="threads", shuffle=False)
+        assert threads.engine == "threads"
+        _assert_same(_epochs(threads)[0], _epochs(_loader(ds, engine="processes", num_workers=1, shuffle=False))[0])
         assert _loader(folder).loader.num_workers == D.engine.available_cpus()
         assert _loader(folder, engine="processes").loader.num_workers == 2
 
     def test_threads_refuses_what_it_cannot_run(self, folder):
         with pytest.raises(ValueError, match="engine='threads' cannot run the transform .*use engine='processes'"):
             _loader(folder, engine="threads", transform=lambda data: data)
-        with pytest.raises(ValueError, match="a Dataset source needs engine='processes'"):
-            _loader(D.JpegFolder(folder), engine="threads")
+        with pytest.raises(ValueError, match="this Dataset source needs engine='processes'"):
+            _loader(D.JpegFolder(folder), engine="threads")  # no transform to run natively
+        with pytest.raises(ValueError, match="this Dataset source needs engine='processes'"):
+            _loader(D.JpegFolder(folder, transform=lambda data: data), engine="threads")
         with pytest.raises(ValueError, match="worker_init_fn configure worker processes; use engine='processes'"):
             _loader(folder, engine="threads", worker_init_fn=lambda w: None)
         with pytest.raises(ValueError, match="engine must be 'threads', 'processes' or None, got 'fibers'"):

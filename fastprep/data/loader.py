@@ -370,10 +370,15 @@ def _choose_engine(engine, dataset, dataset_source: bool, process_only: list[str
     if engine == "processes":
         return engine, None
     if dataset_source:
-        if engine == "threads":
-            raise ValueError("engine='threads' runs fastprep's decode pipelines on a folder or a list of files; "
-                             "a Dataset source needs engine='processes'")
-        return "processes", None
+        # A Dataset runs on processes unless asked otherwise: only a JpegDataset (folder,
+        # file list, shards) whose transform has a native pipeline can run on threads.
+        native = native_pipeline(dataset.transform) if isinstance(dataset, JpegDataset) else None
+        if engine == "threads" and native is None:
+            raise ValueError("engine='threads' runs fastprep's decode pipelines on a folder, a list of files or a "
+                             "JpegDataset with a fastprep decode transform; this Dataset source needs "
+                             "engine='processes'")
+        if engine is None:
+            return "processes", None
     pipeline = native_pipeline(dataset.transform)
     if engine == "threads":
         if pipeline is None:
