@@ -210,8 +210,11 @@ def _end_early(rng, b, pool):
     sos = _find(segments(bytes(b)), {0xDA})
     if not sos:
         return b
-    _, start, end = rng.choice(sos)
-    at = end if rng.random() < 0.7 else rng.randrange(start, end + 1)
+    if len(sos) > 1 and rng.random() < 0.7:
+        at = rng.choice(sos[:-1])[2]  # after a scan that is not the last
+    else:
+        _, start, end = rng.choice(sos)
+        at = rng.randrange(start, end + 1)
     return b[:at] + b"\xff\xd9"
 
 

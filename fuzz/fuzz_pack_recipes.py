@@ -26,7 +26,7 @@ from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
 
 
 def recipes(mode):
-    kw = dict(mode=mode, max_pixels=h.MAX_PIXELS, max_scans=0)
+    kw = {"mode": mode, "max_pixels": h.MAX_PIXELS, "max_scans": 0}
     return (DecodeRandomResizedCrop(224, flip_p=0.5, **kw), DecodeResizeCenterCrop(256, 224, **kw))
 
 

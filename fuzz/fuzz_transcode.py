@@ -48,8 +48,8 @@ def check(jpeg: bytes, mode, interval, optimize: bool, keep_metadata: bool, win_
           transcode=fio.transcode_jpeg) -> None:
     """The oracle; ``transcode`` is a parameter so a test can show that a wrong transcoder
     is caught."""
-    kwargs = dict(restart_interval=interval, optimize=optimize, keep_metadata=keep_metadata,
-                  max_pixels=h.MAX_PIXELS)
+    kwargs = {"restart_interval": interval, "optimize": optimize, "keep_metadata": keep_metadata,
+              "max_pixels": h.MAX_PIXELS}
     out, warned = h.quiet(transcode, jpeg, **kwargs)
     if warned:
         raise Finding("transcode_jpeg emitted a DecodeWarning (corrupt data must be refused)")
