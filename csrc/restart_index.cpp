@@ -109,14 +109,10 @@ RestartLayout parse_restart_layout(const uint8_t* data, size_t size) {
     if (hs[c] > hmax) hmax = hs[c];
     if (vs[c] > vmax) vmax = vs[c];
   }
-  // A single-component scan is non-interleaved: one 8x8 block per MCU, whatever the factors.
   layout.num_components = nf;
-  for (int c = 0; c < nf; c++) {
-    layout.h_samp[c] = hs[c];
-    layout.v_samp[c] = vs[c];
-  }
+  for (int c = 0; c < nf; c++) layout.h_samp[c] = hs[c];
   layout.max_h_samp = hmax;
-  layout.max_v_samp = vmax;
+  // A single-component scan is non-interleaved: one 8x8 block per MCU, whatever the factors.
   layout.mcu_w = nf == 1 ? 8 : 8 * hmax;
   layout.mcu_h = nf == 1 ? 8 : 8 * vmax;
   layout.mcus_per_row = ceil_div(layout.width, layout.mcu_w);
