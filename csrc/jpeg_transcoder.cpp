@@ -96,6 +96,65 @@ static int fp_auto_restart_interval(long mcus_per_row, long mcu_w) {
   return best > 65535 ? 0 : (int)best;
 }
 
+// A progressive file whose scans leave some coefficient of some component unsent or
+// without its low bits is valid, but decoders estimate the missing values (libjpeg's block
+// smoothing, in a way that differs between decoders and versions) and a sequential copy of
+// the coefficients would decode to other pixels. libjpeg tracks, per component and
+// coefficient, the successive-approximation bit still awaited (-1: nothing sent, 0:
+// complete); valid after the whole file was consumed. Writes the first gap's reason into
+// `message` and returns 1, or returns 0 when every coefficient is complete.
+static int fp_incomplete_coefficients(j_decompress_ptr cinfo, char* message, size_t size) {
+  if (!cinfo->progressive_mode || cinfo->coef_bits == NULL) return 0;
+  for (int c = 0; c < cinfo->num_components; c++) {
+    for (int k = 0; k < DCTSIZE2; k++) {
+      const int bits = cinfo->coef_bits[c][k];
+      if (bits == 0) continue;
+      char what[64];
+      if (bits < 0)
+        snprintf(what, sizeof(what), "never sent");
+      else
+        snprintf(what, sizeof(what), "lacks its %d low bit%s", bits, bits == 1 ? "" : "s");
+      snprintf(message, size,
+               "cannot be transcoded losslessly: incomplete progressive scans (component %d coefficient %d %s); "
+               "decoders estimate missing coefficients, a sequential copy would change pixels",
+               c, k, what);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// A sequential Huffman scan of 8-bit data codes AC coefficients of up to 10 bits and DC
+// differences of up to 11 bits. libjpeg's decoders accept more (arithmetic coding codes up
+// to 15 bits; Huffman DC differences accumulate), and its encoder checks the range only
+// when it optimizes the tables: without that it silently writes a corrupt scan (with new
+// restart intervals, DC differences change too). Every DC value in [-1024, 1023] keeps
+// every difference in range, and an 8-bit encoder never makes a value outside (its DC lies
+// in [-1024, 1016]). Writes the reason into `message` and returns 1 at the first
+// coefficient out of range, else returns 0.
+static int fp_coefficients_out_of_range(j_decompress_ptr cinfo, jvirt_barray_ptr* coefs, char* message,
+                                        size_t size) {
+  for (int c = 0; c < cinfo->num_components; c++) {
+    jpeg_component_info* comp = &cinfo->comp_info[c];
+    for (JDIMENSION row = 0; row < comp->height_in_blocks; row++) {
+      JBLOCKARRAY rows = (*cinfo->mem->access_virt_barray)((j_common_ptr)cinfo, coefs[c], row, 1, FALSE);
+      for (JDIMENSION col = 0; col < comp->width_in_blocks; col++) {
+        const JCOEF* block = rows[0][col];
+        int k = block[0] < -1024 || block[0] > 1023 ? 0 : -1;
+        for (int i = 1; i < DCTSIZE2 && k < 0; i++)
+          if (block[i] < -1023 || block[i] > 1023) k = i;
+        if (k < 0) continue;
+        snprintf(message, size,
+                 "DCT coefficient out of range: component %d block (%u, %u) coefficient %d is %d, outside "
+                 "what 8-bit data gives (DC -1024..1023, AC -1023..1023): the data is corrupt",
+                 c, (unsigned)row, (unsigned)col, k, (int)block[k]);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 static void fp_tc_cleanup(struct fp_transcoder* t) {
   if (t->dst_created) jpeg_destroy_compress(&t->dst);
   if (t->src_created) jpeg_destroy_decompress(&t->src);
@@ -147,7 +206,12 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
     fp_tc_cleanup(t);
     return FP_ERROR;
   }
-  jvirt_barray_ptr* coefs = jpeg_read_coefficients(&t->src);
+  jvirt_barray_ptr* coefs = jpeg_read_coefficients(&t->src);  // consumes every scan up to EOI
+  if (fp_incomplete_coefficients(&t->src, result->message, sizeof(result->message)) ||
+      fp_coefficients_out_of_range(&t->src, coefs, result->message, sizeof(result->message))) {
+    fp_tc_cleanup(t);
+    return FP_ERROR;
+  }
 
   jpeg_create_compress(&t->dst);
   t->dst_created = 1;

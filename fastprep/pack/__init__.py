@@ -6,7 +6,9 @@ scan; optimized Huffman tables; restart markers that tile the MCU rows) and writ
 same relative path under ``DST``. :func:`fastprep.io.decode_jpeg_roi` -- and so the
 random-crop decode transforms and loaders built on it -- then entropy-decodes only the
 restart intervals a window needs. Other files are copied unchanged, so an ImageFolder
-layout keeps working. See docs/pack.md.
+layout keeps working, and so are the valid JPEGs that cannot be transcoded losslessly
+(progressive files whose scans leave coefficients incomplete: decoders estimate those, a
+sequential copy would change pixels); the summary lists them. See docs/pack.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ __all__ = ["PackSummary", "pack_folder"]
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _TMP_SUFFIX = ".fastprep-pack-tmp"
+# How transcode_jpeg's DecodeError for a valid file it refuses begins (csrc/jpeg_transcoder.cpp).
+_LOSSLESS_REFUSAL = "cannot be transcoded losslessly"
 
 
 @dataclass
@@ -32,8 +36,13 @@ class PackSummary:
         packed: JPEGs transcoded.
         copied: non-JPEG files copied unchanged.
         up_to_date: files skipped because the output was already up to date.
-        failed: ``(relative path, reason)`` of JPEGs that could not be transcoded (copied
-            as-is or left out, per ``on_error``).
+        kept: ``(relative path, reason)`` of valid JPEGs copied unchanged because a
+            transcode would change their pixels (progressive files whose scans leave
+            coefficients incomplete); copied whatever ``on_error`` says. Their ROI decodes
+            take the slower path.
+        failed: ``(relative path, reason)`` of JPEGs that could not be transcoded because
+            they are corrupt, truncated or too large (copied as-is or left out, per
+            ``on_error``).
         errors: ``(relative path, reason)`` of I/O errors (unreadable source, unwritable
             destination): the output is incomplete.
         jpeg_bytes_before, jpeg_bytes_after: total size of the packed JPEGs before and after.
@@ -45,6 +54,7 @@ class PackSummary:
     packed: int = 0
     copied: int = 0
     up_to_date: int = 0
+    kept: list = field(default_factory=list)
     failed: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     jpeg_bytes_before: int = 0
@@ -105,9 +115,12 @@ def _pack_one(job):
             kind = "packed"
         except (DecodeError, ValueError, MemoryError) as e:
             reason = str(e) or type(e).__name__
-            if opts["on_error"] == "skip":
+            if isinstance(e, DecodeError) and reason.startswith(_LOSSLESS_REFUSAL):
+                kind = "kept"
+            elif opts["on_error"] == "skip":
                 return rel, "failed-skipped", len(data), 0, reason
-            kind, out = "failed-copied", data
+            else:
+                kind = "failed-copied"
     try:
         os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
         _write_atomic(out_path, out, st.st_mtime_ns)
@@ -146,8 +159,10 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
         dst: destination folder (created if missing).
         workers: processes (default: ``os.cpu_count()``).
         restart_interval, optimize, keep_metadata: as in :func:`fastprep.io.transcode_jpeg`.
-        on_error: ``"copy"`` (default) writes JPEGs that cannot be transcoded unchanged;
-            ``"skip"`` leaves them out of ``dst``. Either way they are listed in the summary.
+        on_error: ``"copy"`` (default) writes corrupt JPEGs (which cannot be transcoded)
+            unchanged; ``"skip"`` leaves them out of ``dst``. Either way they are listed in
+            the summary. Valid JPEGs that cannot be transcoded losslessly are always copied
+            (and listed).
         max_pixels: refuse larger images (default: ``fastprep.io.DEFAULT_MAX_PIXELS``).
         force: transcode even the files whose output is up to date.
         progress: show a tqdm progress bar on stderr.
@@ -208,6 +223,8 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
                     summary.jpeg_bytes_after += n_out
                 elif kind == "copied":
                     summary.copied += 1
+                elif kind == "kept":
+                    summary.kept.append((rel, reason))
                 elif kind == "error":
                     summary.errors.append((rel, reason))
                 else:
@@ -225,6 +242,7 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
     finally:
         if bar is not None:
             bar.close()
+    summary.kept.sort()
     summary.failed.sort()
     summary.errors.sort()
     return summary
@@ -241,14 +259,17 @@ def _format_bytes(n: int) -> str:
 def format_summary(s: PackSummary, max_listed: int = 20) -> str:
     """A human-readable report of :func:`pack_folder`'s summary."""
     lines = [f"files: {s.files}  packed: {s.packed}  copied (not JPEG): {s.copied}  "
-             f"up to date: {s.up_to_date}  failed: {len(s.failed)}  I/O errors: {len(s.errors)}"]
+             f"kept as-is: {len(s.kept)}  up to date: {s.up_to_date}  failed: {len(s.failed)}  "
+             f"I/O errors: {len(s.errors)}"]
     if s.packed:
         change = 100.0 * (s.jpeg_bytes_after - s.jpeg_bytes_before) / max(s.jpeg_bytes_before, 1)
         lines.append(f"packed JPEGs: {_format_bytes(s.jpeg_bytes_before)} -> {_format_bytes(s.jpeg_bytes_after)} "
                      f"({change:+.2f} %)")
     if s.bytes_before:
         lines.append(f"all files written: {_format_bytes(s.bytes_before)} -> {_format_bytes(s.bytes_after)}")
-    for title, items in (("could not transcode", s.failed), ("I/O errors", s.errors)):
+    for title, items in (("kept as-is, valid JPEG but a transcode would change its pixels", s.kept),
+                         ("could not transcode (corrupt, truncated or too large)", s.failed),
+                         ("I/O errors", s.errors)):
         if items:
             lines.append(f"{title} ({len(items)}):")
             lines += [f"  {rel}: {why}" for rel, why in items[:max_listed]]
