@@ -432,7 +432,7 @@ _IO_ARGS_DOC = """mode: decode mode, see :class:`fastprep.io.ImageReadMode` (def
 
 
 class DecodeRandomCrop(_DecodeTransform):
-    """Decode a random ``size`` crop of a JPEG, drawn as ``torchvision.transforms.RandomCrop``.
+    """Decode a random ``size`` crop of a JPEG, drawn as ``torchvision.transforms.v2.RandomCrop``.
 
     The window is drawn from torch's default RNG with the same calls, in the same order, as
     ``RandomCrop(size, padding, pad_if_needed, fill)`` on the decoded image, so for the same
@@ -475,10 +475,10 @@ class DecodeRandomCrop(_DecodeTransform):
         if h < th or w < tw:
             raise ValueError(f"Required crop size {(th, tw)} is larger than input image size {(h, w)}; "
                              "pass pad_if_needed=True to pad smaller images")
-        if h == th and w == tw:
-            return (pl, pt, pr, pb), (0, 0, h, w)
-        i = torch.randint(0, h - th + 1, size=(1,)).item()
-        j = torch.randint(0, w - tw + 1, size=(1,)).item()
+        # As v2.RandomCrop: an offset is drawn only along a side longer than the crop, so a
+        # crop as tall (or as wide) as the image consumes one draw fewer.
+        i = torch.randint(0, h - th + 1, size=(1,)).item() if h > th else 0
+        j = torch.randint(0, w - tw + 1, size=(1,)).item() if w > tw else 0
         return (pl, pt, pr, pb), (i, j, th, tw)
 
     def _draw(self, info):
