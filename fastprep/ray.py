@@ -1,4 +1,4 @@
-"""fastprep's per-sample work on Ray Data actors (optional: ``pip install fastprep[ray]``).
+"""fastprep's per-sample work on Ray Data actors (optional: the ``ray`` extra).
 
 The same pipeline as :func:`fastprep.data.make_loader`, with the worker side run by Ray
 Data instead of DataLoader workers, on this machine or across a cluster::
@@ -41,8 +41,8 @@ try:
     import ray
     import ray.data
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("fastprep.ray needs Ray Data: pip install 'fastprep[ray]' "
-                      "(or pip install 'ray[data]')") from e
+    raise ImportError("fastprep.ray needs Ray Data: install fastprep's ray extra (from the checkout: "
+                      "pip install --no-build-isolation -e '.[ray]'), or pip install 'ray[data,train]'") from e
 
 from . import io as fio
 from ._seeding import check_seed, keyed_default_rng, sample_key
@@ -247,7 +247,9 @@ class RayLoader:
         shuffle_seed: base seed of the shuffle (default: ``seed``, or 0).
         on_error: ``"raise"`` or ``"skip"`` (see the module doc).
         device, dtype: as :func:`make_loader`.
-        concurrency: number of decode actors (default 2).
+        concurrency: number of decode actors; ``None`` (default): as many as the Ray
+            cluster has CPUs for (its CPUs divided by ``num_cpus``, at least 1), read when an
+            epoch starts, so a 2-CPU laptop gets 2 actors and a cluster all of its cores.
         num_cpus: CPUs reserved per actor; for the built-in pipelines also the native
             threads of each batch (its integer part, at least 1).
         map_batch_size: rows per ``map_batches`` call (per actor task).
@@ -258,7 +260,7 @@ class RayLoader:
 
     def __init__(self, source, *, batch_size: int = 64, crop_size=256, mask_ratio=0.25, transform=None,
                  seed=None, shuffle: bool = True, shuffle_seed=None, on_error: str = "raise", device=None,
-                 dtype: torch.dtype = torch.float32, concurrency: int = 2, num_cpus: float = 1,
+                 dtype: torch.dtype = torch.float32, concurrency: int | None = None, num_cpus: float = 1,
                  map_batch_size: int = 16, drop_last: bool = False, extensions=_DEFAULT_EXTENSIONS):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -273,7 +275,12 @@ class RayLoader:
         self.on_error = on_error
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype
-        self.concurrency = int(concurrency)
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ValueError(f"concurrency must be a positive int or None (the cluster's CPUs), got {concurrency!r}")
+        if not num_cpus > 0:
+            raise ValueError(f"num_cpus must be > 0, got {num_cpus!r}")
+        self.concurrency = concurrency
         self.num_cpus = num_cpus
         self.map_batch_size = int(map_batch_size)
         self.drop_last = bool(drop_last)
@@ -314,7 +321,17 @@ class RayLoader:
             fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
                                        mask_ratio=self.mask_ratio, seed=self.seed, epoch=epoch,
                                        on_error=self.on_error, num_threads=max(1, int(self.num_cpus))),
-            compute=ray.data.ActorPoolStrategy(size=self.concurrency), num_cpus=self.num_cpus)
+            compute=ray.data.ActorPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
+
+    def actors(self) -> int:
+        """Decode actors an epoch starts: ``concurrency``, or the cluster's CPUs over ``num_cpus``
+        (Ray is started first if it is not running, as Ray Data itself would)."""
+        if self.concurrency is not None:
+            return self.concurrency
+        if not ray.is_initialized():
+            ray.init()
+        cpus = ray.cluster_resources().get("CPU", 1)
+        return max(1, int(cpus // self.num_cpus))
 
     def _batches(self, ds, epoch):
         seen = torch.zeros(len(self.paths), dtype=torch.int32)
