@@ -711,9 +711,8 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   }
   at::Tensor text = at::empty({total}, at::kByte);
   uint8_t* tp = text.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < N; i++) {
-    std::memcpy(tp + sv[3 * i + 1], messages[i].data(), messages[i].size());
-  }
+  for (int64_t i = 0; i < N; i++)
+    if (!messages[i].empty()) std::memcpy(tp + sv[3 * i + 1], messages[i].data(), messages[i].size());
   return {status, text};
 }
 
