@@ -16,22 +16,32 @@
 // warning, 2 error) and a message. Worker threads take samples from an atomic counter; the
 // calling thread works too. Everything here runs without the GIL (torch.ops releases it).
 #include <ATen/ATen.h>
-#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <system_error>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "jpeg_ops.h"
 #include "resize_aa.h"
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FP_X86_64 1
+// Leaf loops written to auto-vectorize, compiled for AVX2 and the baseline (picked at load).
+#define FP_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FP_X86_64 0
+#define FP_VECTOR_CLONES
+#endif
 
 namespace fastprep {
 namespace {
@@ -111,6 +121,7 @@ struct Scratch {
   std::vector<uint8_t> decoded, region, canvas, mask_row;
   std::vector<uint64_t> bits, dilated;
   std::vector<float> rows;
+  std::vector<uint16_t> half_rows;
 };
 
 template <typename T>
@@ -178,6 +189,28 @@ void dilate_bits(const uint64_t* words, int64_t height, int64_t width, uint64_t*
   trim_bits(out, height, nw, width);
 }
 
+// mask[x] = bit x of the packed row, 0/1, for x < n.
+FP_VECTOR_CLONES void unpack_mask_row(const uint64_t* __restrict words, int64_t n, uint8_t* __restrict mask) {
+  for (int64_t x = 0; x < n; x++) mask[x] = (uint8_t)((words[x >> 6] >> (x & 63)) & 1);
+}
+
+// p[x * step] = f where mask[x], for x < n.
+FP_VECTOR_CLONES void blend_row(uint8_t* __restrict p, int64_t step, const uint8_t* __restrict mask, int64_t n,
+                                uint8_t f) {
+  if (step == 1) {
+    // load, then select: a blend on every SIMD level
+    for (int64_t x = 0; x < n; x++) {
+      const uint8_t v = p[x];
+      p[x] = mask[x] ? f : v;
+    }
+  } else {
+    for (int64_t x = 0; x < n; x++) {
+      const uint8_t v = p[x * step];
+      p[x * step] = mask[x] ? f : v;
+    }
+  }
+}
+
 void apply_mask(const Canvas& cv, const Batch& b, uint64_t seed, int64_t m, Scratch& s) {
   const int64_t H = b.H, W = b.W, nw = (W + 63) / 64;
   uint64_t* bits = grown(s.bits, (size_t)(H * nw));
@@ -186,24 +219,8 @@ void apply_mask(const Canvas& cv, const Batch& b, uint64_t seed, int64_t m, Scra
   dilate_bits(bits, H, W, dil);
   uint8_t* mask = grown(s.mask_row, (size_t)W);
   for (int64_t y = 0; y < H; y++) {
-    const uint64_t* row = dil + y * nw;
-    for (int64_t x = 0; x < W; x++) mask[x] = (uint8_t)((row[x >> 6] >> (x & 63)) & 1);
-    for (int64_t c = 0; c < b.C; c++) {
-      uint8_t* p = cv.p + c * cv.cs + y * cv.ys;
-      const uint8_t f = b.mask_fill[c];
-      if (cv.xs == 1) {
-        // load, then select: a blend on every SIMD level
-        for (int64_t x = 0; x < W; x++) {
-          const uint8_t v = p[x];
-          p[x] = mask[x] ? f : v;
-        }
-      } else {
-        for (int64_t x = 0; x < W; x++) {
-          const uint8_t v = p[x * cv.xs];
-          p[x * cv.xs] = mask[x] ? f : v;
-        }
-      }
-    }
+    unpack_mask_row(dil + y * nw, W, mask);
+    for (int64_t c = 0; c < b.C; c++) blend_row(cv.p + c * cv.cs + y * cv.ys, cv.xs, mask, W, b.mask_fill[c]);
   }
 }
 
@@ -222,6 +239,16 @@ void fill_canvas(const Canvas& cv, const Batch& b) {
     }
 }
 
+// Interleaved 3-channel pixels to three planes, x < n.
+FP_VECTOR_CLONES void deinterleave3_row(const uint8_t* __restrict src, int64_t n, uint8_t* __restrict a,
+                                        uint8_t* __restrict b, uint8_t* __restrict c) {
+  for (int64_t x = 0; x < n; x++) {
+    a[x] = src[3 * x];
+    b[x] = src[3 * x + 1];
+    c[x] = src[3 * x + 2];
+  }
+}
+
 // Pixels [h, w] (planar [C, h, w], or interleaved [h, w, C]) onto the canvas at (top, left).
 template <int C>
 void place_region_c(const uint8_t* src, bool interleaved, int64_t h, int64_t w, const Canvas& cv, int64_t top,
@@ -229,6 +256,11 @@ void place_region_c(const uint8_t* src, bool interleaved, int64_t h, int64_t w, 
   for (int64_t y = 0; y < h; y++) {
     if (interleaved && cv.cs == 1 && cv.xs == C) {
       std::memcpy(cv.p + (top + y) * cv.ys + left * C, src + y * w * C, (size_t)(w * C));
+      continue;
+    }
+    if (C == 3 && interleaved && cv.xs == 1) {
+      uint8_t* d = cv.p + (top + y) * cv.ys + left;
+      deinterleave3_row(src + y * w * 3, w, d, d + cv.cs, d + 2 * cv.cs);
       continue;
     }
     for (int c = 0; c < C; c++) {
@@ -261,8 +293,9 @@ void place_region(int64_t C, const uint8_t* src, bool interleaved, int64_t h, in
 // (The extension is compiled with -ffp-contract=off: no multiply-add is fused unless
 // written as fmaf.)
 
+// Inlined into each ISA variant below, so that its loops are compiled for that ISA.
 template <bool FMA>
-inline void convert_row_impl(const Batch& b, const uint8_t* const* in, int64_t n, float* const* out) {
+__attribute__((always_inline)) inline void convert_row_impl(const Batch& b, const uint8_t* const* in, int64_t n, float* const* out) {
   switch (b.convert) {
     case kDiv255:
       for (int64_t c = 0; c < b.C; c++)
@@ -302,57 +335,134 @@ void convert_row_base(const Batch& b, const uint8_t* const* in, int64_t n, float
   convert_row_impl<false>(b, in, n, out);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if FP_X86_64
 __attribute__((target("avx2,fma"))) void convert_row_avx2(const Batch& b, const uint8_t* const* in, int64_t n,
                                                           float* const* out) {
   convert_row_impl<true>(b, in, n, out);
 }
 
+// FASTPREP_ISA=baseline (as for the other kernels) keeps the baseline variants.
+bool isa_baseline_requested() {
+  static const bool yes = [] {
+    const char* env = std::getenv("FASTPREP_ISA");
+    std::string v = env == nullptr ? "" : env;
+    for (auto& ch : v) ch = (char)std::tolower((unsigned char)ch);
+    return v == "baseline";
+  }();
+  return yes;
+}
+
 bool cpu_has_avx2_fma() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !isa_baseline_requested();
   }();
   return yes;
 }
 #endif
 
 void convert_row(const Batch& b, const uint8_t* const* in, int64_t n, float* const* out) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if FP_X86_64
   if (cpu_has_avx2_fma()) return convert_row_avx2(b, in, n, out);
 #endif
   convert_row_base(b, in, n, out);
 }
 
-// float32 -> T, rounded to nearest even (what Tensor.to(dtype) does), at dst[x * stride].
-template <typename T>
-void store_row(const float* src, int64_t n, T* dst, int64_t stride) {
-  if (stride == 1) {
-    for (int64_t x = 0; x < n; x++) dst[x] = static_cast<T>(src[x]);
-  } else {
-    for (int64_t x = 0; x < n; x++) dst[x * stride] = static_cast<T>(src[x]);
+// float32 -> float16 / bfloat16 bits, rounded to nearest even: what Tensor.to(dtype) does
+// (c10::Half and c10::BFloat16's conversions; bfloat16 NaN -> 0x7FC0, as c10's).
+void to_half_base(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t x = 0; x < n; x++) dst[x] = c10::Half(src[x]).x;
+}
+
+#if FP_X86_64
+__attribute__((target("avx2,f16c"))) void to_half_f16c(const float* src, int64_t n, uint16_t* dst) {
+  int64_t x = 0;
+  for (; x + 8 <= n; x += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + x),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + x), _MM_FROUND_TO_NEAREST_INT));
+  for (; x < n; x++) dst[x] = c10::Half(src[x]).x;
+}
+
+bool cpu_has_avx2_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && !isa_baseline_requested();
+  }();
+  return yes;
+}
+#endif
+
+void to_half(const float* src, int64_t n, uint16_t* dst) {
+#if FP_X86_64
+  if (cpu_has_avx2_f16c()) return to_half_f16c(src, n, dst);
+#endif
+  to_half_base(src, n, dst);
+}
+
+FP_VECTOR_CLONES void to_bfloat16(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
+  for (int64_t x = 0; x < n; x++) {
+    uint32_t u;
+    std::memcpy(&u, &src[x], 4);
+    const uint16_t rounded = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    dst[x] = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : rounded;
   }
 }
 
-template <typename T>
+// dst[3 x + c] = rows c[x], x < n (3 channels into interleaved memory).
+FP_VECTOR_CLONES void interleave3_f32(const float* __restrict a, const float* __restrict b, const float* __restrict c,
+                                      int64_t n, float* __restrict dst) {
+  for (int64_t x = 0; x < n; x++) {
+    dst[3 * x] = a[x];
+    dst[3 * x + 1] = b[x];
+    dst[3 * x + 2] = c[x];
+  }
+}
+
+FP_VECTOR_CLONES void interleave3_u16(const uint16_t* __restrict a, const uint16_t* __restrict b,
+                                      const uint16_t* __restrict c, int64_t n, uint16_t* __restrict dst) {
+  for (int64_t x = 0; x < n; x++) {
+    dst[3 * x] = a[x];
+    dst[3 * x + 1] = b[x];
+    dst[3 * x + 2] = c[x];
+  }
+}
+
+// Sample i's float rows into out[i] (3 channels): float32, or float16/bfloat16 bits.
 void write_float(const Batch& b, int64_t i, const uint8_t* planes, Scratch& s) {
-  const int64_t C = b.C, H = b.H, W = b.W;
-  float* rows = grown(s.rows, (size_t)(C * W));
-  float* row_ptr[4];
-  const uint8_t* in[4];
-  for (int64_t c = 0; c < C; c++) row_ptr[c] = rows + c * W;
-  T* base = reinterpret_cast<T*>(b.out) + i * b.sn;
+  const int64_t H = b.H, W = b.W;
+  float* rows = grown(s.rows, (size_t)(3 * W));
+  std::vector<uint16_t>& bits_v = s.half_rows;
+  uint16_t* bits = grown(bits_v, (size_t)(3 * W));
+  float* row[3] = {rows, rows + W, rows + 2 * W};
+  uint16_t* brow[3] = {bits, bits + W, bits + 2 * W};
+  const size_t esize = b.dtype == at::kFloat ? 4 : 2;
+  char* base = b.out + i * b.sn * (int64_t)esize;
+  const bool planar = b.sw == 1;
   for (int64_t y = 0; y < H; y++) {
-    for (int64_t c = 0; c < C; c++) in[c] = planes + (c * H + y) * W;
-    if (std::is_same<T, float>::value && b.sw == 1) {
-      // straight into the output rows
-      float* direct[4];
-      for (int64_t c = 0; c < C; c++) direct[c] = reinterpret_cast<float*>(base + c * b.sc + y * b.sh);
-      convert_row(b, in, W, direct);
+    const uint8_t* in[3];
+    for (int c = 0; c < 3; c++) in[c] = planes + (c * H + y) * W;
+    char* dst[3];
+    for (int c = 0; c < 3; c++) dst[c] = base + (c * b.sc + y * b.sh) * (int64_t)esize;
+    if (b.dtype == at::kFloat) {
+      if (planar) {
+        float* direct[3] = {reinterpret_cast<float*>(dst[0]), reinterpret_cast<float*>(dst[1]),
+                            reinterpret_cast<float*>(dst[2])};
+        convert_row(b, in, W, direct);
+      } else {
+        convert_row(b, in, W, row);
+        interleave3_f32(row[0], row[1], row[2], W, reinterpret_cast<float*>(dst[0]));
+      }
       continue;
     }
-    convert_row(b, in, W, row_ptr);
-    for (int64_t c = 0; c < C; c++) store_row<T>(row_ptr[c], W, base + c * b.sc + y * b.sh, b.sw);
+    convert_row(b, in, W, row);
+    for (int c = 0; c < 3; c++) {
+      uint16_t* target = planar ? reinterpret_cast<uint16_t*>(dst[c]) : brow[c];
+      if (b.dtype == at::kHalf)
+        to_half(row[c], W, target);
+      else
+        to_bfloat16(row[c], W, target);
+    }
+    if (!planar) interleave3_u16(brow[0], brow[1], brow[2], W, reinterpret_cast<uint16_t*>(dst[0]));
   }
 }
 
@@ -416,12 +526,7 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
   thread_warning().clear();
 
   if (p[kMask]) apply_mask(cv, b, (uint64_t)p[kMaskSeed], p[kMaskM], s);
-  switch (b.dtype) {
-    case at::kFloat: write_float<float>(b, i, cv.p, s); break;
-    case at::kHalf: write_float<c10::Half>(b, i, cv.p, s); break;
-    case at::kBFloat16: write_float<c10::BFloat16>(b, i, cv.p, s); break;
-    default: break;
-  }
+  if (!u8) write_float(b, i, cv.p, s);
   return warning;
 }
 
@@ -606,9 +711,8 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   }
   at::Tensor text = at::empty({total}, at::kByte);
   uint8_t* tp = text.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < N; i++) {
-    std::memcpy(tp + sv[3 * i + 1], messages[i].data(), messages[i].size());
-  }
+  for (int64_t i = 0; i < N; i++)
+    if (!messages[i].empty()) std::memcpy(tp + sv[3 * i + 1], messages[i].data(), messages[i].size());
   return {status, text};
 }
 

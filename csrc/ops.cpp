@@ -52,7 +52,7 @@ TORCH_LIBRARY(fastprep, m) {
   // values per channel. Returns (status [N, 3] int64: code (0 ok, 1 warning, 2 error),
   // offset and length of the sample's message in messages, a uint8 [M] UTF-8 buffer).
   m.def(
-      "decode_batch(Tensor[] data, Tensor plans, Tensor scales, Tensor fills, Tensor(a!) out, int mode, "
+      "decode_batch(Tensor[] data, Tensor plans, Tensor scales, Tensor fills, Tensor(a!) out, int decode_mode, "
       "int max_pixels, bool strict, int max_scans, int convert, Tensor params, int num_threads) "
       "-> (Tensor, Tensor)");
 }

@@ -58,7 +58,7 @@ def _resize_aa_fake(image, full_out_h, full_out_w, out_top, out_left, out_h, out
 
 
 @torch.library.register_fake("fastprep::decode_batch")
-def _decode_batch_fake(data, plans, scales, fills, out, mode, max_pixels, strict, max_scans, convert, params,
+def _decode_batch_fake(data, plans, scales, fills, out, decode_mode, max_pixels, strict, max_scans, convert, params,
                        num_threads):
     torch._check(out.dim() == 4)
     status = plans.new_empty((out.shape[0], 3), dtype=torch.int64)
