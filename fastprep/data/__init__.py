@@ -28,8 +28,9 @@ Design choices:
 Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.collate` (collate_uint8, PooledCollate),
 :mod:`~fastprep.data.batch` (batch colour transforms over :mod:`fastprep.functional`),
-:mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.loader`
-(make_loader). Every public name is re-exported here. See ``docs/design.md``.
+:mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.shards`
+(ShardDataset: WebDataset shards written by ``fastprep.pack --format wds``),
+:mod:`~fastprep.data.loader` (make_loader). Every public name is re-exported here. See ``docs/design.md``.
 """
 
 from .batch import BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
@@ -37,6 +38,7 @@ from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
 from .prefetch import DevicePrefetcher
+from .shards import ShardDataset, is_shard_dir
 
 __all__ = [
     "BatchConvert",
@@ -50,9 +52,11 @@ __all__ = [
     "JpegDataset",
     "JpegFolder",
     "PooledCollate",
+    "ShardDataset",
     "batch_rgb_to_yuv",
     "collate_uint8",
     "default_transform",
+    "is_shard_dir",
     "make_loader",
     "warm_up_kernels",
 ]

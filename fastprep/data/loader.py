@@ -19,6 +19,7 @@ from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
 from .fallback import decoded_equivalent
 from .prefetch import DevicePrefetcher
+from .shards import ShardDataset, is_shard_dir
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
 
@@ -155,9 +156,11 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
 
     Args:
         source: a sequence of JPEG paths (:class:`JpegDataset`, targets 0), a folder path
-            (:class:`JpegFolder`), or a ``Dataset`` used as is (its samples must already be
-            ``(uint8 [3, H, W] of one size, int target)``; ``crop_size``, ``mask_ratio``,
-            ``transform``, ``on_error`` are then ignored).
+            (:class:`JpegFolder`), a shard directory written by ``fastprep.pack --format wds``
+            (a folder holding its manifest, or an fsspec URL: :class:`ShardDataset`), or a
+            ``Dataset`` used as is (its samples must already be ``(uint8 [3, H, W] of one
+            size, int target)``; ``crop_size``, ``mask_ratio``, ``transform``, ``on_error``
+            are then ignored).
         batch_size, num_workers, shuffle, drop_last, generator, persistent_workers,
         multiprocessing_context, worker_init_fn, prefetch_factor: passed to ``DataLoader``
             (``"spawn"``: see ``spawn_via_forkserver``).
@@ -258,7 +261,9 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int = 2, crop_size
                              "pass them to your decode transform")
         ds_options = dict(max_pixels=max_pixels, jpeg_only=jpeg_only, apply_exif_orientation=apply_exif_orientation,
                           seed=seed)
-        if isinstance(source, (str, os.PathLike)):
+        if is_shard_dir(source):
+            dataset = ShardDataset(source, transform=transform, on_error=on_error, **ds_options)
+        elif isinstance(source, (str, os.PathLike)):
             dataset = JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, **ds_options)
         elif isinstance(source, Sequence):
             dataset = JpegDataset(source, transform=transform, on_error=on_error, **ds_options)
