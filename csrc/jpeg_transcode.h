@@ -21,7 +21,9 @@ typedef struct fp_transcode_result {
 // tables optimized if `optimize`, a restart marker every `restart_interval` MCUs (0: none;
 // -1: automatic, intervals about 64 pixels wide that tile the MCU rows), APPn/COM
 // markers copied if `keep_metadata`. Images with more than `max_pixels` pixels (if > 0)
-// are refused. Any libjpeg warning (corrupt data) is an error. Returns FP_OK or FP_ERROR.
+// are refused. Any libjpeg warning (corrupt data) is an error, and so is a progressive file
+// whose scans leave coefficients incomplete (decoders estimate those; a sequential copy
+// would decode differently). Returns FP_OK or FP_ERROR.
 int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int optimize,
                  int keep_metadata, int64_t max_pixels, fp_transcode_result* result);
 

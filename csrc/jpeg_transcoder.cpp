@@ -96,6 +96,34 @@ static int fp_auto_restart_interval(long mcus_per_row, long mcu_w) {
   return best > 65535 ? 0 : (int)best;
 }
 
+// A progressive file whose scans leave some coefficient of some component unsent or
+// without its low bits is valid, but decoders estimate the missing values (libjpeg's block
+// smoothing, in a way that differs between decoders and versions) and a sequential copy of
+// the coefficients would decode to other pixels. libjpeg tracks, per component and
+// coefficient, the successive-approximation bit still awaited (-1: nothing sent, 0:
+// complete); valid after the whole file was consumed. Writes the first gap's reason into
+// `message` and returns 1, or returns 0 when every coefficient is complete.
+static int fp_incomplete_coefficients(j_decompress_ptr cinfo, char* message, size_t size) {
+  if (!cinfo->progressive_mode || cinfo->coef_bits == NULL) return 0;
+  for (int c = 0; c < cinfo->num_components; c++) {
+    for (int k = 0; k < DCTSIZE2; k++) {
+      const int bits = cinfo->coef_bits[c][k];
+      if (bits == 0) continue;
+      char what[64];
+      if (bits < 0)
+        snprintf(what, sizeof(what), "never sent");
+      else
+        snprintf(what, sizeof(what), "lacks its %d low bit%s", bits, bits == 1 ? "" : "s");
+      snprintf(message, size,
+               "cannot be transcoded losslessly: incomplete progressive scans (component %d coefficient %d %s); "
+               "decoders estimate missing coefficients, a sequential copy would change pixels",
+               c, k, what);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void fp_tc_cleanup(struct fp_transcoder* t) {
   if (t->dst_created) jpeg_destroy_compress(&t->dst);
   if (t->src_created) jpeg_destroy_decompress(&t->src);
@@ -147,7 +175,11 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
     fp_tc_cleanup(t);
     return FP_ERROR;
   }
-  jvirt_barray_ptr* coefs = jpeg_read_coefficients(&t->src);
+  jvirt_barray_ptr* coefs = jpeg_read_coefficients(&t->src);  // consumes every scan up to EOI
+  if (fp_incomplete_coefficients(&t->src, result->message, sizeof(result->message))) {
+    fp_tc_cleanup(t);
+    return FP_ERROR;
+  }
 
   jpeg_create_compress(&t->dst);
   t->dst_created = 1;

@@ -400,7 +400,11 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
 
     Raises:
         DecodeError: the data is not a JPEG libjpeg can read without warnings (corrupt or
-            truncated data is refused rather than re-encoded as if it were clean).
+            truncated data is refused rather than re-encoded as if it were clean), or it
+            is a valid progressive file whose scans leave some coefficient bits unsent
+            (message ``"cannot be transcoded losslessly: incomplete progressive scans
+            (...)"``): decoders estimate those (libjpeg's block smoothing), a sequential
+            copy would decode to other pixels.
         ValueError, TypeError: bad arguments.
     """
     if isinstance(restart_interval, str):

@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from PIL import Image
 import fastprep.io as fio
 from fastprep import _C
 from fastprep.bench.synthetic import photo_like
-from conftest import ENCODINGS, make_jpeg, pil_jpeg
+from conftest import ENCODINGS, cjpeg, make_jpeg, pil_jpeg
 
 
 def pil_pixels(data: bytes) -> np.ndarray:
@@ -33,6 +34,106 @@ def _auto_interval(info):
     divisors = [d for d in range(1, mpr + 1) if mpr % d == 0 and d * mcu_w <= 128]
     best = min(divisors, key=lambda d: (abs(d * mcu_w - 64), -d))
     return best if best * mcu_w >= 32 else mpr
+
+
+def scan_ends(data: bytes) -> list:
+    """Offsets just past each scan's entropy-coded data (where the next marker starts)."""
+    ends, i = [], 2
+    while i + 1 < len(data):
+        assert data[i] == 0xFF, f"no marker at offset {i}"
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0xD9:
+            break
+        i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+        if marker == 0xDA:
+            while True:  # entropy data ends at the first 0xFF that is neither stuffing nor RSTn
+                i = data.index(b"\xff", i)
+                if data[i + 1] == 0 or 0xD0 <= data[i + 1] <= 0xD7:
+                    i += 2
+                    continue
+                break
+            ends.append(i)
+    return ends
+
+
+def cut_after_each_scan(data: bytes) -> list:
+    """The progressive file stopped after each of its scans but the last, with a proper EOI:
+    valid files whose later refinement scans are missing."""
+    return [data[:end] + b"\xff\xd9" for end in scan_ends(data)[:-1]]
+
+
+def cjpeg_scans(rgb, script: str, *args) -> bytes:
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write(script)
+        f.flush()
+        return cjpeg(rgb, *args, "-scans", f.name)
+
+
+# Progressive encodings beyond conftest's: other samplings and restart markers in the scans.
+EXTRA_PROGRESSIVE = {
+    "440-progressive": lambda a: cjpeg(a, "-progressive", "-sample", "1x2,1x1,1x1"),
+    "411-progressive": lambda a: cjpeg(a, "-progressive", "-sample", "4x1,1x1,1x1"),
+    "420-progressive-restart": lambda a: cjpeg(a, "-progressive", "-restart", "1B"),
+    "444-arith-progressive-restart": lambda a: cjpeg(a, "-progressive", "-arithmetic", "-sample", "1x1",
+                                                     "-restart", "2B"),
+}
+
+
+def _pixels_or_refused(src: bytes) -> bool:
+    """Transcode `src`: True when refused with DecodeError, else assert the copy decodes to
+    the original's pixels with fastprep and with Pillow and return False."""
+    try:
+        out = fio.transcode_jpeg(src)
+    except fio.DecodeError:
+        return True
+    for mode in ("UNCHANGED", "RGB"):
+        got, want = fio.decode_jpeg(out, mode), fio.decode_jpeg(src, mode)
+        assert torch.equal(got, want), f"mode {mode}: {int((got != want).sum())} of {want.numel()} values differ"
+    got, want = pil_pixels(out), pil_pixels(src)
+    assert np.array_equal(got, want), f"Pillow: {int((got != want).sum())} of {want.size} values differ"
+    return False
+
+
+class TestTranscodeProperty:
+    """Property: the transcoded file decodes to the original's pixels, or the transcode is
+    refused -- over every test encoding and every progressive file cut after each scan."""
+
+    @pytest.mark.parametrize("encoding", sorted(ENCODINGS) + sorted(EXTRA_PROGRESSIVE))
+    @pytest.mark.parametrize("size", [(53, 71), (17, 9)])
+    def test_identical_pixels_or_refused(self, encoding, size):
+        if encoding in EXTRA_PROGRESSIVE:
+            src = EXTRA_PROGRESSIVE[encoding](photo_like(*size, 7))
+        else:
+            src = make_jpeg(encoding, *size, seed=7)
+        # complete files are transcoded (the property is not met by refusing everything)
+        assert not _pixels_or_refused(src)
+        cuts = cut_after_each_scan(src) if fio.jpeg_info(src).progressive else []
+        assert len(cuts) >= 5 or not fio.jpeg_info(src).progressive
+        for i, cut in enumerate(cuts):
+            _pixels_or_refused(cut)  # raises on a pixel difference
+            # every libjpeg progressive script refines some coefficient in its last scan
+            with pytest.raises(fio.DecodeError, match="incomplete progressive scans"):
+                fio.transcode_jpeg(cut)
+
+    @pytest.mark.parametrize("script,why", [
+        ("0,1,2: 0-0, 0, 0;", "component 0 coefficient 1 never sent"),
+        ("0,1,2: 0-0, 0, 1; 0: 1-63, 0, 0; 1: 1-63, 0, 0; 2: 1-63, 0, 0;", "component 0 coefficient 0 lacks its 1 low bit"),
+        ("0,1,2: 0-0, 0, 0; 0: 1-63, 0, 0; 1: 1-63, 0, 0; 2: 1-62, 0, 0;", "component 2 coefficient 63 never sent"),
+    ])
+    def test_incomplete_progressive_refused(self, script, why):
+        src = cjpeg_scans(photo_like(80, 96, 0), script, "-sample", "1x1,1x1,1x1")
+        fio.decode_jpeg(src)  # a valid file: decodes without a warning (filterwarnings=error)
+        with pytest.raises(fio.DecodeError, match=f"cannot be transcoded losslessly: incomplete progressive "
+                                                  f"scans \\({why}"):
+            fio.transcode_jpeg(src)
+
+    def test_complete_custom_script_transcoded(self):
+        script = "0,1,2: 0-0, 0, 1; 0: 1-63, 0, 0; 1: 1-63, 0, 0; 2: 1-63, 0, 0; 0,1,2: 0-0, 1, 0;"
+        src = cjpeg_scans(photo_like(80, 96, 0), script, "-sample", "1x1,1x1,1x1")
+        assert not _pixels_or_refused(src)
 
 
 class TestTranscode:
@@ -215,6 +316,38 @@ class TestPackCli:
         res = _run_pack(src, dst, "--quiet")
         assert res.returncode == 1 and "I/O errors (1)" in res.stdout and "cat/a.jpg" in res.stdout
         assert (dst / "dog" / "c.jpeg").exists()  # the rest went on
+
+    def test_incomplete_progressive_kept_as_is(self, tmp_path, tree):
+        """Valid files a transcode would change are copied byte for byte and listed with
+        their reason, even with --on-error skip (which leaves out only corrupt files)."""
+        src, _ = tree
+        dc_only = cjpeg_scans(photo_like(80, 96, 0), "0,1,2: 0-0, 0, 0;", "-sample", "1x1,1x1,1x1")
+        cut = cut_after_each_scan(make_jpeg("420-progressive", 50, 70, seed=2))[3]
+        (src / "cat" / "dc-only.jpg").write_bytes(dc_only)
+        (src / "cat" / "cut.jpg").write_bytes(cut)
+        dst = tmp_path / "dst"
+        res = _run_pack(src, dst, "--quiet", "--on-error", "skip")
+        assert res.returncode == 0, res.stderr
+        assert (dst / "cat" / "dc-only.jpg").read_bytes() == dc_only
+        assert (dst / "cat" / "cut.jpg").read_bytes() == cut
+        assert not (dst / "dog" / "broken.jpg").exists()
+        assert "packed: 5" in res.stdout and "kept as-is: 2" in res.stdout and "failed: 1" in res.stdout, res.stdout
+        kept_section = res.stdout.split("kept as-is, valid JPEG but a transcode would change its pixels (2):\n")[1]
+        listed = kept_section.splitlines()[:2]
+        assert [line.split(":")[0].strip() for line in listed] == ["cat/cut.jpg", "cat/dc-only.jpg"], res.stdout
+        assert all("incomplete progressive scans" in line for line in listed), res.stdout
+        assert "could not transcode (corrupt, truncated or too large) (1):\n  dog/broken.jpg" in res.stdout
+
+    def test_kept_in_summary(self, tmp_path):
+        from fastprep.pack import pack_folder
+
+        (tmp_path / "src").mkdir()
+        (tmp_path / "src" / "a.jpg").write_bytes(
+            cjpeg_scans(photo_like(20, 30, 0), "0: 0-0, 0, 0; 1: 0-0, 0, 0; 2: 0-0, 0, 0;", "-sample", "1x1"))
+        summary = pack_folder(tmp_path / "src", tmp_path / "dst", workers=1, progress=False, on_error="skip")
+        assert summary.packed == 0 and not summary.failed and summary.bytes_after == summary.bytes_before
+        assert [rel for rel, _ in summary.kept] == ["a.jpg"]
+        assert summary.kept[0][1].startswith("cannot be transcoded losslessly: incomplete progressive scans")
 
     def test_dst_inside_src(self, tmp_path, tree):
         src, _ = tree

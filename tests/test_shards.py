@@ -193,6 +193,22 @@ class TestLayout:
         assert code == 0 and "left out" in out
         assert len(D.ShardDataset(tmp_path / "dst2")) == 9
 
+    def test_valid_jpeg_that_cannot_be_packed_is_stored_as_is(self, tmp_path, tree):
+        src, _ = tree
+        progressive = make_jpeg("420-progressive", 40, 48, seed=11)
+        sos = progressive.index(b"\xff\xda")
+        end = sos + 2 + int.from_bytes(progressive[sos + 2:sos + 4], "big")
+        while progressive[end] != 0xFF or progressive[end + 1] == 0 or 0xD0 <= progressive[end + 1] <= 0xD7:
+            end += 1
+        dc_only = progressive[:end] + b"\xff\xd9"  # valid: stops after its first (DC) scan
+        (src / "emu" / "dc.jpg").write_bytes(dc_only)
+        for on_error in ("copy", "skip"):
+            summary = pack_shards(src, tmp_path / on_error, workers=1, progress=False, on_error=on_error)
+            assert [rel for rel, _ in summary.kept] == ["emu/dc.jpg"] and not summary.failed
+            ds = D.ShardDataset(tmp_path / on_error)
+            assert ds.read_encoded(ds.files.index("shard-000000.tar:emu/dc"))[0].numpy().tobytes() == dc_only
+        assert [rel for rel, _ in pack_shards(src, tmp_path / "copy", progress=False).kept] == ["emu/dc.jpg"]
+
     def test_progress_bar_and_cli_errors(self, tmp_path, tree, capsys):
         src, _ = tree
         code, out, err = _run_pack(capsys, src, tmp_path / "dst", "--format", "wds", "--shard-size", "10kB", "-j", "1")
@@ -295,7 +311,7 @@ class TestResume:
         src, _ = tree
         fresh = tmp_path / "fresh"
         first = _pack(src, fresh)
-        assert first.shards >= 3 and first.shards_kept == 0 and first.up_to_date == 0
+        assert first.shards >= 3 and first.shards_reused == 0 and first.up_to_date == 0
         expected = _snapshot(fresh)
         # what an interruption leaves: the first shards complete, a partial one, no manifest
         dst = tmp_path / "dst"
@@ -306,13 +322,13 @@ class TestResume:
         (dst / f"shard-{last:06d}.tar").rename(dst / f"shard-{last:06d}.tar.123.fastprep-pack-tmp")
         (dst / f"shard-{last - 1:06d}.tar").write_bytes(b"partial")  # its index says otherwise: redone too
         summary = _pack(src, dst)
-        assert summary.shards_kept == last - 1 and summary.shards == 2
+        assert summary.shards_reused == last - 1 and summary.shards == 2
         assert summary.up_to_date == sum(len(json.loads((fresh / f"shard-{i:06d}.idx.json").read_text())["keys"])
                                          for i in range(last - 1))
         assert _snapshot(dst) == expected
         # nothing to do the second time
         again = _pack(src, dst)
-        assert again.shards == 0 and again.shards_kept == first.shards and again.up_to_date == 9
+        assert again.shards == 0 and again.shards_reused == first.shards and again.up_to_date == 9
         assert _snapshot(dst) == expected
 
     def test_changes_redo_from_the_first_changed_shard(self, tmp_path, tree):
@@ -322,9 +338,9 @@ class TestResume:
         before = _snapshot(dst)
         (src / "emu" / "g.jpg").write_bytes(encode_jpeg(photo_like(20, 20, 99)))  # in a later shard
         summary = _pack(src, dst)
-        assert 0 < summary.shards_kept < first.shards
+        assert 0 < summary.shards_reused < first.shards
         after = _snapshot(dst)
-        for i in range(summary.shards_kept):
+        for i in range(summary.shards_reused):
             assert after[f"shard-{i:06d}.tar"] == before[f"shard-{i:06d}.tar"]
         assert after != before
         check = D.ShardDataset(dst)
@@ -339,9 +355,9 @@ class TestResume:
         names = json.loads((dst / MANIFEST_NAME).read_text())["shards"]
         assert _shard_files(dst) == sorted([MANIFEST_NAME] + [e["name"] for e in names] + [e["index"] for e in names])
         # other options (or force): everything redone
-        assert _pack(src, dst, restart_interval=1).shards_kept == 0
-        assert _pack(src, dst, restart_interval=1, force=True).shards_kept == 0
-        assert _pack(src, dst, restart_interval=1).shards_kept == len(names)
+        assert _pack(src, dst, restart_interval=1).shards_reused == 0
+        assert _pack(src, dst, restart_interval=1, force=True).shards_reused == 0
+        assert _pack(src, dst, restart_interval=1).shards_reused == len(names)
 
 
 def _read_all(ds):

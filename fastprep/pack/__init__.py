@@ -6,7 +6,9 @@ scan; optimized Huffman tables; restart markers that tile the MCU rows) and writ
 same relative path under ``DST``. :func:`fastprep.io.decode_jpeg_roi` -- and so the
 random-crop decode transforms and loaders built on it -- then entropy-decodes only the
 restart intervals a window needs. Other files are copied unchanged, so an ImageFolder
-layout keeps working. See docs/pack.md.
+layout keeps working, and so are the valid JPEGs that cannot be transcoded losslessly
+(progressive files whose scans leave coefficients incomplete: decoders estimate those, a
+sequential copy would change pixels); the summary lists them. See docs/pack.md.
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
         dst: destination folder (created if missing).
         workers: processes (default: ``os.cpu_count()``).
         restart_interval, optimize, keep_metadata: as in :func:`fastprep.io.transcode_jpeg`.
-        on_error: ``"copy"`` (default) writes JPEGs that cannot be transcoded unchanged;
-            ``"skip"`` leaves them out of ``dst``. Either way they are listed in the summary.
+        on_error: ``"copy"`` (default) writes corrupt JPEGs (which cannot be transcoded)
+            unchanged; ``"skip"`` leaves them out of ``dst``. Either way they are listed in
+            the summary. Valid JPEGs that cannot be transcoded losslessly are always copied
+            (and listed).
         max_pixels: refuse larger images (default: ``fastprep.io.DEFAULT_MAX_PIXELS``).
         force: transcode even the files whose output is up to date.
         progress: show a tqdm progress bar on stderr.
@@ -131,6 +135,8 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
                     summary.jpeg_bytes_after += n_out
                 elif kind == "copied":
                     summary.copied += 1
+                elif kind == "kept":
+                    summary.kept.append((rel, reason))
                 elif kind == "error":
                     summary.errors.append((rel, reason))
                 else:
@@ -148,6 +154,7 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
     finally:
         if bar is not None:
             bar.close()
+    summary.kept.sort()
     summary.failed.sort()
     summary.errors.sort()
     return summary
@@ -164,18 +171,20 @@ def _format_bytes(n: int) -> str:
 def format_summary(s: PackSummary, max_listed: int = 20) -> str:
     """A human-readable report of :func:`pack_folder`'s summary."""
     lines = [f"files: {s.files}  packed: {s.packed}  copied (not JPEG): {s.copied}  "
-             f"up to date: {s.up_to_date}  failed: {len(s.failed)}  I/O errors: {len(s.errors)}"]
+             f"kept as-is: {len(s.kept)}  up to date: {s.up_to_date}  failed: {len(s.failed)}  "
+             f"I/O errors: {len(s.errors)}"]
     if s.packed:
         change = 100.0 * (s.jpeg_bytes_after - s.jpeg_bytes_before) / max(s.jpeg_bytes_before, 1)
         lines.append(f"packed JPEGs: {_format_bytes(s.jpeg_bytes_before)} -> {_format_bytes(s.jpeg_bytes_after)} "
                      f"({change:+.2f} %)")
-    if s.shards or s.shards_kept:
-        lines.append(f"shards written: {s.shards}  kept from an earlier run: {s.shards_kept}")
+    if s.shards or s.shards_reused:
+        lines.append(f"shards written: {s.shards}  reused from an earlier run: {s.shards_reused}")
     if s.bytes_before:
         lines.append(f"all files written: {_format_bytes(s.bytes_before)} -> {_format_bytes(s.bytes_after)}")
     not_samples = [(rel, "not an image sample") for rel in s.not_samples]
-    for title, items in (("could not transcode", s.failed), ("I/O errors", s.errors),
-                         ("not in the shards", not_samples)):
+    for title, items in (("kept as-is, valid JPEG but a transcode would change its pixels", s.kept),
+                         ("could not transcode (corrupt, truncated or too large)", s.failed),
+                         ("I/O errors", s.errors), ("not in the shards", not_samples)):
         if items:
             lines.append(f"{title} ({len(items)}):")
             lines += [f"  {rel}: {why}" for rel, why in items[:max_listed]]

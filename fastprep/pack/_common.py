@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _TMP_SUFFIX = ".fastprep-pack-tmp"
+# How transcode_jpeg's DecodeError for a valid file it refuses begins (csrc/jpeg_transcoder.cpp).
+_LOSSLESS_REFUSAL = "cannot be transcoded losslessly"
 
 
 @dataclass
@@ -18,8 +20,13 @@ class PackSummary:
         packed: JPEGs transcoded.
         copied: non-JPEG files copied unchanged.
         up_to_date: files skipped because the output was already up to date.
-        failed: ``(relative path, reason)`` of JPEGs that could not be transcoded (copied
-            as-is or left out, per ``on_error``).
+        kept: ``(relative path, reason)`` of valid JPEGs copied unchanged because a
+            transcode would change their pixels (progressive files whose scans leave
+            coefficients incomplete); copied whatever ``on_error`` says. Their ROI decodes
+            take the slower path.
+        failed: ``(relative path, reason)`` of JPEGs that could not be transcoded because
+            they are corrupt, truncated or too large (copied as-is or left out, per
+            ``on_error``).
         errors: ``(relative path, reason)`` of I/O errors (unreadable source, unwritable
             destination): the output is incomplete.
         jpeg_bytes_before, jpeg_bytes_after: total size of the packed JPEGs before and after.
@@ -27,14 +34,15 @@ class PackSummary:
             and after.
         not_samples: (shards only) relative paths of the files under the source that are not
             samples (not images JpegFolder lists, or files beside the class folders).
-        shards, shards_kept: (shards only) shards written in this run, and complete shards
-            of an earlier run kept as they were (their samples count as ``up_to_date``).
+        shards, shards_reused: (shards only) shards written in this run, and complete shards
+            of an earlier run reused as they were (their samples count as ``up_to_date``).
     """
 
     files: int = 0
     packed: int = 0
     copied: int = 0
     up_to_date: int = 0
+    kept: list = field(default_factory=list)
     failed: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     jpeg_bytes_before: int = 0
@@ -43,7 +51,7 @@ class PackSummary:
     bytes_after: int = 0
     not_samples: list = field(default_factory=list)
     shards: int = 0
-    shards_kept: int = 0
+    shards_reused: int = 0
 
 
 def _walk(src: str, dst: str):
@@ -63,6 +71,7 @@ def _walk(src: str, dst: str):
 
 def _transcode(data: bytes, opts: dict):
     """``(kind, output bytes, reason)``: kind ``"packed"``, ``"copied"`` (not a JPEG),
+    ``"kept"`` (a valid JPEG a transcode would change: the input, whatever ``on_error``),
     ``"failed-copied"`` or ``"failed-skipped"`` (per ``opts["on_error"]``)."""
     from fastprep.io import DecodeError, transcode_jpeg
 
@@ -73,6 +82,8 @@ def _transcode(data: bytes, opts: dict):
                                         keep_metadata=opts["keep_metadata"], max_pixels=opts["max_pixels"]), ""
     except (DecodeError, ValueError, MemoryError) as e:
         reason = str(e) or type(e).__name__
+        if isinstance(e, DecodeError) and reason.startswith(_LOSSLESS_REFUSAL):
+            return "kept", data, reason
         if opts["on_error"] == "skip":
             return "failed-skipped", b"", reason
         return "failed-copied", data, reason

@@ -234,13 +234,14 @@ def pack_shards(src: str | os.PathLike, dst: str | os.PathLike, *, shard_size=DE
         dst: the shard directory (created if missing; not inside ``src``).
         shard_size: bytes per shard (int or a text such as ``"1GB"``, see :func:`parse_size`).
         workers, restart_interval, optimize, keep_metadata, on_error, max_pixels, force,
-        progress: as :func:`fastprep.pack.pack_folder`. ``on_error="copy"`` stores a JPEG
-            that cannot be transcoded as it is; ``"skip"`` leaves it out of the shards (the
-            sample order then differs from the folder's by that sample).
+        progress: as :func:`fastprep.pack.pack_folder`. ``on_error="copy"`` stores a corrupt
+            JPEG (which cannot be transcoded) as it is; ``"skip"`` leaves it out of the shards
+            (the sample order then differs from the folder's by that sample). A valid JPEG
+            that cannot be transcoded losslessly is always stored as it is.
 
     Returns:
         A :class:`fastprep.pack.PackSummary`; files of ``src`` that are not samples are in
-        ``not_samples``, the shards written and kept in ``shards`` and ``shards_kept``.
+        ``not_samples``, the shards written and reused in ``shards`` and ``shards_reused``.
 
     Raises:
         ValueError: bad arguments, ``dst`` inside ``src``, no images, or two files whose keys
@@ -278,14 +279,17 @@ def pack_shards(src: str | os.PathLike, dst: str | os.PathLike, *, shard_size=DE
         for rel, _, _, kind, reason in state["sources"]:
             if kind.startswith("failed"):
                 summary.failed.append((rel, reason))
+            elif kind == "kept":
+                summary.kept.append((rel, reason))
         position += len(state["sources"])
-    summary.up_to_date, summary.shards_kept = position, len(kept)
+    summary.up_to_date, summary.shards_reused = position, len(kept)
     todo = list(range(position, len(samples)))
     _write_shards(src, dst, todo, samples, keys, sources, options, workers, progress, entries, summary)
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, "classes": classes,
                 "num_samples": sum(e["num_samples"] for e in entries), "shards": entries,
                 "pack": {"options": options}}
     _write_json(os.path.join(dst, MANIFEST_NAME), manifest)
+    summary.kept.sort()
     summary.failed.sort()
     summary.errors.sort()
     return summary
@@ -349,6 +353,8 @@ def _account(summary, rel, kind, n_in, n_out, reason):
         summary.jpeg_bytes_after += n_out
     elif kind == "copied":
         summary.copied += 1
+    elif kind == "kept":
+        summary.kept.append((rel, reason))
     elif kind == "error":
         summary.errors.append((rel, reason))
         return
