@@ -465,6 +465,11 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   if (block_smoothing_possible(cinfo)) x0 = x0 > 2 * mcu_w ? x0 - 2 * mcu_w : 0;
   int64_t x1 = ((left + width + 1 + mcu_w - 1) / mcu_w) * mcu_w;
   if (x1 > full_w) x1 = full_w;
+  // jpeg_crop_scanline re-selects the upsampling methods when the crop leaves a component
+  // fewer than 2 samples per row, and then picks plain replication over fancy upsampling
+  // (which for 2x2 chroma also blends rows): a crop that narrow -- the image's last,
+  // partial iMCU column, at most max_h_samp_factor pixels -- starts an iMCU column earlier.
+  if (x0 > 0 && x1 - x0 <= cinfo->max_h_samp_factor) x0 -= mcu_w;
   // When DCT scaling enlarges a component's IDCT output (libjpeg does so for chroma whose
   // subsampling is a power of two in both directions, to spare upsampling) but the
   // component still needs upsampling, libjpeg-turbo before 3.0.1 computes its cropped

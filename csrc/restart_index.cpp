@@ -64,6 +64,23 @@ class IndexBlob {
   size_t size_ = 0;
 };
 
+// Whether a frame `width` pixels wide gives every horizontally subsampled component at
+// least 3 samples per row at scale s/8. libjpeg (jdsample.c, jinit_upsampler) uses fancy
+// upsampling for a component upsampled 2x horizontally only when its downsampled width is
+// above 2, and plain replication otherwise; the spliced frame is narrower than the image,
+// so it must stay on the same side of that threshold or its chroma is interpolated
+// differently everywhere (4:2:2 at 2/8 with one 16-pixel interval spliced: 2 samples). A
+// component's downsampled width is ceil(width * h * DCT_scaled_size / (hmax * 8)) and its
+// DCT_scaled_size is at least s (libjpeg enlarges it for some chroma), so the bound below
+// with s in its place suffices whatever the component's upsampling turns out to be.
+bool upsampling_as_in_image(const RestartLayout& layout, int64_t width, int64_t s) {
+  for (int c = 0; c < layout.num_components; c++) {
+    const int64_t h = layout.h_samp[c], hmax = layout.max_h_samp;
+    if (h < hmax && width * h * s <= 2 * hmax * 8) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int64_t restart_interval_count(const RestartLayout& layout) {
@@ -164,6 +181,9 @@ RestartLayout parse_restart_layout(const uint8_t* data, size_t size) {
     if (hs[c] > hmax) hmax = hs[c];
     if (vs[c] > vmax) vmax = vs[c];
   }
+  layout.num_components = nf;
+  for (int c = 0; c < nf; c++) layout.h_samp[c] = hs[c];
+  layout.max_h_samp = hmax;
   // A single-component scan is non-interleaved: one 8x8 block per MCU, whatever the factors.
   layout.mcu_w = nf == 1 ? 8 : 8 * hmax;
   layout.mcu_h = nf == 1 ? 8 : 8 * vmax;
@@ -219,7 +239,8 @@ bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t
   // spliced image's edges as image edges, so none of them may be a needed pixel unless it
   // is one in the original. The window and its context are mapped to full-scale pixels;
   // rounding them out to whole MCUs (mw, mh >= 8) covers every block they touch, and the
-  // MCU boundaries map to whole output pixels at every scale.
+  // MCU boundaries map to whole output pixels at every scale. (An upsampled pixel blends
+  // its own sample with the nearest one on one side, whose pixels are adjacent to it.)
   const int64_t sx0 = left > 0 ? left - 1 : 0, sy0 = top > 0 ? top - 1 : 0;
   const int64_t px0 = sx0 * 8 / s, py0 = sy0 * 8 / s;
   const int64_t px1 = std::min(ceil_div((left + width + 1) * 8, s), W);
@@ -236,12 +257,22 @@ bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t
     for (int64_t i = i0; i < i1; i++) plan->intervals.push_back(i);
     return true;
   }
-  const int64_t n = mpr / R, j0 = c0 / R, j1 = ceil_div(c1, R);  // n intervals per row
+  const int64_t n = mpr / R;  // n intervals per row
+  int64_t j0 = c0 / R, j1 = ceil_div(c1, R);
+  const auto span = [&](int64_t a, int64_t b) { return std::min(b * R * mw, W) - a * R * mw; };
+  // Widen by whole intervals (right first, then left) until the frame's upsampling is the
+  // image's; at full width it is.
+  while ((j0 > 0 || j1 < n) && !upsampling_as_in_image(layout, span(j0, j1), s)) {
+    if (j1 < n)
+      j1++;
+    else
+      j0--;
+  }
   if (r0 == 0 && j0 == 0 && j1 == n) return false;
   plan->y0 = r0 * mh;
   plan->height = (r1 * mh < H ? r1 * mh : H) - plan->y0;
   plan->x0 = j0 * R * mw;
-  plan->width = (j1 * R * mw < W ? j1 * R * mw : W) - plan->x0;
+  plan->width = span(j0, j1);
   plan->intervals.reserve((size_t)((r1 - r0) * (j1 - j0)));
   for (int64_t r = r0; r < r1; r++)
     for (int64_t j = j0; j < j1; j++) plan->intervals.push_back(r * n + j);

@@ -32,6 +32,9 @@ struct RestartLayout {
   int64_t height = 0, width = 0;
   int64_t mcu_w = 0, mcu_h = 0;     // MCU size in pixels
   int64_t mcus_per_row = 0, mcu_rows = 0;
+  int num_components = 0;
+  int h_samp[4] = {0, 0, 0, 0};  // horizontal sampling factor of each component
+  int max_h_samp = 0;
   // The header to splice: SOI..SOS with the APPn/COM segments that do not affect decoding
   // left out. The SOF's height and width are big-endian 16-bit at sof_size_at.
   std::string header;
@@ -69,9 +72,10 @@ struct SplicePlan {
 
 // Choose the intervals covering the window [top, top+height) x [left, left+width) of the
 // decode at scale_num/8 (window in scaled pixels) plus one scaled pixel of context on each
-// side. The plan's region is in full-scale pixels; its origin is a multiple of the MCU
-// size, so it falls on whole pixels of the scaled decode too. Returns false when splicing
-// would save nothing.
+// side, widened when needed so that libjpeg picks the same upsampling method for the
+// spliced frame as for the whole image. The plan's region is in full-scale pixels; its
+// origin is a multiple of the MCU size, so it falls on whole pixels of the scaled decode
+// too. Returns false when splicing would save nothing.
 bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t height,
                  int64_t width, int scale_num, SplicePlan* plan);
 
