@@ -25,7 +25,7 @@ import atheris
 
 with atheris.instrument_imports(include=["fastprep"]):
     import fastprep.io as fio
-    import fastprep.transforms  # noqa: F401  (instrumented here; used by fuzz_transforms)
+    import fastprep.transforms  # noqa: F401  (instrumented here; used by fuzz_transforms, fuzz_pack_recipes)
 
 PARAM_BYTES = 16
 
@@ -124,13 +124,19 @@ def _artifact_prefix(argv) -> str:
 
 
 def main(test_one_input):
-    """Run ``test_one_input`` under atheris with ``sys.argv`` as libFuzzer arguments.
+    """Run ``test_one_input`` under atheris with ``sys.argv`` as libFuzzer arguments, or,
+    when the first argument is ``--blind``, under the coverage-blind mutation runner
+    (``fuzz/_blind.py``: ``--blind SECONDS CORPUS... [options]``).
 
     An input that raises is saved as ``<artifact_prefix>crash-<sha1>`` before the
     exception reaches atheris: atheris's bundled libFuzzer writes no artifact for a Python
     exception unless a sanitizer runtime is loaded."""
     warnings.simplefilter("error")
     warnings.simplefilter("always", fio.DecodeWarning)
+    if len(sys.argv) > 1 and sys.argv[1] == "--blind":
+        import _blind
+
+        sys.exit(_blind.main(test_one_input, sys.argv[2:]))
     prefix = _artifact_prefix(sys.argv)
 
     def run(data: bytes) -> None:

@@ -26,26 +26,35 @@ def window(fdp, info):
     return top, left, height, width
 
 
-def check(jpeg: bytes, mode, win, decode_roi=fio.decode_jpeg_roi, decode_full=fio.decode_jpeg) -> None:
+def check(jpeg: bytes, mode, win, decode_roi=fio.decode_jpeg_roi, decode_full=fio.decode_jpeg, scale=None) -> None:
     """The oracle; ``decode_roi``/``decode_full`` are parameters so a test can show that a
     wrong ROI decoder is caught."""
-    top, left, height, width = win
-    roi, _ = h.quiet(decode_roi, jpeg, top, left, height, width, mode, max_pixels=h.MAX_PIXELS, strict=True)
-    full, _ = h.quiet(decode_full, jpeg, mode, max_pixels=h.MAX_PIXELS, strict=True)
-    if roi is None:
-        if full is not None:
-            raise Finding(f"strict full decode succeeded, strict ROI {win} mode {mode!r} raised")
-        h.quiet(decode_roi, jpeg, top, left, height, width, mode, max_pixels=h.MAX_PIXELS)
-        return
-    if tuple(roi.shape[1:]) != (height, width):
-        raise Finding(f"ROI {win} returned shape {tuple(roi.shape)}")
-    if full is None:
-        return  # e.g. data truncated below the window: the ROI need not read it
-    ref = full[:, top:top + height, left:left + width]
-    if not torch.equal(roi, ref):
-        diff = (roi.int() - ref.int()).abs()
-        raise Finding(f"ROI {win} mode {mode!r} differs from the full decode sliced: "
-                      f"{int((diff > 0).sum())} values, max {int(diff.max())}")
+    check_windows(jpeg, mode, [win], decode_roi, decode_full, scale)
+
+
+def check_windows(jpeg: bytes, mode, wins, decode_roi=fio.decode_jpeg_roi, decode_full=fio.decode_jpeg,
+                  scale=None) -> None:
+    """The oracle for several windows (in pixels of the image at ``scale``) of one file."""
+    full, _ = h.quiet(decode_full, jpeg, mode, max_pixels=h.MAX_PIXELS, strict=True, scale=scale)
+    for win in wins:
+        top, left, height, width = win
+        roi, _ = h.quiet(decode_roi, jpeg, top, left, height, width, mode, max_pixels=h.MAX_PIXELS, strict=True,
+                         scale=scale)
+        where = f"ROI {win} mode {mode!r} scale {scale}"
+        if roi is None:
+            if full is not None:
+                raise Finding(f"strict full decode succeeded, strict {where} raised")
+            h.quiet(decode_roi, jpeg, top, left, height, width, mode, max_pixels=h.MAX_PIXELS, scale=scale)
+            continue
+        if tuple(roi.shape[1:]) != (height, width):
+            raise Finding(f"{where} returned shape {tuple(roi.shape)}")
+        if full is None:
+            continue  # e.g. data truncated below the window: the ROI need not read it
+        ref = full[:, top:top + height, left:left + width]
+        if not torch.equal(roi, ref):
+            diff = (roi.int() - ref.int()).abs()
+            raise Finding(f"{where} differs from the full decode sliced: "
+                          f"{int((diff > 0).sum())} values, max {int(diff.max())}")
 
 
 def test_one_input(data: bytes) -> None:

@@ -4,8 +4,10 @@ Every seed is ``PARAM_BYTES`` parameter bytes (read by the targets with
 ``atheris.FuzzedDataProvider``: mode, strict, window, crop size...) followed by one JPEG.
 The JPEGs are small (fuzzing speed) and cover the encodings the decoder handles: baseline
 4:4:4/4:2:2/4:2:0/4:4:0/4:1:1, progressive, restart markers, optimized Huffman tables,
-arithmetic coding (cjpeg from libjpeg-turbo-progs), grayscale, CMYK, odd sizes and
-progressive files whose last refinement scans are missing.
+arithmetic coding (cjpeg from libjpeg-turbo-progs), grayscale, CMYK, odd sizes,
+progressive files whose last refinement scans are missing, restart markers every 1 to 8
+MCUs in every sampling, and files packed by ``fastprep.io.transcode_jpeg`` (what
+``python -m fastprep.pack`` writes).
 
 Usage: ``python fuzz/make_corpus.py OUT_DIR`` (creates OUT_DIR). Encodings that need
 cjpeg are skipped with a note when it is not installed (``apt-get install
@@ -113,6 +115,50 @@ CJPEG_ENCODINGS = {
 }
 
 
+# Samplings (cjpeg -sample; None: grayscale) of the restart-marked and packed seeds: the
+# usual ones, 4:1:0, and two that no subsampling name describes.
+RESTART_SAMPLINGS = {
+    "444": "1x1,1x1,1x1", "422": "2x1,1x1,1x1", "420": "2x2,1x1,1x1", "440": "1x2,1x1,1x1",
+    "411": "4x1,1x1,1x1", "410": "4x2,1x1,1x1", "2x2-2x1-1x1": "2x2,2x1,1x1", "1x4": "1x4,1x1,1x1",
+    "gray": None,
+}
+RESTART_INTERVALS = range(1, 9)  # MCUs
+# Sizes of the restart-marked seeds, taken in turn: a few MCUs each way, odd edges.
+RESTART_SIZES = [(17, 9), (33, 47), (24, 40), (9, 70), (40, 33)]
+PACKED_SIZES = [(17, 33), (48, 64)]
+
+
+def _sampled(rgb, sampling, *args) -> bytes:
+    if sampling is None:
+        return _cjpeg(rgb, "-quality", "85", *args, gray=True)
+    return _cjpeg(rgb, "-quality", "85", "-sample", sampling, *args)
+
+
+def restart_seeds():
+    """``(name, jpeg)``: cjpeg files with a restart marker every 1..8 MCUs (and one every MCU
+    row) in every sampling of :data:`RESTART_SAMPLINGS`."""
+    for k, (name, sampling) in enumerate(RESTART_SAMPLINGS.items()):
+        for n in RESTART_INTERVALS:
+            height, width = RESTART_SIZES[(k + n) % len(RESTART_SIZES)]
+            rgb = synthetic_rgb(height, width, seed=100 + 10 * k + n)
+            yield f"{name}-restart{n}-{height}x{width}", _sampled(rgb, sampling, "-restart", f"{n}B")
+        yield f"{name}-restart-row-33x47", _sampled(synthetic_rgb(33, 47, seed=k), sampling, "-restart", "1")
+
+
+def packed_seeds():
+    """``(name, jpeg)``: files as ``fastprep.pack`` writes them (automatic restart interval),
+    from sequential files in every sampling and from progressive and arithmetic files."""
+    from fastprep.io import transcode_jpeg
+
+    for k, (name, sampling) in enumerate(RESTART_SAMPLINGS.items()):
+        for height, width in PACKED_SIZES:
+            yield f"{name}-packed-{height}x{width}", transcode_jpeg(_sampled(synthetic_rgb(height, width, seed=200 + k), sampling))
+    rgb = synthetic_rgb(48, 64, seed=300)
+    yield "420-progressive-packed-48x64", transcode_jpeg(PIL_ENCODINGS["420-progressive"](rgb))
+    yield "420-arith-progressive-packed-48x64", transcode_jpeg(CJPEG_ENCODINGS["420-arith-progressive"](rgb))
+    yield "422-packed-interval3-48x64", transcode_jpeg(PIL_ENCODINGS["422"](rgb), restart_interval=3)
+
+
 def seeds(require_cjpeg: bool = False):
     """Yield ``(name, seed_bytes)`` for every encoding and size (deterministic)."""
     encodings = dict(PIL_ENCODINGS)
@@ -121,7 +167,8 @@ def seeds(require_cjpeg: bool = False):
     elif require_cjpeg:
         raise SystemExit("cjpeg not found (apt-get install libjpeg-turbo-progs)")
     else:
-        print("make_corpus: cjpeg not found, skipping arithmetic/4:4:0/4:1:1/incomplete-progressive seeds",
+        print("make_corpus: cjpeg not found, skipping arithmetic/4:4:0/4:1:1/incomplete-progressive/"
+              "restart-marked/packed seeds",
               file=sys.stderr)
     rng = np.random.default_rng(20261201)
     for i, (height, width) in enumerate(SIZES):
@@ -130,6 +177,10 @@ def seeds(require_cjpeg: bool = False):
             jpeg = encode(rgb)
             params = rng.integers(0, 256, PARAM_BYTES, dtype=np.uint8).tobytes()
             yield f"{name}-{height}x{width}", params + jpeg
+    if shutil.which("cjpeg"):
+        for name, jpeg in (*restart_seeds(), *packed_seeds()):
+            params = rng.integers(0, 256, PARAM_BYTES, dtype=np.uint8).tobytes()
+            yield name, params + jpeg
 
 
 def write_corpus(out_dir: str, require_cjpeg: bool = False) -> int:

@@ -9,6 +9,8 @@ Needs atheris (the ``fuzz`` extra); skipped without it unless ``FASTPREP_REQUIRE
 import glob
 import importlib
 import os
+import random
+import subprocess
 import sys
 
 import pytest
@@ -16,8 +18,10 @@ import torch
 
 import fastprep.io as fio
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__)))
 FUZZ_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
-TARGETS = ["fuzz_jpeg_info", "fuzz_decode_jpeg", "fuzz_decode_roi", "fuzz_transforms"]
+TARGETS = ["fuzz_jpeg_info", "fuzz_decode_jpeg", "fuzz_decode_roi", "fuzz_transforms", "fuzz_transcode",
+           "fuzz_restart_roi", "fuzz_pack_recipes"]
 
 try:
     import atheris  # noqa: F401
@@ -27,6 +31,7 @@ except ImportError:
     pytest.skip("atheris not installed (pip install atheris)", allow_module_level=True)
 
 sys.path.insert(0, FUZZ_DIR)
+import _blind  # noqa: E402
 import _harness  # noqa: E402
 import make_corpus  # noqa: E402
 
@@ -55,6 +60,17 @@ def test_corpus_covers_the_encodings(corpus):
         assert {i.subsampling for i in infos} >= {"4:4:0", "4:1:1"}
         assert any(i.arithmetic and i.progressive for i in infos)
         assert any("incomplete-progressive" in n for n in names)
+        # restart markers every 1..8 MCUs in every sampling, and packed files
+        restart = {}
+        for p, i in zip(corpus, infos):
+            restart.setdefault(i.sampling_factors, set()).add(i.restart_interval)
+        for sampling in ("1x1", "2x1", "2x2", "1x2", "4x1", "4x2", "1x4"):
+            factors = ((int(sampling[0]), int(sampling[2])), (1, 1), (1, 1))
+            assert restart[factors] >= set(range(1, 9)), (sampling, restart[factors])
+        assert restart[((1, 1),)] >= set(range(1, 9))
+        auto_packed = [i for p, i in zip(corpus, infos)
+                       if "packed" in os.path.basename(p) and "interval" not in os.path.basename(p)]
+        assert len(auto_packed) >= 18 and all(i.restart_roi for i in auto_packed)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -122,5 +138,125 @@ class TestOracles:
             _harness.quiet(warns)
 
 
+    def test_scaled_roi_oracle_reports_a_wrong_scaled_window(self):
+        target = importlib.import_module("fuzz_restart_roi")
+
+        def wrong(*args, **kwargs):
+            out = fio.decode_jpeg_roi(*args, **kwargs).clone()
+            out[0, 0, 0] ^= 4
+            return out
+
+        for params in (bytes(16), bytes(range(16)), bytes(range(100, 116))):
+            target.test_one_input(params + self._photo())  # the real decoder agrees
+            with pytest.raises(_harness.Finding, match=r"scale \d differs from the full decode sliced: 1 values, max 4"):
+                target.test_one_input(params + self._photo(), decode_roi=wrong)
+
+    def test_transcode_oracle_reports_changed_pixels(self):
+        target = importlib.import_module("fuzz_transcode")
+
+        def lossy(data, **kwargs):
+            return make_corpus._pil(fio.decode_jpeg(data).permute(1, 2, 0).numpy(), quality=90)
+
+        with pytest.raises(_harness.Finding, match="transcoded file decodes differently"):
+            target.check(self._photo(), fio.ImageReadMode.RGB, 0, True, True, bytes(8), transcode=lossy)
+        target.check(self._photo(), fio.ImageReadMode.RGB, "auto", True, True, bytes(8))
+
+    def test_transcode_oracle_reports_a_wrong_interval(self):
+        target = importlib.import_module("fuzz_transcode")
+
+        def other_interval(data, **kwargs):
+            return fio.transcode_jpeg(data, **dict(kwargs, restart_interval=2))
+
+        with pytest.raises(_harness.Finding, match="restart interval 2 written, 3 asked for"):
+            target.check(self._photo(), fio.ImageReadMode.RGB, 3, True, True, bytes(8), transcode=other_interval)
+
+    def test_recipe_oracle_reports_a_packed_file_that_differs(self):
+        target = importlib.import_module("fuzz_pack_recipes")
+
+        def brighter(data, **kwargs):
+            rgb = fio.decode_jpeg(data).permute(1, 2, 0).numpy()
+            return fio.transcode_jpeg(make_corpus._pil(rgb // 2 + 100, quality=95), **kwargs)
+
+        with pytest.raises(_harness.Finding, match="differs between the original and the packed file"):
+            target.check(self._photo(), fio.ImageReadMode.RGB, "auto", 5, transcode=brighter)
+        target.check(self._photo(), fio.ImageReadMode.RGB, "auto", 5)
+
+
 def _harness_roi():
     return importlib.import_module("fuzz_decode_roi")
+
+
+class TestBlindMode:
+    """The coverage-blind runner: every seed in play, deterministic mutations, findings
+    saved and reported through the exit status."""
+
+    def test_mutations_deterministic_and_varied(self, corpus):
+        pool = [_read(p) for p in corpus[:20]]
+        jpegs = [d[_harness.PARAM_BYTES:] for d in pool]
+
+        def run(seed):
+            rng = random.Random(seed)
+            return [_blind.mutate(d, rng, jpegs, _harness.PARAM_BYTES) for d in pool for _ in range(5)]
+
+        first = run(7)
+        assert first == run(7) and first != run(8)
+        assert sum(m != d for m, d in zip(first, [d for d in pool for _ in range(5)])) >= 90
+
+    @pytest.mark.parametrize("mutator", [f for f, _ in _blind.MUTATORS])
+    def test_every_mutator_changes_some_seed(self, mutator, corpus):
+        rng = random.Random(1)
+        jpegs = [_read(p)[_harness.PARAM_BYTES:] for p in corpus]
+        restart = [j for p, j in zip(corpus, jpegs) if "restart" in os.path.basename(p)]
+        changed = sum(bytes(mutator(rng, bytearray(j), jpegs)) != j for j in restart)
+        assert changed >= len(restart) // 2, f"{mutator.__name__} changed {changed} of {len(restart)}"
+
+    def test_marker_mutations_do_what_they_say(self):
+        jpeg = make_corpus._cjpeg(make_corpus.synthetic_rgb(17, 33, 0), "-sample", "2x1", "-restart", "1B")
+        rng = random.Random(3)
+
+        def segment(data, marker):
+            return next(bytes(data[s:e]) for m, s, e in _blind.segments(bytes(data)) if m == marker)
+
+        dri = segment(jpeg, 0xDD)
+        assert any(segment(_blind._dri(rng, bytearray(jpeg), []), 0xDD) != dri for _ in range(5))
+        sof = segment(jpeg, 0xC0)
+        assert sof[11] == 0x21  # Y 2x1
+        assert any(segment(_blind._sof(rng, bytearray(jpeg), []), 0xC0)[10:] != sof[10:] for _ in range(5))
+        n = len(_blind._RST.findall(jpeg))
+        assert n >= 8  # 3x3 MCUs
+        counts = {len(_blind._RST.findall(_blind._restart_markers(rng, bytearray(jpeg), []))) for _ in range(40)}
+        assert counts >= {n - 1, n, n + 1}  # deleted, renumbered, duplicated or inserted
+        ended = _blind._end_early(random.Random(0), bytearray(jpeg), [])
+        assert ended.endswith(b"\xff\xd9") and len(ended) <= len(jpeg)
+
+    def test_every_seed_runs_and_findings_are_saved(self, corpus, tmp_path):
+        originals = [_read(p) for p in corpus]
+        seen = []
+
+        def target(data):
+            seen.append(data)
+            if data not in originals:
+                raise _harness.Finding("mutated")
+
+        logs = []
+        status = _blind.run(target, 600, [os.path.dirname(corpus[0])], artifact_prefix=f"{tmp_path}/",
+                            log=logs.append)
+        assert status == 1
+        assert seen[:-1] == originals  # the first round: every seed as it is, in order
+        artifacts = list(tmp_path.glob("crash-*"))
+        assert len(artifacts) == 1 and artifacts[0].read_bytes() == seen[-1]
+        assert any("FINDING Finding: mutated" in line for line in logs)
+
+    def test_clean_run_exits_zero(self, corpus):
+        logs = []
+        assert _blind.run(lambda data: None, 1, corpus[:5], log=logs.append) == 0
+        assert "executions over 5 seeds" in logs[-1] and ", 0 findings" in logs[-1]
+
+    def test_command_line(self, corpus, tmp_path):
+        """``python fuzz/<target>.py --blind SECONDS CORPUS...`` runs the target blind."""
+        res = subprocess.run([sys.executable, os.path.join(FUZZ_DIR, "fuzz_jpeg_info.py"), "--blind", "2",
+                              *corpus[:10], "--seed", "3", "--artifact-prefix", f"{tmp_path}/"],
+                             check=False, capture_output=True, text=True, timeout=600,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "executions over 10 seeds" in res.stdout and "0 findings" in res.stdout
