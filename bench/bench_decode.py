@@ -27,7 +27,7 @@ progressive original takes a second per window). Same windows for all, in turns;
 average is printed before and after.
 
     python bench/bench_decode.py [--runs 300] [--json out.json] [--packed-only]
-    python bench/bench_decode.py --real /work/photos [--runs 300]
+    python bench/bench_decode.py --real PHOTOS_DIR [--real-sizes 1MB,4MB,16MB] [--runs 300]
 """
 
 import argparse
