@@ -472,13 +472,16 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   if (x0 > 0 && x1 - x0 <= cinfo->max_h_samp_factor) x0 -= mcu_w;
   // When DCT scaling enlarges a component's IDCT output (libjpeg does so for chroma whose
   // subsampling is a power of two in both directions, to spare upsampling) but the
-  // component still needs upsampling, libjpeg-turbo before 3.0.1 computes its cropped
-  // width wrongly (4x2 and 2x4 sampling): decode the full width then.
+  // component still needs upsampling, horizontally or vertically, libjpeg-turbo before
+  // 3.0.1 computes its cropped width wrongly (4x2 and 2x4 sampling; for 2x4 at 2/8 the
+  // vertical upsampler then leaves half the cropped columns unwritten): decode the full
+  // width then.
   int crop_ok = 1;
   for (int c = 0; c < cinfo->num_components; c++) {
     const jpeg_component_info* comp = &cinfo->comp_info[c];
     if (comp->DCT_scaled_size != scaled &&
-        comp->h_samp_factor * comp->DCT_scaled_size != cinfo->max_h_samp_factor * scaled)
+        (comp->h_samp_factor * comp->DCT_scaled_size != cinfo->max_h_samp_factor * scaled ||
+         comp->v_samp_factor * comp->DCT_scaled_size != cinfo->max_v_samp_factor * scaled))
       crop_ok = 0;
   }
   if (crop_ok && (x0 > 0 || x1 < full_w)) {

@@ -177,6 +177,24 @@ class TestRestartRoiExact:
             assert torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww), full[:, t:t + hh, l:l + ww]), (t, l, hh, ww)
         assert _stats()[0] > taken0
 
+    @pytest.mark.parametrize("interval", [1, 2, 3])
+    def test_422_random_windows_every_scale(self, interval):
+        """4:2:2 photo, 213x283 (18 MCUs of 16 px per row, the last one 11 px), intervals of
+        1-3 MCUs as packed files have them: at every scale, random windows, half of them at
+        most 4 x 4 pixels (a window whose context fits in one 16-px interval must still get
+        the chroma upsampling of the full decode)."""
+        h, w = 213, 283
+        data = pil_jpeg(photo_like(h, w, 9), quality=90, subsampling="4:2:2", restart_marker_blocks=interval)
+        assert fio.jpeg_info(data).restart_roi
+        taken0 = _stats()[0]
+        for num in range(1, 9):
+            full = fio.decode_jpeg(data, scale=(num, 8))
+            hs, ws = full.shape[1:]
+            for t, l, hh, ww in sorted(_random_windows(hs, ws, [interval, num], 80)):
+                assert torch.equal(fio.decode_jpeg_roi(data, t, l, hh, ww, scale=(num, 8)),
+                                   full[:, t:t + hh, l:l + ww]), (num, t, l, hh, ww)
+        assert _stats()[0] > taken0
+
     def test_tiny_images(self):
         for h, w in [(1, 1), (7, 13), (17, 9), (1, 40), (40, 1)]:
             data = pil_jpeg(photo_like(h, w, 7), quality=90, subsampling="4:2:0", restart_marker_blocks=1)
@@ -197,6 +215,99 @@ class TestRestartRoiExact:
         assert torch.equal(out, full[:, 40:60, 100:150])
         assert _stats()[0] == taken0 + 1
 
+
+# --- croptest: every sampling, interval, scale and small size ---------------------------------
+
+# cjpeg -sample factors for each way libjpeg upsamples: 2x horizontally (fancy only with
+# more than 2 chroma samples per row), 2x vertically, 2x both ways, integer replication
+# (4x), chroma whose IDCT DCT scaling enlarges (4x2, 2x4), and mixed per-component factors.
+CROP_SAMPLINGS = ["1x1", "2x1", "1x2", "2x2", "4x1", "1x4", "4x2", "2x4",
+                  "2x2,1x1,2x1", "2x2,2x1,1x1", "2x2,1x2,1x1", "4x1,2x1,1x1", "gray"]
+CROP_RESTARTS = ["1B", "2B", "3B", "4B", "1"]  # intervals of 1-4 MCUs, of one MCU row
+# (height, width): partial last MCUs of every width, 1 and 2 px ones included at some scale
+CROP_SIZES = [(9, 17), (17, 9), (6, 34), (48, 5), (5, 48)]
+EXHAUSTIVE_MAX = 200  # scaled images with at most this many windows are swept whole
+
+
+def _crop_jpeg(sampling, restart, h, w):
+    rgb = np.random.default_rng([h, w]).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    args = ["-grayscale"] if sampling == "gray" else ["-sample", sampling]
+    return cjpeg(rgb, "-quality", "90", "-restart", restart, *args)
+
+
+def _tiled_size(sampling, restart):
+    """(height, width) of an image whose intervals tile it into at least two across (or,
+    for row intervals, four down) and two MCU rows or more, with partial last MCUs."""
+    factors = [(1, 1)] if sampling == "gray" else [tuple(map(int, f.split("x"))) for f in sampling.split(",")]
+    mcu_w, mcu_h = 8 * max(f[0] for f in factors), 8 * max(f[1] for f in factors)
+    if restart.endswith("B"):
+        return 2 * mcu_h + 3, (2 * int(restart[:-1]) - 1) * mcu_w + 3
+    return 3 * mcu_h + 3, 2 * mcu_w + 3
+
+
+def _random_windows(hs, ws, seed, count):
+    """`count` windows, half of them at most 4 x 4 pixels."""
+    rng = np.random.default_rng(seed)
+    wins = set()
+    for i in range(count):
+        hh = int(rng.integers(1, min(hs, 4) + 1 if i % 2 else hs + 1))
+        ww = int(rng.integers(1, min(ws, 4) + 1 if i % 2 else ws + 1))
+        wins.add((int(rng.integers(0, hs - hh + 1)), int(rng.integers(0, ws - ww + 1)), hh, ww))
+    return wins
+
+
+def _croptest_windows(hs, ws, seed):
+    """Every window of a small (scaled) image. Otherwise every left offset with width 1 and
+    with the width up to the right edge, in the last row; every top offset with height 1
+    and with the height down to the bottom, in the last column and across the full width;
+    and 10 random windows."""
+    def every(n):
+        return [(a, k) for a in range(n) for k in range(1, n - a + 1)]
+
+    if len(every(hs)) * len(every(ws)) <= EXHAUSTIVE_MAX:
+        return [(t, l, hh, ww) for t, hh in every(hs) for l, ww in every(ws)]
+    wins = {(hs - 1, l, 1, ww) for l in range(ws) for ww in {1, ws - l}}
+    wins |= {(t, l, hh, ww) for t in range(hs) for hh in {1, hs - t} for l, ww in ((ws - 1, 1), (0, ws))}
+    return sorted(wins | _random_windows(hs, ws, seed, 10))
+
+
+class TestRestartCroptest:
+    """Exactness of decode_jpeg_roi windows against the full decode at the same scale,
+    sliced, on small cjpeg files of every sampling, restart interval and scale: spliced
+    frames are then a few MCUs wide or tall, where their edges, partial MCUs and libjpeg's
+    choice of upsampling method (which depends on the frame's width) matter. The
+    sequential path is checked on the same windows where the restart path does not apply."""
+
+    @pytest.mark.parametrize("restart", CROP_RESTARTS)
+    @pytest.mark.parametrize("sampling", CROP_SAMPLINGS)
+    def test_croptest(self, sampling, restart):
+        tiled = _tiled_size(sampling, restart)
+        cases = [(h, w, _croptest_windows) for h, w in CROP_SIZES]
+        cases.append((*tiled, lambda hs, ws, seed: sorted(_random_windows(hs, ws, seed, 40))))
+        bad, checked = [], 0
+        taken_at_scale = dict.fromkeys(range(1, 9), 0)
+        fallbacks0 = _stats()[1]
+        for h, w, windows in cases:
+            data = fio._as_tensor(_crop_jpeg(sampling, restart, h, w))
+            if (h, w) == tiled:
+                assert fio.jpeg_info(data).restart_roi
+            for num in range(1, 9):
+                before = _stats()
+                full = fio.decode_jpeg(data, "RGB", scale=(num, 8))
+                assert _stats() == before  # the reference is a plain full decode
+                hs, ws = full.shape[1:]
+                for t, l, hh, ww in windows(hs, ws, [h, w, num]):
+                    taken0 = _stats()[0]
+                    out = fio.decode_jpeg_roi(data, t, l, hh, ww, "RGB", scale=(num, 8))
+                    taken_at_scale[num] += _stats()[0] - taken0
+                    checked += 1
+                    if not torch.equal(out, full[:, t:t + hh, l:l + ww]):
+                        bad.append((h, w, num, t, l, hh, ww))
+        assert not bad, (f"{sampling} -restart {restart}: {len(bad)} of {checked} windows differ, e.g. "
+                         f"(height, width, scale, top, left, h, w) = {bad[:5]}")
+        assert _stats()[1] == fallbacks0  # valid files never fall back
+        never = [num for num, taken in taken_at_scale.items() if taken == 0]
+        assert not never, f"{sampling} -restart {restart}: the restart path was never taken at scales {never}/8"
 
 # --- files whose markers lie ----------------------------------------------------------------
 
