@@ -124,6 +124,37 @@ static int fp_incomplete_coefficients(j_decompress_ptr cinfo, char* message, siz
   return 0;
 }
 
+// A sequential Huffman scan of 8-bit data codes AC coefficients of up to 10 bits and DC
+// differences of up to 11 bits. libjpeg's decoders accept more (arithmetic coding codes up
+// to 15 bits; Huffman DC differences accumulate), and its encoder checks the range only
+// when it optimizes the tables: without that it silently writes a corrupt scan (with new
+// restart intervals, DC differences change too). Every DC value in [-1024, 1023] keeps
+// every difference in range, and an 8-bit encoder never makes a value outside (its DC lies
+// in [-1024, 1016]). Writes the reason into `message` and returns 1 at the first
+// coefficient out of range, else returns 0.
+static int fp_coefficients_out_of_range(j_decompress_ptr cinfo, jvirt_barray_ptr* coefs, char* message,
+                                        size_t size) {
+  for (int c = 0; c < cinfo->num_components; c++) {
+    jpeg_component_info* comp = &cinfo->comp_info[c];
+    for (JDIMENSION row = 0; row < comp->height_in_blocks; row++) {
+      JBLOCKARRAY rows = (*cinfo->mem->access_virt_barray)((j_common_ptr)cinfo, coefs[c], row, 1, FALSE);
+      for (JDIMENSION col = 0; col < comp->width_in_blocks; col++) {
+        const JCOEF* block = rows[0][col];
+        int k = block[0] < -1024 || block[0] > 1023 ? 0 : -1;
+        for (int i = 1; i < DCTSIZE2 && k < 0; i++)
+          if (block[i] < -1023 || block[i] > 1023) k = i;
+        if (k < 0) continue;
+        snprintf(message, size,
+                 "DCT coefficient out of range: component %d block (%u, %u) coefficient %d is %d, outside "
+                 "what 8-bit data gives (DC -1024..1023, AC -1023..1023): the data is corrupt",
+                 c, (unsigned)row, (unsigned)col, k, (int)block[k]);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 static void fp_tc_cleanup(struct fp_transcoder* t) {
   if (t->dst_created) jpeg_destroy_compress(&t->dst);
   if (t->src_created) jpeg_destroy_decompress(&t->src);
@@ -176,7 +207,8 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
     return FP_ERROR;
   }
   jvirt_barray_ptr* coefs = jpeg_read_coefficients(&t->src);  // consumes every scan up to EOI
-  if (fp_incomplete_coefficients(&t->src, result->message, sizeof(result->message))) {
+  if (fp_incomplete_coefficients(&t->src, result->message, sizeof(result->message)) ||
+      fp_coefficients_out_of_range(&t->src, coefs, result->message, sizeof(result->message))) {
     fp_tc_cleanup(t);
     return FP_ERROR;
   }

@@ -406,8 +406,10 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
 
     Raises:
         DecodeError: the data is not a JPEG libjpeg can read without warnings (corrupt or
-            truncated data is refused rather than re-encoded as if it were clean), or it
-            is a valid progressive file whose scans leave some coefficient bits unsent
+            truncated data is refused rather than re-encoded as if it were clean), it holds
+            DCT coefficients outside what 8-bit data gives (corrupt, though decodable: a
+            sequential Huffman scan may not be able to code them), or it is a valid
+            progressive file whose scans leave some coefficient bits unsent
             (message ``"cannot be transcoded losslessly: incomplete progressive scans
             (...)"``): decoders estimate those (libjpeg's block smoothing), a sequential
             copy would decode to other pixels.

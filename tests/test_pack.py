@@ -136,6 +136,59 @@ class TestTranscodeProperty:
         assert not _pixels_or_refused(src)
 
 
+def _segment(marker: int, payload: bytes) -> bytes:
+    return bytes((0xFF, marker)) + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def handmade_gray_jpeg(dc_diffs) -> bytes:
+    """A baseline grayscale JPEG 8 pixels high, one 8x8 block per DC difference (each
+    within 11 bits, so any Huffman decoder reads it), no AC coefficients, quantizers 1.
+    DC values are the running sums of the differences: they can leave the range that
+    8-bit data gives, which the format does not forbid."""
+    dqt = _segment(0xDB, bytes([0]) + bytes([1] * 64))
+    sof = _segment(0xC0, bytes([8, 0, 8]) + (8 * len(dc_diffs)).to_bytes(2, "big") + bytes([1, 1, 0x11, 0]))
+    # DC table: categories 0..11 coded on 4 bits (0000..1011); AC table: EOB only, coded '0'.
+    dht = _segment(0xC4, bytes([0x00, 0, 0, 0, 12] + [0] * 12) + bytes(range(12)) +
+                   bytes([0x10, 1] + [0] * 15) + bytes([0x00]))
+    sos = _segment(0xDA, bytes([1, 1, 0x00, 0, 63, 0]))
+    bits = ""
+    for d in dc_diffs:
+        size = abs(d).bit_length()
+        bits += format(size, "04b") + (format(d if d >= 0 else d + (1 << size) - 1, f"0{size}b") if size else "")
+        bits += "0"  # EOB
+    bits += "1" * (-len(bits) % 8)
+    entropy = bytearray()
+    for i in range(0, len(bits), 8):
+        entropy.append(int(bits[i:i + 8], 2))
+        if entropy[-1] == 0xFF:
+            entropy.append(0)  # byte stuffing
+    return b"\xff\xd8" + dqt + sof + dht + sos + bytes(entropy) + b"\xff\xd9"
+
+
+class TestCoefficientRange:
+    """Coefficients beyond what 8-bit data gives decode without a warning, but libjpeg's
+    encoder writes a corrupt scan for those a sequential Huffman scan cannot code (it checks
+    only when it optimizes the tables): refused, never a corrupt copy."""
+
+    def test_handmade_file_in_range_transcodes(self):
+        src = handmade_gray_jpeg([-1024, 50, 900, -20, 1])  # DC -1024 (the lowest 8-bit data gives) ...
+        want = fio.decode_jpeg(src, "GRAY")
+        assert want[0, 0, ::8].tolist() == [0, 6, 119, 116, 116]
+        for interval in (0, 1, 2):
+            out = fio.transcode_jpeg(src, restart_interval=interval, optimize=False)
+            assert torch.equal(fio.decode_jpeg(out, "GRAY", strict=True), want)
+            assert np.array_equal(pil_pixels(out), pil_pixels(src))
+
+    @pytest.mark.parametrize("optimize", [False, True])
+    @pytest.mark.parametrize("interval", [0, 1])
+    def test_dc_out_of_range_refused(self, optimize, interval):
+        src = handmade_gray_jpeg([2047, 2047])  # DC 2047 then 4094: a restart makes the difference 4094
+        assert fio.decode_jpeg(src, "GRAY", strict=True)[0, 0, ::8].tolist() == [255, 255]  # no warning
+        with pytest.raises(fio.DecodeError, match=r"DCT coefficient out of range: component 0 block \(0, 0\) "
+                                                  r"coefficient 0 is 2047, outside what 8-bit data gives"):
+            fio.transcode_jpeg(src, restart_interval=interval, optimize=optimize)
+
+
 class TestTranscode:
     @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
     @pytest.mark.parametrize("size", [(53, 71), (64, 48), (40, 800)])
