@@ -137,7 +137,9 @@ def main():
         library_dirs=library_dirs,
         libraries=["jpeg"],
         depends=headers,
-        extra_compile_args={"cxx": ["-O3"] + san_compile},
+        # No FP contraction: the batch op's float conversion must round each multiply and
+        # add as fastprep.data.BatchConvert does (it writes fmaf where it means one).
+        extra_compile_args={"cxx": ["-O3", "-ffp-contract=off"] + san_compile},
         extra_link_args=san_link,
         define_macros=[("FASTPREP_LIBJPEG_VERSION", f'"{version}"')],
     )

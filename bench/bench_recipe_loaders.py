@@ -3,6 +3,7 @@ make_loader vs a DALI CPU pipeline, in one run.
 
     python bench/bench_recipe_loaders.py [--files 256] [--epochs 3] [--batch-size 64] [--workers 2]
                                          [--size 500x375|4000x3000] [--json FILE] [--no-dali]
+                                         [--engines threads,processes]
 
 The recipe: decode + RandomResizedCrop(224) (scale (0.08, 1), ratio (3/4, 4/3),
 antialiased bilinear) + horizontal flip with p = 0.5, batches of ``--batch-size``,
@@ -29,12 +30,25 @@ float32 NCHW, normalised:
   + ``v2.RandomHorizontalFlip()`` (what an ImageFolder + v2 script does, with torchvision's
   decoder instead of PIL), ``DataLoader(num_workers, batch_size, shuffle=True)`` with its
   ``default_collate`` (uint8, into shared memory); then the batch ToDtype + Normalize above.
-* ``fastprep make_loader``: ``make_loader(paths, recipe="imagenet-train", device="cpu",
-  ...)``: ``DecodeRandomResizedCrop(224, flip_p=0.5)`` (ROI decode, DCT scaling where a
-  scale applies: none at 500x375, 1/8 or 2/8 at 12 MP) in the workers, pooled
-  shared-memory collate, batch conversion to normalised float32 in the main process.
-* ``fastprep make_loader, packed files``: the same on copies written by
-  ``fastprep.pack.pack_folder`` (lossless: same pixels, restart markers).
+* ``fastprep make_loader, processes engine``: ``make_loader(paths, recipe="imagenet-train",
+  device="cpu", engine="processes", ...)``: ``DecodeRandomResizedCrop(224, flip_p=0.5)``
+  (ROI decode, DCT scaling where a scale applies: none at 500x375, 1/8 or 2/8 at 12 MP) in
+  ``--workers`` worker processes, pooled shared-memory collate, batch conversion to
+  normalised float32 in the main process.
+* ``fastprep make_loader, threads engine``: the same with ``engine="threads"``: reader
+  threads plan each sample, one native call per batch decodes it on ``--workers`` threads
+  with the conversion to normalised float32 fused into the write (CPU delivery), into a
+  recycled buffer (``docs/engine.md``).
+* ``..., packed files``: the same on copies written by ``fastprep.pack.pack_folder``
+  (lossless: same pixels, restart markers).
+
+Efficiency (fastprep rows): samples/s divided by what ``--workers`` cores running the
+per-sample kernel alone could deliver, ``cores / kernel time``, where the kernel time is
+the mean thread-CPU time of ``DecodeRandomResizedCrop(224, flip_p=0.5)`` on one sample (the
+same files' bytes in memory, one thread, measured in every round between the epochs, the
+median used). 1.0 would be a loader costing nothing beyond the kernel on every core; the
+batch conversion, reading, collation, process or thread overheads, and other load on the
+machine all lower it.
 * ``DALI CPU pipeline, N threads, crop_mirror_normalize``: ``fn.readers.file`` +
   ``fn.decoders.image_random_crop(device="cpu")`` + ``fn.resize(size=(224, 224))``
   (DALI's defaults: linear, ``antialias=True``) + ``fn.crop_mirror_normalize(mirror=
@@ -49,7 +63,8 @@ uint8:
   fn.random.coin_flip())`` instead of ``crop_mirror_normalize``: uint8 **HWC** batches
   (``[N, 224, 224, 3]``, DALI's layout; not transposed to NCHW).
 
-DALI runs in this process (its threads), the DataLoaders in worker processes, both
+DALI and the threads engine run in this process (their threads), the DataLoaders in worker
+processes, all
 non-persistent (a DataLoader forks its workers each epoch, as ``DataLoader`` and
 ``make_loader`` do by default; the DALI pipeline is built once, before the timing). DALI is
 exposed as an iterator over ``share_outputs()`` batches (tensors by DLPack, or copied with
@@ -102,6 +117,8 @@ import fastprep  # noqa: E402
 from fastprep._platform import describe  # noqa: E402
 from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
 from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, make_loader  # noqa: E402
+from fastprep.data.engine import available_cpus  # noqa: E402
+from fastprep.transforms import DecodeRandomResizedCrop  # noqa: E402
 from fastprep.pack import pack_folder  # noqa: E402
 
 CROP = 224
@@ -265,19 +282,44 @@ class _Observed:
             yield images, targets
 
 
+ENGINE_NOTES = {
+    "processes": ("recipe's batch conversion in the main process", "dataloader"),
+    "threads": ("one native call per batch on --workers threads, conversion fused into it", "in-process"),
+}
+
+
+def fastprep_rows(args, files, packed):
+    """The make_loader rows: {name: (loader, output, note, kind, kernel: "orig" | "packed")}."""
+    rows = {}
+    for engine in args.engines:
+        fp = dict(recipe="imagenet-train", device="cpu", batch_size=args.batch_size, num_workers=args.workers,
+                  shuffle=True, engine=engine)
+        note, kind = ENGINE_NOTES[engine]
+        rows[f"fastprep make_loader, {engine} engine"] = (make_loader(files, **fp), FLOAT_OUT, note, kind, "orig")
+        rows[f"fastprep make_loader, {engine} engine, packed files"] = (
+            make_loader(packed, **fp), FLOAT_OUT, "same, on pack_folder copies", kind, "packed")
+    return rows
+
+
+def kernel_ms(datas):
+    """Mean thread-CPU ms of the recipe's per-sample transform over ``datas`` (one thread)."""
+    transform = DecodeRandomResizedCrop(CROP, flip_p=0.5)
+    torch.manual_seed(0)
+    t0 = time.thread_time()
+    for data in datas:
+        transform(data)
+    return (time.thread_time() - t0) / len(datas) * 1e3
+
+
 def build_pipelines(args, files, packed, dali_version):
-    """{name: (iterable, output kind, what it outputs, "dataloader" | "in-process")}."""
+    """{name: (iterable, output kind, what it outputs, "dataloader" | "in-process", kernel or None)}."""
     W, B = args.workers, args.batch_size
     common = dict(batch_size=B, num_workers=W, shuffle=True)
     normalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    fp = dict(recipe="imagenet-train", device="cpu", **common)
     p = {
         TV_FLOAT: (BatchTransformed(DataLoader(TorchvisionRecipe(files), **common), normalize), FLOAT_OUT,
-                   "uint8 default_collate, then batch ToDtype+Normalize in the main process", "dataloader"),
-        "fastprep make_loader": (make_loader(files, **fp), FLOAT_OUT,
-                                 "recipe's batch conversion in the main process", "dataloader"),
-        "fastprep make_loader, packed files": (make_loader(packed, **fp), FLOAT_OUT,
-                                               "same, on pack_folder copies", "dataloader"),
+                   "uint8 default_collate, then batch ToDtype+Normalize in the main process", "dataloader", None),
+        **fastprep_rows(args, files, packed),
     }
     dali_float = dali_uint8 = None
     if dali_version and not args.no_dali:
@@ -290,11 +332,11 @@ def build_pipelines(args, files, packed, dali_version):
                   f"{str(e).splitlines()[0] if str(e) else ''})")
     if dali_float is not None:
         p[f"DALI CPU pipeline, {W} threads, crop_mirror_normalize"] = (
-            dali_float, FLOAT_OUT, "crop_mirror_normalize (flip + normalise fused), CHW", "in-process")
+            dali_float, FLOAT_OUT, "crop_mirror_normalize (flip + normalise fused), CHW", "in-process", None)
     p[TV_UINT8] = (DataLoader(TorchvisionRecipe(files), **common), UINT8_OUT, "uint8 default_collate, NCHW",
-                   "dataloader")
+                   "dataloader", None)
     if dali_uint8 is not None:
-        p[f"DALI CPU pipeline, {W} threads"] = (dali_uint8, UINT8_OUT, "fn.flip; HWC layout", "in-process")
+        p[f"DALI CPU pipeline, {W} threads"] = (dali_uint8, UINT8_OUT, "fn.flip; HWC layout", "in-process", None)
     return p
 
 
@@ -314,7 +356,13 @@ def run(args, dali_version):
         names = list(pipelines)
         runs = {name: {"warmup": [], "epochs": []} for name in names}
         meta = {name: {} for name in names}
+        sample = range(min(len(files), 64))
+        kernel_datas = {"orig": [read_file(files[i]) for i in sample], "packed": [read_file(packed[i]) for i in sample]}
+        kernels = {"orig": [], "packed": []}
         for r in range(args.warmup + args.epochs):
+            if r >= args.warmup:
+                for which, datas in kernel_datas.items():
+                    kernels[which].append(kernel_ms(datas))
             for name in names[r % len(names):] + names[:r % len(names)]:
                 rec = {}
                 n, wall, main_cpu, worker_cpu = _epoch(_Observed(pipelines[name][0], rec))
@@ -334,12 +382,15 @@ def run(args, dali_version):
                         or rec["shape"].count(CROP) < 2:
                     raise RuntimeError(f"{name} delivered {rec['dtype']} {rec['shape']}, expected {want} "
                                        f"224x224 images")
+    kernel = {which: statistics.median(v) for which, v in kernels.items()}
+    cores = min(args.workers, available_cpus())
     results = {}
     for name in names:
-        _, out, note, kind = pipelines[name]
+        _, out, note, kind, kernel_of = pipelines[name]
         rs = runs[name]["epochs"]
         results[name] = {
             "output": out, "note": note, "kind": kind, "batch": meta[name],
+            "kernel_ms": kernel[kernel_of] if kernel_of else None, "cores": cores,
             "samples_per_s": statistics.median(x["samples"] / x["wall_s"] for x in rs),
             "warmup_samples_per_s": [x["samples"] / x["wall_s"] for x in runs[name]["warmup"]],
             "first_batch_s": statistics.median(x["first_batch_s"] for x in rs),
@@ -353,12 +404,13 @@ def run(args, dali_version):
         ref = TV_FLOAT if r["output"] == FLOAT_OUT else TV_UINT8
         r["reference"] = ref
         r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]
+        r["efficiency"] = None if r["kernel_ms"] is None else r["samples_per_s"] / (cores / (r["kernel_ms"] / 1e3))
     return results
 
 
 def table(results) -> str:
-    lines = ["| pipeline | output batch | samples/s | vs torchvision (same output) | warm-up epoch samples/s "
-             "| first batch (s) | CPU ms/sample |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| pipeline | output batch | samples/s | vs torchvision (same output) | efficiency (kernel ms) "
+             "| warm-up epoch samples/s | first batch (s) | CPU ms/sample |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         b = r["batch"]
         shape = "x".join(str(s) for s in b.get("shape", []))
@@ -368,9 +420,14 @@ def table(results) -> str:
         else:
             cpu = f"{r['cpu_ms_per_sample']:.2f} (in-process)"
         warm = ", ".join(f"{v:.0f}" for v in r["warmup_samples_per_s"]) or "-"
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.2f} ({r['kernel_ms']:.2f})"
         lines.append(f"| {name} | {b.get('dtype', '?')} {shape}: {r['note']} | {r['samples_per_s']:.0f} | "
-                     f"{r['vs_torchvision']:.2f}x | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
+                     f"{r['vs_torchvision']:.2f}x | {eff} | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
     return "\n".join(lines)
+
+
+def results_cores(results) -> int:
+    return next(iter(results.values()))["cores"]
 
 
 def _size(text):
@@ -381,6 +438,14 @@ def _size(text):
     if w < 1 or h < 1:
         raise argparse.ArgumentTypeError(f"width and height must be >= 1, got {text!r}")
     return w, h
+
+
+def _engines(text):
+    engines = tuple(e.strip() for e in text.split(",") if e.strip())
+    bad = [e for e in engines if e not in ENGINE_NOTES]
+    if bad or not engines:
+        raise argparse.ArgumentTypeError(f"engines are threads and/or processes, got {text!r}")
+    return engines
 
 
 def main(argv=None):
@@ -399,6 +464,8 @@ def main(argv=None):
     p.add_argument("--settle", type=float, default=0.25, help="untimed pause after each epoch, its CPU counted "
                    "(default 0.25 s)")
     p.add_argument("--no-dali", action="store_true", help="leave the DALI rows out even if DALI imports")
+    p.add_argument("--engines", type=_engines, default=("threads", "processes"),
+                   help="make_loader engines to run, comma-separated (default threads,processes)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.files < 1 or args.epochs < 1 or args.warmup < 0 or args.batch_size < 1 or args.workers < 1:
@@ -421,13 +488,16 @@ def main(argv=None):
           f"DataLoader workers / DALI threads, consumer doing nothing; median of {args.epochs} interleaved epochs "
           f"after {args.warmup} warm-up. Ratios: to '{TV_FLOAT}' for the normalised float32 rows, to "
           f"'{TV_UINT8}' for the uint8 rows. make_loader has no uint8 output: its rows include the batch "
-          f"normalisation, and so does the torchvision reference. Load average (1, 5, 15 min) at start "
+          f"normalisation, and so does the torchvision reference. Efficiency: samples/s / ({results_cores(results)} "
+          f"cores / the recipe transform's mean thread-CPU ms per sample, in parentheses, measured in the same "
+          f"rounds). Load average (1, 5, 15 min) at start "
           f"{', '.join(f'{v:.2f}' for v in load_start)}, at end {', '.join(f'{v:.2f}' for v in load_end)}.")
     if args.json:
         report = {"platform": describe(), "versions": vers, "dali": dali_line,
                   "config": {"files": args.files, "distinct_images": args.distinct_used, "size": f"{w}x{h}",
                              "quality": 90, "subsampling": "4:2:0", "batch_size": args.batch_size,
-                             "workers": args.workers, "epochs": args.epochs, "warmup": args.warmup,
+                             "workers": args.workers, "engines": list(args.engines), "epochs": args.epochs,
+                             "warmup": args.warmup,
                              "settle_s": args.settle, "cpu_count": os.cpu_count(),
                              "main_torch_threads": torch.get_num_threads()},
                   "loadavg": {"start": load_start, "end": load_end}, "results": results}

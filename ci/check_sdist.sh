@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Packaging check: build an sdist, build a wheel from that sdist alone (against the
 # installed torch, no build isolation: an isolated build would download a second,
-# multi-GB torch), install the wheel into a fresh virtual environment and check, from a
-# directory outside the source tree, that fastprep comes from the wheel and that its
-# compiled ops load and decode a JPEG.
-#
-# The venv uses --system-site-packages to reuse the installed torch/torchvision/numpy/
-# numba (the same ones the wheel was compiled against); fastprep itself is installed into
-# the venv, whose site-packages come first on sys.path, and the check asserts that.
+# multi-GB torch), install the wheel into a FRESH virtual environment (no system site
+# packages) with the dependencies it declares, and check, from a directory outside the
+# source tree, that fastprep comes from the wheel and that its compiled ops load and decode.
+# A dependency missing from pyproject.toml fails here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here="$PWD/ci"
@@ -18,7 +15,7 @@ python -m build --sdist --no-isolation --outdir "$work/sdist" . >"$work/sdist.lo
   || { tail -40 "$work/sdist.log"; exit 1; }
 sdist="$(ls "$work"/sdist/fastprep-*.tar.gz)"
 listing="$(tar tzf "$sdist")"
-for f in $(git ls-files 'csrc/*' 'fastprep/_kernels/*.pyx' setup.py pyproject.toml MANIFEST.in README.md); do
+for f in $(git ls-files 'csrc/*' 'fastprep/_kernels/*.pyx' 'fastprep/_kernels/*.h' setup.py pyproject.toml MANIFEST.in README.md); do
   grep -qE "^fastprep-[^/]+/$f\$" <<<"$listing" || { echo "sdist lacks $f" >&2; exit 1; }
 done
 
@@ -26,8 +23,11 @@ pip wheel --no-build-isolation --no-deps --wheel-dir "$work/wheel" "$sdist" >"$w
   || { tail -40 "$work/wheel.log"; exit 1; }
 wheel="$(ls "$work"/wheel/fastprep-*.whl)"
 
-python -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel"
+# The torch the wheel was compiled against (its C++ ABI is tied to that release).
+torch_version="$(python -c 'import torch; print(torch.__version__.split("+")[0])')"
+python -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install -q "$wheel" "torch==$torch_version" >"$work/install.log" 2>&1 \
+  || { tail -40 "$work/install.log"; exit 1; }
 
 mkdir "$work/elsewhere"
 cd "$work/elsewhere"

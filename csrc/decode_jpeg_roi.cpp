@@ -6,6 +6,7 @@
 // bytes are read.
 #include <torch/library.h>
 
+#include <functional>
 #include <vector>
 
 #include "jpeg_ops.h"
@@ -15,20 +16,19 @@ namespace fastprep {
 
 namespace {
 
-// The window decoded from a spliced stream of the intervals it needs, or an undefined
-// tensor when the file does not allow it or anything about its markers is inconsistent;
-// the caller then takes the sequential path, which reports errors and warnings as usual.
-// The spliced stream is decoded strictly: any libjpeg warning means "fall back".
-at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64_t mode, int64_t top,
-                              int64_t left, int64_t height, int64_t width, int64_t scale_num,
-                              bool channels_last) {
-  if (info.progressive) return at::Tensor();
-  const uint8_t* bytes = data.data_ptr<uint8_t>();
-  const size_t size = (size_t)data.numel();
+// The window decoded from a spliced stream of the intervals it needs, into out_buffer(); false
+// when the file does not allow it or anything about its markers is inconsistent (the
+// buffer may hold a partial decode then); the caller then takes the sequential path, which
+// reports errors and warnings as usual. The spliced stream is decoded strictly: any
+// libjpeg warning means "fall back".
+bool decode_restart_roi(const uint8_t* bytes, size_t size, const fp_info& info, int64_t mode, int64_t top,
+                        int64_t left, int64_t height, int64_t width, int64_t scale_num,
+                        bool channels_last, const std::function<uint8_t*()>& out_buffer) {
+  if (info.progressive) return false;
   const RestartLayout layout = parse_restart_layout(bytes, size);
-  if (!layout.eligible || layout.height != info.height || layout.width != info.width) return at::Tensor();
+  if (!layout.eligible || layout.height != info.height || layout.width != info.width) return false;
   SplicePlan plan;
-  if (!plan_splice(layout, top, left, height, width, (int)scale_num, &plan)) return at::Tensor();
+  if (!plan_splice(layout, top, left, height, width, (int)scale_num, &plan)) return false;
   RestartStats& stats = restart_stats();
   // The interval index (packed files) gives the window's intervals without a scan of the
   // whole file; anything it gets wrong makes it scan instead.
@@ -39,7 +39,7 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
     std::vector<size_t> starts, ends;
     if (!find_restart_intervals(bytes, size, layout, &starts, &ends)) {
       stats.fallbacks++;
-      return at::Tensor();
+      return false;
     }
     spans_from_scan(starts, ends, plan, &spans);
   }
@@ -52,24 +52,39 @@ at::Tensor decode_restart_roi(const at::Tensor& data, const fp_info& info, int64
       sub.height != plan.height || sub.width != plan.width || sub.color_space != info.color_space ||
       sub.adobe != info.adobe || channels <= 0 || fp_output_channels(&sub, (int)mode) != channels) {
     stats.fallbacks++;
-    return at::Tensor();
+    return false;
   }
-  at::Tensor out = empty_image(channels, height, width, channels_last);
+  uint8_t* out = out_buffer();
   fp_set_scale(dec.get(), (int)scale_num);
   // The plan's origin is a multiple of the MCU size: a whole number of scaled pixels.
   const int64_t y0 = plan.y0 * scale_num / 8, x0 = plan.x0 * scale_num / 8;
-  if (fp_decode_window(dec.get(), (int)mode, top - y0, left - x0, height, width,
-                       out.data_ptr<uint8_t>(), channels_last ? 1 : 0) != FP_OK ||
+  if (fp_decode_window(dec.get(), (int)mode, top - y0, left - x0, height, width, out,
+                       channels_last ? 1 : 0) != FP_OK ||
       fp_warning_count(dec.get()) != 0) {
     stats.fallbacks++;
-    return at::Tensor();
+    return false;
   }
   stats.taken++;
   if (indexed) stats.index_used++;
-  return out;
+  return true;
 }
 
 }  // namespace
+
+void decode_roi_into(const Decoder& dec, const fp_info& info, const uint8_t* bytes, size_t size,
+                     int64_t mode, int64_t top, int64_t left, int64_t height, int64_t width,
+                     int64_t max_pixels, int64_t scale_num, int64_t max_scans, bool channels_last,
+                     const std::function<uint8_t*()>& out_buffer) {
+  if (max_pixels <= 0 || info.height * info.width <= max_pixels) {
+    thread_warning().clear();
+    if (decode_restart_roi(bytes, size, info, mode, top, left, height, width, scale_num, channels_last,
+                           out_buffer))
+      return;
+  }
+  decodable_channels(info, mode, max_pixels);
+  decode_window_into(dec, mode, top, left, height, width, scale_num, max_scans, channels_last,
+                     out_buffer());
+}
 
 at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
                            int64_t width, int64_t mode, int64_t max_pixels, bool strict,
@@ -84,20 +99,17 @@ at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, in
                     ", left=", left);
   Decoder dec(strict);
   const fp_info info = read_header(dec, data);
-  const int64_t h = fp_scaled_size(info.height, (int)scale_num);
-  const int64_t w = fp_scaled_size(info.width, (int)scale_num);
-  TORCH_CHECK_VALUE(top < h && height <= h - top && left < w && width <= w - left, "window (top=",
-                    top, ", left=", left, ", height=", height, ", width=", width,
-                    ") does not fit in the ", h, "x", w, " image",
-                    scale_num == 8 ? "" : " (its size at the requested DCT scale)");
-  if (max_pixels <= 0 || info.height * info.width <= max_pixels) {
-    thread_warning().clear();
-    at::Tensor out =
-        decode_restart_roi(data, info, mode, top, left, height, width, scale_num, channels_last);
-    if (out.defined()) return out;
-  }
-  return decode_window(dec, info, mode, top, left, height, width, max_pixels, scale_num, max_scans,
-                       channels_last);
+  check_window_fits(info, top, left, height, width, scale_num);
+  at::Tensor out;
+  // allocated once, when decoding starts (after the header checks: no memory for bombs)
+  auto buffer = [&]() -> uint8_t* {
+    if (!out.defined())
+      out = empty_image(fp_output_channels(&info, (int)mode), height, width, channels_last);
+    return out.data_ptr<uint8_t>();
+  };
+  decode_roi_into(dec, info, data.data_ptr<uint8_t>(), (size_t)data.numel(), mode, top, left, height,
+                  width, max_pixels, scale_num, max_scans, channels_last, buffer);
+  return out;
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("decode_jpeg_roi", &decode_jpeg_roi); }

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <functional>
 #include <string>
 
 #include "jpeg_common.h"
@@ -76,11 +77,26 @@ inline void check_max_scans(int64_t max_scans) {
   TORCH_CHECK_VALUE(max_scans >= 0, "max_scans must be >= 0 (0 = no limit), got ", max_scans);
 }
 
-inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
+inline fp_info read_header(const Decoder& dec, const uint8_t* bytes, size_t size) {
   fp_info info;
-  if (fp_read_header(dec.get(), data.data_ptr<uint8_t>(), (size_t)data.numel(), &info) != FP_OK)
+  if (fp_read_header(dec.get(), bytes, size, &info) != FP_OK)
     TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));
   return info;
+}
+
+inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
+  return read_header(dec, data.data_ptr<uint8_t>(), (size_t)data.numel());
+}
+
+// A window (top, left >= 0; height, width > 0) inside the image at scale_num/8 of its size.
+inline void check_window_fits(const fp_info& info, int64_t top, int64_t left, int64_t height,
+                              int64_t width, int64_t scale_num) {
+  const int64_t h = fp_scaled_size(info.height, (int)scale_num);
+  const int64_t w = fp_scaled_size(info.width, (int)scale_num);
+  TORCH_CHECK_VALUE(top < h && height <= h - top && left < w && width <= w - left, "window (top=",
+                    top, ", left=", left, ", height=", height, ", width=", width,
+                    ") does not fit in the ", h, "x", w, " image",
+                    scale_num == 8 ? "" : " (its size at the requested DCT scale)");
 }
 
 // A [channels, height, width] uint8 tensor; its memory is [height, width, channels]
@@ -88,6 +104,36 @@ inline fp_info read_header(const Decoder& dec, const at::Tensor& data) {
 inline at::Tensor empty_image(int64_t channels, int64_t height, int64_t width, bool channels_last) {
   if (channels_last) return at::empty({height, width, channels}, at::kByte).permute({2, 0, 1});
   return at::empty({channels, height, width}, at::kByte);
+}
+
+// The output channels of decoding the image in `mode`; raises the DecodeError of a file
+// over max_pixels (0: no limit) or one that `mode` cannot take. Call before allocating
+// pixel memory: headers can declare 65500x65500 in a few bytes of data.
+inline int decodable_channels(const fp_info& info, int64_t mode, int64_t max_pixels) {
+  const int64_t pixels = info.height * info.width;
+  TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
+              info.height, "x", info.width, " = ", pixels, " pixels, more than max_pixels=",
+              max_pixels, "; pass a larger max_pixels (0: no limit) to decode it");
+  const int channels = fp_output_channels(&info, (int)mode);
+  TORCH_CHECK(channels > 0, FASTPREP_DECODE_ERROR_PREFIX, unsupported_mode_message(info, mode));
+  return channels;
+}
+
+// decode_window into `out`: channels x height x width bytes (decodable_channels), planar
+// or (channels_last) interleaved.
+inline void decode_window_into(const Decoder& dec, int64_t mode, int64_t top, int64_t left,
+                               int64_t height, int64_t width, int64_t scale_num,
+                               int64_t max_scans, bool channels_last, uint8_t* out) {
+  thread_warning().clear();  // a warning left by a direct torch.ops call must not leak into this one
+  fp_set_scale(dec.get(), (int)scale_num);
+  fp_set_max_scans(dec.get(), max_scans > INT32_MAX ? 0 : (int)max_scans);
+  if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out, channels_last ? 1 : 0) !=
+      FP_OK)
+    TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));
+  const int nwarn = fp_warning_count(dec.get());
+  if (nwarn > 0)
+    thread_warning() = std::string(fp_first_warning(dec.get())) + " (" + std::to_string(nwarn) +
+                       " libjpeg warning(s); the image may be damaged; strict=True raises instead)";
 }
 
 // Decode a window of an image whose header `dec` has read, at scale_num/8 of the size
@@ -98,25 +144,20 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
                                 int64_t top, int64_t left, int64_t height, int64_t width,
                                 int64_t max_pixels, int64_t scale_num = 8, int64_t max_scans = 0,
                                 bool channels_last = false) {
-  // Before any allocation: headers can declare 65500x65500 in a few bytes of data.
-  const int64_t pixels = info.height * info.width;
-  TORCH_CHECK(max_pixels <= 0 || pixels <= max_pixels, FASTPREP_DECODE_ERROR_PREFIX, "image is ",
-              info.height, "x", info.width, " = ", pixels, " pixels, more than max_pixels=",
-              max_pixels, "; pass a larger max_pixels (0: no limit) to decode it");
-  thread_warning().clear();  // a warning left by a direct torch.ops call must not leak into this one
-  const int channels = fp_output_channels(&info, (int)mode);
-  TORCH_CHECK(channels > 0, FASTPREP_DECODE_ERROR_PREFIX, unsupported_mode_message(info, mode));
+  const int channels = decodable_channels(info, mode, max_pixels);
   at::Tensor out = empty_image(channels, height, width, channels_last);
-  fp_set_scale(dec.get(), (int)scale_num);
-  fp_set_max_scans(dec.get(), max_scans > INT32_MAX ? 0 : (int)max_scans);
-  if (fp_decode_window(dec.get(), (int)mode, top, left, height, width, out.data_ptr<uint8_t>(),
-                       channels_last ? 1 : 0) != FP_OK)
-    TORCH_CHECK(false, FASTPREP_DECODE_ERROR_PREFIX, fp_message(dec.get()));
-  const int nwarn = fp_warning_count(dec.get());
-  if (nwarn > 0)
-    thread_warning() = std::string(fp_first_warning(dec.get())) + " (" + std::to_string(nwarn) +
-                       " libjpeg warning(s); the image may be damaged; strict=True raises instead)";
+  decode_window_into(dec, mode, top, left, height, width, scale_num, max_scans, channels_last,
+                     out.data_ptr<uint8_t>());
   return out;
 }
+
+// decode_jpeg_roi after its argument checks (decode_jpeg_roi.cpp): the window of the image
+// in `bytes` (whose header `dec` has read into `info`) through the restart-interval path
+// when the file allows it, else decode_window. out_buffer() is called once, right before
+// pixels are written, and returns where the channels x height x width bytes go.
+void decode_roi_into(const Decoder& dec, const fp_info& info, const uint8_t* bytes, size_t size,
+                     int64_t mode, int64_t top, int64_t left, int64_t height, int64_t width,
+                     int64_t max_pixels, int64_t scale_num, int64_t max_scans, bool channels_last,
+                     const std::function<uint8_t*()>& out_buffer);
 
 }  // namespace fastprep

@@ -47,6 +47,16 @@ TORCH_LIBRARY(fastprep, m) {
       "resize_aa(Tensor image, int full_out_h, int full_out_w, int out_top, int out_left, int out_h, "
       "int out_w, int full_in_h, int full_in_w, int in_top, int in_left, float scale_h, float scale_w, "
       "bool antialias, bool hflip) -> Tensor");
+  // The built-in decode pipelines for a batch (decode_batch.cpp, which defines the columns of
+  // plans [N, 24] int64 and scales [N, 2] float64): decode + resize + pad + mask of sample i
+  // into out[i] (uint8, or float32/float16/bfloat16 through conversion `convert` with
+  // params [3, 6] float64), on num_threads threads. fills [2, C] int64: padding and mask
+  // values per channel. Returns (status [N, 3] int64: code (0 ok, 1 warning, 2 error),
+  // offset and length of the sample's message in messages, a uint8 [M] UTF-8 buffer).
+  m.def(
+      "decode_batch(Tensor[] data, Tensor plans, Tensor scales, Tensor fills, Tensor(a!) out, int mode, "
+      "int max_pixels, bool strict, int max_scans, int convert, Tensor params, int num_threads) "
+      "-> (Tensor, Tensor)");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.

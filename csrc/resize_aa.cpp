@@ -21,6 +21,8 @@
 
 #include <immintrin.h>
 
+#include "resize_aa.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -605,19 +607,11 @@ void v_pass(const uint8_t* src, int64_t src_stride, uint8_t* out, int64_t out_st
 
 int64_t resize_aa_isa(int64_t level);
 
-at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_out_w, int64_t out_top,
-                     int64_t out_left, int64_t out_h, int64_t out_w, int64_t full_in_h, int64_t full_in_w,
-                     int64_t in_top, int64_t in_left, double scale_h, double scale_w, bool antialias, bool hflip) {
-  TORCH_CHECK_VALUE(image.device().is_cpu(), "resize_aa: image must be a CPU tensor");
-  TORCH_CHECK_VALUE(image.scalar_type() == at::kByte, "resize_aa: image must be uint8, got ", image.scalar_type());
-  TORCH_CHECK_VALUE(image.dim() == 3, "resize_aa: image must be [C, H, W], got ", image.dim(), " dims");
-  const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
+void check_resize_args(int64_t C, int64_t H, int64_t W, int64_t full_out_h, int64_t full_out_w, int64_t out_top,
+                       int64_t out_left, int64_t out_h, int64_t out_w, int64_t full_in_h, int64_t full_in_w,
+                       int64_t in_top, int64_t in_left, double scale_h, double scale_w) {
   TORCH_CHECK_VALUE(C == 1 || C == 3 || C == 4, "resize_aa: image must have 1, 3 or 4 channels, got ", C);
   TORCH_CHECK_VALUE(H > 0 && W > 0, "resize_aa: image must not be empty");
-  const int64_t rs = image.stride(1);
-  TORCH_CHECK_VALUE(image.stride(2) == C && (C == 1 || image.stride(0) == 1) && rs >= W * C,
-                    "resize_aa: image must be channels-last (strides (1, >= W*C, C)), got strides ",
-                    image.strides());
   TORCH_CHECK_VALUE(full_out_h > 0 && full_out_w > 0 && full_in_h > 0 && full_in_w > 0,
                     "resize_aa: sizes must be positive");
   TORCH_CHECK_VALUE(out_h > 0 && out_w > 0 && out_top >= 0 && out_left >= 0 && out_top + out_h <= full_out_h &&
@@ -628,7 +622,12 @@ at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_o
                     "resize_aa: the image (", H, " x ", W, " at ", in_top, ", ", in_left, ") is not inside the ",
                     full_in_h, " x ", full_in_w, " input");
   TORCH_CHECK_VALUE(std::isfinite(scale_h) && std::isfinite(scale_w), "resize_aa: scales must be finite");
+}
 
+void resize_aa_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64_t rs, int64_t readable,
+                    int64_t full_out_h, int64_t full_out_w, int64_t out_top, int64_t out_left, int64_t out_h,
+                    int64_t out_w, int64_t full_in_h, int64_t full_in_w, int64_t in_top, int64_t in_left,
+                    double scale_h, double scale_w, bool antialias, bool hflip, uint8_t* op) {
   const int level = active_level();
   const bool need_h = full_out_w != full_in_w, need_v = full_out_h != full_in_h;
   Axis ah, av;
@@ -643,13 +642,9 @@ at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_o
   const bool do_h = need_h || hflip;
   if (hflip) reverse_axis(ah);
 
-  at::Tensor out = at::empty({out_h, out_w, C}, image.options()).permute({2, 0, 1});
-  uint8_t* op = out.data_ptr<uint8_t>();
-  const uint8_t* ip = image.data_ptr<uint8_t>();
   const int64_t orow = out_w * C;
-  // Whether the window's last row ends the tensor's memory (a read past it would leave it).
-  const int64_t storage_end = (int64_t)image.storage().nbytes() - image.storage_offset();
-  auto row_is_end = [&](int64_t r) { return r * rs + W * C + 16 > storage_end; };
+  // Whether the window's last row ends the readable memory (a read past it would leave it).
+  auto row_is_end = [&](int64_t r) { return r * rs + W * C + 16 > readable; };
 
   if (do_h && need_v) {
     const int64_t r0 = av.lo, r1 = av.hi;
@@ -669,6 +664,28 @@ at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_o
     for (int64_t r = 0; r < out_h; r++)
       std::memcpy(op + r * orow, ip + (av.start[r]) * rs + (int64_t)ah.start[0] * C, (size_t)orow);
   }
+}
+
+at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_out_w, int64_t out_top,
+                     int64_t out_left, int64_t out_h, int64_t out_w, int64_t full_in_h, int64_t full_in_w,
+                     int64_t in_top, int64_t in_left, double scale_h, double scale_w, bool antialias, bool hflip) {
+  TORCH_CHECK_VALUE(image.device().is_cpu(), "resize_aa: image must be a CPU tensor");
+  TORCH_CHECK_VALUE(image.scalar_type() == at::kByte, "resize_aa: image must be uint8, got ", image.scalar_type());
+  TORCH_CHECK_VALUE(image.dim() == 3, "resize_aa: image must be [C, H, W], got ", image.dim(), " dims");
+  const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
+  TORCH_CHECK_VALUE(C == 1 || C == 3 || C == 4, "resize_aa: image must have 1, 3 or 4 channels, got ", C);
+  TORCH_CHECK_VALUE(H > 0 && W > 0, "resize_aa: image must not be empty");
+  const int64_t rs = image.stride(1);
+  TORCH_CHECK_VALUE(image.stride(2) == C && (C == 1 || image.stride(0) == 1) && rs >= W * C,
+                    "resize_aa: image must be channels-last (strides (1, >= W*C, C)), got strides ",
+                    image.strides());
+  check_resize_args(C, H, W, full_out_h, full_out_w, out_top, out_left, out_h, out_w, full_in_h, full_in_w, in_top,
+                    in_left, scale_h, scale_w);
+  at::Tensor out = at::empty({out_h, out_w, C}, image.options()).permute({2, 0, 1});
+  const int64_t readable = (int64_t)image.storage().nbytes() - image.storage_offset();
+  resize_aa_into(image.data_ptr<uint8_t>(), C, H, W, rs, readable, full_out_h, full_out_w, out_top, out_left, out_h,
+                 out_w, full_in_h, full_in_w, in_top, in_left, scale_h, scale_w, antialias, hflip,
+                 out.data_ptr<uint8_t>());
   return out;
 }
 

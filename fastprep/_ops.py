@@ -55,3 +55,12 @@ def _resize_aa_fake(image, full_out_h, full_out_w, out_top, out_left, out_h, out
     torch._check(image.dtype == torch.uint8)
     torch._check(image.dim() == 3)
     return image.new_empty((out_h, out_w, image.shape[0])).permute(2, 0, 1)
+
+
+@torch.library.register_fake("fastprep::decode_batch")
+def _decode_batch_fake(data, plans, scales, fills, out, mode, max_pixels, strict, max_scans, convert, params,
+                       num_threads):
+    torch._check(out.dim() == 4)
+    status = plans.new_empty((out.shape[0], 3), dtype=torch.int64)
+    messages = plans.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)
+    return status, messages

@@ -15,16 +15,29 @@ SplitMix64 finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number g
 OOPSLA 2014; constants as in Vigna's ``splitmix64.c``), a bijection on 64-bit words with
 full avalanche, so neighbouring indices and epochs give unrelated keys and
 ``(seed, e, i) != (seed, e', i')`` collide only by chance (probability 2**-64 per pair).
+
+Two more things are keyed the same way, each with its own domain constant folded in after
+the three integers (so they never reuse a sample's key except by chance): the sample order
+of an epoch (:func:`epoch_permutation`) and the worker seeds of an unseeded epoch.
+
+Threads: :func:`keyed_default_rng` re-seeds the process-wide default generator, which is
+only safe where no other thread draws from it at the same time (a DataLoader worker
+process, or the thread that owns the training loop). :func:`keyed_thread_rng` gives the
+same draws without touching it: inside the block, the torch random functions called *in
+this thread* draw from a private generator seeded by the key.
 """
 
 from __future__ import annotations
 
 import contextlib
 import numbers
+import threading
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-__all__ = ["sample_key", "keyed_default_rng", "check_seed"]
+__all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "check_seed",
+           "ORDER_DOMAIN", "WORKERS_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: the SplitMix64 increment
@@ -65,6 +78,37 @@ def sample_key(seed: int, epoch: int, index: int) -> int:
     return _mix64((h ^ (index & _MASK64)) + _GOLDEN & _MASK64)
 
 
+#: :func:`derived_key` domain of an epoch's sample order (:func:`epoch_permutation`).
+ORDER_DOMAIN = 0x6F72646572  # "order"
+#: :func:`derived_key` domain of the DataLoader worker seeds of an unseeded epoch.
+WORKERS_DOMAIN = 0x776F726B  # "work"
+
+
+def derived_key(seed: int, epoch: int, index: int, domain: int) -> int:
+    """A 64-bit key for something other than a sample's transform: :func:`sample_key` of
+    the three integers with ``domain`` folded in by one more SplitMix64 round.
+
+    Returns:
+        int in ``[0, 2**64)``; equal to no :func:`sample_key` value except by chance.
+    """
+    return _mix64((sample_key(seed, epoch, index) ^ (domain & _MASK64)) + _GOLDEN & _MASK64)
+
+
+def epoch_permutation(seed: int, epoch: int, size: int) -> torch.Tensor:
+    """The sample order of ``epoch`` under ``seed``: a permutation of ``range(size)``.
+
+    ``torch.randperm`` from a generator seeded by ``derived_key(seed, epoch, 0,
+    ORDER_DOMAIN)``: the same in every process and rank, different for every epoch.
+
+    Returns:
+        int64 tensor ``[size]``.
+    """
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    gen = torch.Generator().manual_seed(derived_key(seed, epoch, 0, ORDER_DOMAIN))
+    return torch.randperm(size, generator=gen)
+
+
 @contextlib.contextmanager
 def keyed_default_rng(key: int):
     """Run the body with torch's default CPU generator seeded by ``key``, then restore it.
@@ -81,3 +125,55 @@ def keyed_default_rng(key: int):
         yield
     finally:
         gen.set_state(state)
+
+
+# Every torch function (and Tensor method) that draws from a generator and takes ``generator=``.
+_RANDOM_FUNCTIONS = frozenset([
+    torch.rand, torch.randn, torch.randint, torch.randperm, torch.rand_like, torch.randn_like, torch.randint_like,
+    torch.normal, torch.bernoulli, torch.multinomial, torch.poisson, torch.binomial,
+    torch.Tensor.uniform_, torch.Tensor.normal_, torch.Tensor.random_, torch.Tensor.bernoulli_,
+    torch.Tensor.exponential_, torch.Tensor.geometric_, torch.Tensor.cauchy_, torch.Tensor.log_normal_,
+    torch.Tensor.bernoulli, torch.Tensor.multinomial,
+])
+
+
+class _PrivateGenerator(TorchFunctionMode):
+    """Hands ``generator`` to every random torch call that would use the default one."""
+
+    def __init__(self, generator: torch.Generator):
+        super().__init__()
+        self.generator = generator
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = {} if kwargs is None else kwargs
+        if func in _RANDOM_FUNCTIONS and kwargs.get("generator") is None:
+            kwargs = {**kwargs, "generator": self.generator}
+        return func(*args, **kwargs)
+
+
+_thread_state = threading.local()
+
+
+@contextlib.contextmanager
+def keyed_thread_rng(key: int):
+    """Run the body with the torch random calls *of this thread* drawing from a private
+    CPU generator seeded by ``key``; torch's default generator is neither read nor changed.
+
+    The draws equal those under :func:`keyed_default_rng` (both generators are torch's
+    Mersenne Twister seeded with ``key``) for code that draws through torch's random
+    functions without an explicit generator -- fastprep's transforms, torchvision's v2
+    transforms, :mod:`fastprep.functional`'s seed draws. It works by a torch function mode,
+    which is per thread, so other threads (a training loop drawing from the default
+    generator, say) run unaffected and in parallel. Draws made below the Python level
+    (in C++ code that calls the default generator directly) are not redirected.
+    """
+    spare = getattr(_thread_state, "spare", None)
+    if spare is None:
+        spare = _thread_state.spare = []
+    gen = spare.pop() if spare else torch.Generator()  # nested blocks each get their own
+    gen.manual_seed(key)
+    try:
+        with _PrivateGenerator(gen):
+            yield
+    finally:
+        spare.append(gen)

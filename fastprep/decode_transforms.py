@@ -35,6 +35,7 @@ import math
 import numbers
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import PIL.Image
@@ -42,10 +43,11 @@ import torch
 from torchvision.transforms import v2
 
 from . import io as fio
-from .resize import resize as _resize
 from .resize import resize_window as _resize_window
 
 __all__ = [
+    "DecodePlan",
+    "ResizeStep",
     "DecodeCenterCrop",
     "DecodeRandomCrop",
     "DecodeRandomResizedCrop",
@@ -169,13 +171,57 @@ def _file_named(path):
         raise fio.DecodeError(f"{path}: {e}") from None
 
 
-def _filled(channels: int, height: int, width: int, mode, fill: int) -> torch.Tensor:
-    """Padding pixels: gray level ``fill`` in every channel; in YCbCr mode its YCbCr,
-    ``(fill, 128, 128)``, so padding means the same colour whatever the mode."""
-    out = torch.full((channels, height, width), fill, dtype=torch.uint8)
+def _pad_values(channels: int, mode, fill: int) -> tuple[int, ...]:
+    """Per-channel value of padding pixels: gray level ``fill`` in every channel; in YCbCr
+    mode its YCbCr, ``(fill, 128, 128)``, so padding means the same colour whatever the mode."""
     if fio._mode(mode) == fio.ImageReadMode.YCbCr:
-        out[1:] = 128
+        return (fill,) + (128,) * (channels - 1)
+    return (fill,) * channels
+
+
+def _filled(values, height: int, width: int) -> torch.Tensor:
+    """A ``[len(values), height, width]`` uint8 image, channel ``c`` all ``values[c]``."""
+    out = torch.empty((len(values), height, width), dtype=torch.uint8)
+    for c, v in enumerate(values):
+        out[c] = v
     return out
+
+
+class ResizeStep(NamedTuple):
+    """The resize of a decoded window: pixels ``out_window = (top, left, h, w)`` of resizing
+    a virtual ``full_in = (H, W)`` image, of which the decoded window holds the pixels from
+    ``in_offset = (top, left)`` on, to ``full_out = (h, w)`` (the arguments of
+    :func:`fastprep.resize.resize_window`). ``scale``: ``(sh, sw)`` output pixels per input
+    pixel, ``None`` for ``full_out / full_in``; ``hflip``: the result mirrored."""
+
+    full_in: tuple
+    in_offset: tuple
+    full_out: tuple
+    out_window: tuple
+    scale: tuple | None
+    antialias: bool
+    hflip: bool
+
+
+class DecodePlan(NamedTuple):
+    """What a decode transform computes for one image once its random parameters are drawn.
+
+    Attributes:
+        num: DCT scale: the image is decoded at ``num/8`` of its size.
+        window: ``(top, left, height, width)`` decoded, in pixels of that scale.
+        resize: the :class:`ResizeStep` applied to the decoded window, or ``None``.
+        size: ``(height, width)`` of the output.
+        offset: ``(top, left)`` of the (resized) window in the output; the other output
+            pixels are padding (:meth:`padding_values` of the transform). ``None``: the
+            output is all padding (the decode, of ``window``, only checks the file and
+            gives the channel count).
+    """
+
+    num: int
+    window: tuple
+    resize: ResizeStep | None
+    size: tuple
+    offset: tuple | None
 
 
 def scaled_size(height: int, width: int, num: int) -> tuple[int, int]:
@@ -315,28 +361,52 @@ class _DecodeTransform(v2.Transform):
     def _draw(self, info: fio.JpegInfo) -> dict:
         raise NotImplementedError
 
-    def _decode(self, data, info, params) -> torch.Tensor:
+    def decode_plan(self, info: fio.JpegInfo, params: dict) -> DecodePlan:
+        """The :class:`DecodePlan` of an image with header ``info`` for parameters ``params``
+        drawn by ``make_params``."""
         raise NotImplementedError
 
-    def _decode_padded(self, data, info: fio.JpegInfo, window, pad_ltrb, fill) -> torch.Tensor:
-        """Decode ``window = (top, left, height, width)`` of the image padded by
-        ``pad_ltrb`` (constant ``fill``), decoding only the part that overlaps the image."""
+    def draw_plan(self, info: fio.JpegInfo) -> DecodePlan:
+        """Draw the random parameters of one call on an image with header ``info`` -- exactly
+        the torch RNG calls the call makes -- and return its :class:`DecodePlan`."""
+        return self.decode_plan(info, self._draw(info))
+
+    def padding_values(self, channels: int) -> tuple[int, ...]:
+        """Value of padding pixels in each of the output's ``channels`` channels (0..255)."""
+        return _pad_values(channels, self.mode, 0)
+
+    def _decode(self, data, info, params) -> torch.Tensor:
+        return self._run_plan(data, self.decode_plan(info, params))
+
+    def _run_plan(self, data, plan: DecodePlan) -> torch.Tensor:
+        """Decode, resize and pad as ``plan`` says."""
+        kw = self._io_kwargs(plan.num)
+        r = plan.resize
+        if r is None:
+            img = fio.decode_jpeg_roi(data, *plan.window, self.mode, **kw)
+        else:
+            img = fio.decode_jpeg_roi(data, *plan.window, self.mode, **kw, **_TO_RESIZE)
+            img = _resize_window(img, r.full_in, r.in_offset, r.full_out, r.out_window, scale=r.scale,
+                                 antialias=r.antialias, hflip=r.hflip)
+        if plan.offset == (0, 0) and tuple(img.shape[1:]) == tuple(plan.size):
+            return img
+        out = _filled(self.padding_values(img.shape[0]), *plan.size)
+        if plan.offset is not None:
+            oy, ox = plan.offset
+            out[:, oy:oy + img.shape[1], ox:ox + img.shape[2]] = img
+        return out
+
+    def _padded_plan(self, info: fio.JpegInfo, window, pad_ltrb) -> DecodePlan:
+        """Plan for ``window = (top, left, height, width)`` of the image padded by
+        ``pad_ltrb``: only the part that overlaps the image is decoded."""
         top, left, height, width = window
         pl, pt = pad_ltrb[0], pad_ltrb[1]
-        kw = self._io_kwargs()
         # Window in image coordinates, clipped to the image.
         y0, x0 = max(top - pt, 0), max(left - pl, 0)
         y1, x1 = min(top - pt + height, info.height), min(left - pl + width, info.width)
-        if y0 == top - pt and x0 == left - pl and y1 - y0 == height and x1 - x0 == width:
-            return fio.decode_jpeg_roi(data, y0, x0, height, width, self.mode, **kw)
         if y1 <= y0 or x1 <= x0:  # all padding: decode one pixel only for the channel count
-            channels = fio.decode_jpeg_roi(data, 0, 0, 1, 1, self.mode, **kw).shape[0]
-            return _filled(channels, height, width, self.mode, fill)
-        inner = fio.decode_jpeg_roi(data, y0, x0, y1 - y0, x1 - x0, self.mode, **kw)
-        out = _filled(inner.shape[0], height, width, self.mode, fill)
-        oy, ox = y0 - (top - pt), x0 - (left - pl)
-        out[:, oy:oy + inner.shape[1], ox:ox + inner.shape[2]] = inner
-        return out
+            return DecodePlan(8, (0, 0, 1, 1), None, (height, width), None)
+        return DecodePlan(8, (y0, x0, y1 - y0, x1 - x0), None, (height, width), (y0 - (top - pt), x0 - (left - pl)))
 
     def _io_repr(self) -> str:
         s = f"mode={self.mode!r}"
@@ -415,8 +485,11 @@ class DecodeRandomCrop(_DecodeTransform):
         pad, window = self.get_params(info)
         return {"pad": pad, "window": window}
 
-    def _decode(self, data, info, params):
-        return self._decode_padded(data, info, params["window"], params["pad"], self.fill)
+    def decode_plan(self, info, params):
+        return self._padded_plan(info, params["window"], params["pad"])
+
+    def padding_values(self, channels):
+        return _pad_values(channels, self.mode, self.fill)
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}, "
@@ -450,8 +523,8 @@ class DecodeCenterCrop(_DecodeTransform):
         pad, window = self.get_params(info)
         return {"pad": pad, "window": window}
 
-    def _decode(self, data, info, params):
-        return self._decode_padded(data, info, params["window"], params["pad"], 0)
+    def decode_plan(self, info, params):
+        return self._padded_plan(info, params["window"], params["pad"])
 
     def extra_repr(self) -> str:
         return f"size={self.size}, {self._io_repr()}"
@@ -548,13 +621,14 @@ class DecodeRandomResizedCrop(_DecodeTransform):
         flip = bool(torch.rand(1) < self.flip_p) if self.flip_p > 0 else False
         return {"window": window, "flip": flip}
 
-    def _decode(self, data, info, params):
+    def decode_plan(self, info, params):
         window = params["window"]
         num = 8
         if self.dct_scaling and _IO_HAS_SCALE:
             num, window = plan_scaled_window(info.height, info.width, window, self.size)
-        img = fio.decode_jpeg_roi(data, *window, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
-        return _resize(img, self.size, antialias=self.antialias, hflip=params["flip"])
+        h, w = window[2], window[3]
+        resize = ResizeStep((h, w), (0, 0), self.size, (0, 0) + self.size, None, self.antialias, params["flip"])
+        return DecodePlan(num, tuple(window), resize, self.size, (0, 0))
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, scale={self.scale}, ratio={self.ratio}, antialias={self.antialias}, "
@@ -600,9 +674,10 @@ class _ResizeBase(_DecodeTransform):
         self.antialias = bool(antialias)
         self.dct_scaling = bool(dct_scaling)
 
-    def _resized_rows_cols(self, data, info, out_hw, rows, cols):
-        """Rows ``[rows[0], rows[1])`` and columns ``[cols[0], cols[1])`` of the image resized
-        to ``out_hw``, decoding (DCT-scaled when allowed) only the pixels their filter reads."""
+    def _resized_plan(self, info, out_hw, rows, cols, size, offset) -> DecodePlan:
+        """Plan for rows ``[rows[0], rows[1])`` and columns ``[cols[0], cols[1])`` of the image
+        resized to ``out_hw``, decoding (DCT-scaled when allowed) only the pixels their filter
+        reads, placed at ``offset`` in a ``size`` output."""
         H, W = info.height, info.width
         oh, ow = out_hw
         (oy0, oy1), (ox0, ox1) = rows, cols
@@ -614,14 +689,11 @@ class _ResizeBase(_DecodeTransform):
         sh, sw = oh * 8 / (H * num), ow * 8 / (W * num)
         y0, y1 = _filter_start(oy0, sh, self.antialias), _filter_end(oy1, sh, self.antialias, hs)
         x0, x1 = _filter_start(ox0, sw, self.antialias), _filter_end(ox1, sw, self.antialias, ws)
-        if num == 8 and (y0, x0, y1, x1) == (0, 0, hs, ws) and (oy0, ox0, oy1, ox1) == (0, 0, oh, ow):
-            img = fio.decode_jpeg(data, self.mode, **self._io_kwargs(), **_TO_RESIZE)
-            return _resize(img, (oh, ow), antialias=self.antialias)
-        img = fio.decode_jpeg_roi(data, y0, x0, y1 - y0, x1 - x0, self.mode, **self._io_kwargs(num), **_TO_RESIZE)
         # The window's rows/cols of the full image's resize grid, from the decoded window
         # alone (fastprep::resize_aa); at full scale the default in/out filter scale is v2's.
-        return _resize_window(img, (hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
-                              scale=None if num == 8 else (sh, sw), antialias=self.antialias)
+        resize = ResizeStep((hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
+                            None if num == 8 else (sh, sw), self.antialias, False)
+        return DecodePlan(num, (y0, x0, y1 - y0, x1 - x0), resize, tuple(size), tuple(offset))
 
 
 class DecodeResize(_ResizeBase):
@@ -652,9 +724,9 @@ class DecodeResize(_ResizeBase):
     def _draw(self, info):
         return {"out": _resized_size(info.height, info.width, self._size, self.max_size)}
 
-    def _decode(self, data, info, params):
+    def decode_plan(self, info, params):
         oh, ow = params["out"]
-        return self._resized_rows_cols(data, info, (oh, ow), (0, oh), (0, ow))
+        return self._resized_plan(info, (oh, ow), (0, oh), (0, ow), (oh, ow), (0, 0))
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, max_size={self.max_size}, antialias={self.antialias}, "
@@ -695,18 +767,17 @@ class DecodeResizeCenterCrop(_ResizeBase):
         pad, window = _center_crop(out[0], out[1], self.crop_size)
         return {"out": out, "pad": pad, "window": window}
 
-    def _decode(self, data, info, params):
+    def decode_plan(self, info, params):
         (oh, ow), pad, (top, left, ch, cw) = params["out"], params["pad"], params["window"]
-        # Crop window in resized-image coordinates, clipped to the resized image.
+        # Crop window in resized-image coordinates, clipped to the resized image (the centred
+        # crop always overlaps it).
         y0, x0 = max(top - pad[1], 0), max(left - pad[0], 0)
         y1, x1 = min(top - pad[1] + ch, oh), min(left - pad[0] + cw, ow)
-        img = self._resized_rows_cols(data, info, (oh, ow), (y0, y1), (x0, x1))
-        if img.shape[1:] == (ch, cw):
-            return img
-        out = torch.zeros((img.shape[0], ch, cw), dtype=torch.uint8)
-        oy, ox = y0 - (top - pad[1]), x0 - (left - pad[0])
-        out[:, oy:oy + img.shape[1], ox:ox + img.shape[2]] = img
-        return out
+        return self._resized_plan(info, (oh, ow), (y0, y1), (x0, x1), (ch, cw),
+                                  (y0 - (top - pad[1]), x0 - (left - pad[0])))
+
+    def padding_values(self, channels):
+        return (0,) * channels  # v2 CenterCrop pads with zeros, in every mode
 
     def extra_repr(self) -> str:
         return (f"resize_size={self.resize_size}, crop_size={self.crop_size}, antialias={self.antialias}, "

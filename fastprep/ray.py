@@ -1,10 +1,11 @@
-"""fastprep's per-sample work on Ray Data actors (optional: ``pip install fastprep[ray]``).
+"""fastprep's per-sample work on Ray Data actors (optional: the ``ray`` extra).
 
 The same pipeline as :func:`fastprep.data.make_loader`, with the worker side run by Ray
 Data instead of DataLoader workers, on this machine or across a cluster::
 
     read_jpegs: rows (path, label, index) -> Ray tasks read the bytes
       -> map_batches(DecodeBatch) on CPU actors: decode + per-sample transforms -> uint8 NCHW
+         (built-in pipelines: one native call per batch, fastprep.data.native)
       -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchConvert (YUV / 255) on the device
 
 * **Same output.** :class:`DecodeBatch` runs the per-sample transform of
@@ -30,6 +31,7 @@ must be readable there (a shared filesystem); otherwise build the rows yourself 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,12 +41,13 @@ try:
     import ray
     import ray.data
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("fastprep.ray needs Ray Data: pip install 'fastprep[ray]' "
-                      "(or pip install 'ray[data]')") from e
+    raise ImportError("fastprep.ray needs Ray Data: install fastprep's ray extra (from the checkout: "
+                      "pip install --no-build-isolation -e '.[ray]'), or pip install 'ray[data,train]'") from e
 
 from . import io as fio
 from ._seeding import check_seed, keyed_default_rng, sample_key
 from .data import BatchConvert, DevicePrefetcher, JpegDataset, JpegFolder, default_transform
+from .data.native import STATUS_ERROR, STATUS_WARNING, NativePipeline
 
 __all__ = ["DecodeBatch", "RayLoader", "read_jpegs"]
 
@@ -126,13 +129,21 @@ class DecodeBatch:
             left alone.
         epoch: the epoch the keys use.
         on_error: ``"raise"`` or ``"skip"`` (drop the sample).
+        num_threads: native threads per batch for the built-in pipelines (the default
+            transform and the others :class:`fastprep.data.native.NativePipeline` takes),
+            which run as one native call per batch (same output; the header read and the
+            random draws stay per sample, in Python). Other transforms run per sample.
     """
 
     def __init__(self, transform=None, *, crop_size=256, mask_ratio=0.25, seed=None, epoch: int = 0,
-                 on_error: str = "raise"):
+                 on_error: str = "raise", num_threads: int = 1):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
         self.transform = transform if transform is not None else default_transform(crop_size, mask_ratio)
+        self.num_threads = num_threads
+        self._native = NativePipeline.from_transform(self.transform)
         self.seed = check_seed(seed)
         self.epoch = int(epoch)
         self.on_error = on_error
@@ -142,35 +153,75 @@ class DecodeBatch:
         # default transform's
         size = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
         self._shape = (3, *size) if transform is None else None
+        if self._native is not None:
+            self._shape = (self._native.channels, *self._native.size)
 
-    def _one(self, data: bytes, index: int) -> torch.Tensor:
+    @staticmethod
+    def _encoded(data: bytes) -> torch.Tensor:
         # bytes -> 1-D uint8 tensor, as fastprep.io.read_file returns (a copy: the transform may
         # keep a reference and Ray's buffer is read-only)
-        enc = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+
+    def _keyed(self, fn, enc: torch.Tensor, index: int):
+        """``fn(enc)`` drawing from the sample's keyed generator (with a seed)."""
         if self.seed is None:
-            return self.transform(enc)
+            return fn(enc)
         with keyed_default_rng(sample_key(self.seed, self.epoch, index)):
-            return self.transform(enc)
+            return fn(enc)
+
+    def _per_sample(self, batch: dict):
+        """``(images, positions kept, {position: error})``, one transform call per sample."""
+        images, kept, failed = [], [], {}
+        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
+            try:
+                images.append(self._keyed(self.transform, self._encoded(data), int(index)))
+            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
+                failed[k] = e
+                if self.on_error == "raise":
+                    break
+                continue
+            kept.append(k)
+        return (torch.stack(images) if images else None), kept, failed
+
+    def _batched(self, batch: dict):
+        """As :meth:`_per_sample`, with the plans drawn per sample and one native run."""
+        datas, plans, planned, failed = [], [], [], {}
+        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
+            enc = self._encoded(data)
+            try:
+                plans.append(self._keyed(self._native.plan, enc, int(index)))
+            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
+                failed[k] = e
+                continue
+            datas.append(enc)
+            planned.append(k)
+        out = torch.empty((len(datas), *self._shape), dtype=torch.uint8)
+        rows = []
+        for j, (status, message) in enumerate(self._native.run(datas, plans, out, num_threads=self.num_threads)):
+            if status == STATUS_ERROR:
+                failed[planned[j]] = fio.DecodeError(message)
+                continue
+            if status == STATUS_WARNING:
+                warnings.warn(message, fio.DecodeWarning, stacklevel=2)
+            rows.append(j)
+        images = out if len(rows) == len(datas) else out[rows]
+        return (images if rows else None), [planned[j] for j in rows], failed
 
     def __call__(self, batch: dict) -> dict:
-        images, labels, indices = [], [], []
-        paths = batch.get("path")
-        for k, (data, label, index) in enumerate(zip(batch["bytes"], batch["label"], batch["index"])):
-            try:
-                img = self._one(data, int(index))
-            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
-                if self.on_error == "raise":
-                    name = paths[k] if paths is not None else f"index {int(index)}"
-                    raise fio.DecodeError(f"cannot decode {name!r} (index {int(index)}): {e}") from e
-                continue
-            images.append(img)
-            labels.append(int(label))
-            indices.append(int(index))
-        if images:
-            image = torch.stack(images).numpy()
+        images, kept, failed = (self._per_sample if self._native is None else self._batched)(batch)
+        if failed and self.on_error == "raise":
+            k = min(failed)  # the first bad sample of the batch, as one call per sample finds it
+            index = int(batch["index"][k])
+            paths = batch.get("path")
+            name = paths[k] if paths is not None else f"index {index}"
+            raise fio.DecodeError(f"cannot decode {name!r} (index {index}): {failed[k]}") from failed[k]
+        if images is not None:
+            image = images.numpy()
             self._shape = image.shape[1:]
         else:
             image = np.zeros((0, *(self._shape or (3, 1, 1))), dtype=np.uint8)
+        labels = [int(batch["label"][k]) for k in kept]
+        indices = [int(batch["index"][k]) for k in kept]
         return {"image": image, "label": np.asarray(labels, dtype=np.int64),
                 "index": np.asarray(indices, dtype=np.int64)}
 
@@ -196,8 +247,11 @@ class RayLoader:
         shuffle_seed: base seed of the shuffle (default: ``seed``, or 0).
         on_error: ``"raise"`` or ``"skip"`` (see the module doc).
         device, dtype: as :func:`make_loader`.
-        concurrency: number of decode actors (default 2).
-        num_cpus: CPUs reserved per actor.
+        concurrency: number of decode actors; ``None`` (default): as many as the Ray
+            cluster has CPUs for (its CPUs divided by ``num_cpus``, at least 1), read when an
+            epoch starts, so a 2-CPU laptop gets 2 actors and a cluster all of its cores.
+        num_cpus: CPUs reserved per actor; for the built-in pipelines also the native
+            threads of each batch (its integer part, at least 1).
         map_batch_size: rows per ``map_batches`` call (per actor task).
         drop_last: drop a last batch smaller than ``batch_size`` (its samples then count
             as neither delivered nor skipped: :attr:`skipped` is only exact without it).
@@ -206,7 +260,7 @@ class RayLoader:
 
     def __init__(self, source, *, batch_size: int = 64, crop_size=256, mask_ratio=0.25, transform=None,
                  seed=None, shuffle: bool = True, shuffle_seed=None, on_error: str = "raise", device=None,
-                 dtype: torch.dtype = torch.float32, concurrency: int = 2, num_cpus: float = 1,
+                 dtype: torch.dtype = torch.float32, concurrency: int | None = None, num_cpus: float = 1,
                  map_batch_size: int = 16, drop_last: bool = False, extensions=_DEFAULT_EXTENSIONS):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -221,7 +275,12 @@ class RayLoader:
         self.on_error = on_error
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype
-        self.concurrency = int(concurrency)
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ValueError(f"concurrency must be a positive int or None (the cluster's CPUs), got {concurrency!r}")
+        if not num_cpus > 0:
+            raise ValueError(f"num_cpus must be > 0, got {num_cpus!r}")
+        self.concurrency = concurrency
         self.num_cpus = num_cpus
         self.map_batch_size = int(map_batch_size)
         self.drop_last = bool(drop_last)
@@ -261,8 +320,18 @@ class RayLoader:
             DecodeBatch, batch_format="numpy", batch_size=self.map_batch_size,
             fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
                                        mask_ratio=self.mask_ratio, seed=self.seed, epoch=epoch,
-                                       on_error=self.on_error),
-            compute=ray.data.ActorPoolStrategy(size=self.concurrency), num_cpus=self.num_cpus)
+                                       on_error=self.on_error, num_threads=max(1, int(self.num_cpus))),
+            compute=ray.data.ActorPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
+
+    def actors(self) -> int:
+        """Decode actors an epoch starts: ``concurrency``, or the cluster's CPUs over ``num_cpus``
+        (Ray is started first if it is not running, as Ray Data itself would)."""
+        if self.concurrency is not None:
+            return self.concurrency
+        if not ray.is_initialized():
+            ray.init()
+        cpus = ray.cluster_resources().get("CPU", 1)
+        return max(1, int(cpus // self.num_cpus))
 
     def _batches(self, ds, epoch):
         seen = torch.zeros(len(self.paths), dtype=torch.int32)

@@ -772,7 +772,7 @@ def test_cli_recipe_runs_its_pipelines(recipe, cache, tmp_path):
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["settings"]["recipe"] == recipe and report["settings"]["crop_size"] == 224
-    assert {r["pipeline"] for r in report["results"]} == {"reference", "fastprep", "fastprep-packed"}
+    assert {r["pipeline"] for r in report["results"]} == {"reference", "fastprep", "fastprep-processes", "fastprep-packed"}
     assert all(r["error"] is None and r["samples_per_s"] > 0 for r in report["results"])
     assert "500x375" in report["settings"]["data"] and report["settings"]["builtin_size"] == "imagenet"
     with pytest.raises(SystemExit):
@@ -803,6 +803,57 @@ def test_builtin_size_presets_and_spec():
     seed = cfg()
     assert seed.builtin_size is None and (seed.builtin_spec().width, seed.builtin_spec().height) == (800, 533)
     assert cfg("--recipe", "imagenet-train", "--data", "somewhere").builtin_size is None
+
+
+def test_quick_fits_a_folder_of_large_photos(tmp_path):
+    """--quick on a folder of large images lowers the preset counts (never the ones given)
+    to about QUICK_MEGAPIXELS per configuration, says so, and leaves small images alone."""
+    from PIL import Image
+
+    from fastprep.bench.config import QUICK, QUICK_FLOOR, QUICK_MEGAPIXELS
+    from fastprep.bench.dataset import mean_megapixels
+
+    for k, (w, h) in enumerate([(4000, 3000), (2000, 1500)]):
+        Image.new("RGB", (w, h), (k, 0, 0)).save(tmp_path / f"{k}.jpg", quality=50)
+    (tmp_path / "broken.jpg").write_bytes(b"not an image")
+    mp = mean_megapixels(tmp_path)
+    assert mp == pytest.approx((12e6 + 3e6) / 2 / 1e6)  # the unreadable file is left out
+
+    def cfg(*argv):
+        argv = ["--data", str(tmp_path), *argv]
+        return cli.config_from_args(cli.build_parser().parse_args(argv), argv)
+
+    quick = cfg("--quick")
+    note = quick.fit_quick(mp)
+    assert note.startswith("--quick: your images average 7.5 MP") and "batch size 64 ->" in note
+    assert quick.batch_size * (quick.steps + quick.warmup) * mp <= QUICK_MEGAPIXELS
+    assert (quick.warmup, quick.steps) == (QUICK_FLOOR["warmup"], QUICK_FLOOR["steps"])
+    assert QUICK_FLOOR["num_images"] <= quick.num_images < QUICK["num_images"]
+    mine = cfg("--quick", "--batch-size", "32", "--steps", "5")
+    mine.fit_quick(mp)
+    assert (mine.batch_size, mine.steps) == (32, 5)  # given explicitly: kept
+    huge = cfg("--quick")
+    huge.fit_quick(1000.0)  # never below the floor
+    assert (huge.batch_size, huge.steps, huge.warmup, huge.num_images) == tuple(
+        QUICK_FLOOR[k] for k in ("batch_size", "steps", "warmup", "num_images"))
+    assert cfg("--quick").fit_quick(0.4) is None  # ImageNet-size photos: the preset as it is
+    assert cfg().fit_quick(mp) is None  # without --quick nothing changes
+    assert cfg().batch_size == 64
+
+
+def test_bench_from_the_folder_holding_the_checkout_says_why(tmp_path):
+    """``python -m fastprep.bench`` run beside a checkout named ``fastprep`` imports the
+    checkout as a namespace package; the command then fails with one line saying so."""
+    (tmp_path / "fastprep").symlink_to(FASTPREP_PARENT, target_is_directory=True)
+    if not (FASTPREP_PARENT / "bench" / "__main__.py").exists():
+        pytest.skip("fastprep is installed, not a checkout: no bench/ folder to shadow it")
+    proc = subprocess.run([sys.executable, "-m", "fastprep.bench", "--quick"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "hides the installed package" in lines[0], proc.stderr
+    assert proc.stdout == ""
 
 
 def test_cli_builtin_size_reaches_the_generated_files(cache, tmp_path, monkeypatch):

@@ -160,7 +160,7 @@ class TestJpegDataset:
     def test_substitutes_visit_every_other_index_once(self, n):
         ds = D.JpegDataset([f"f{i}.jpg" for i in range(n)], on_error="skip")
         for index in range(n):
-            order = [ds._substitute(index, a) for a in range(n - 1)]
+            order = [ds.substitute(index, a) for a in range(n - 1)]
             assert sorted(order) == [i for i in range(n) if i != index], (n, index)
 
     @pytest.mark.parametrize("n", [17, 241, 256])
@@ -680,8 +680,9 @@ def _replay(files, order_by_rng_stream, crop_size=CROP, ratio=0.25):
 class TestMakeLoader:
     def test_end_to_end_main_process(self, jpeg_files):
         bs = 3
+        # the DataLoader in this process: the samples draw from torch's default generator
         loader = D.make_loader(jpeg_files, batch_size=bs, num_workers=0, crop_size=CROP, shuffle=False,
-                               device="cpu", generator=torch.Generator().manual_seed(0))
+                               device="cpu", generator=torch.Generator().manual_seed(0), engine="processes")
         assert isinstance(loader, D.DevicePrefetcher) and len(loader) == 3
         torch.manual_seed(7)
         batches = list(loader)
@@ -856,8 +857,9 @@ class TestLoaderOutputs:
 
         make = {"imagenet-train": lambda: DecodeRandomResizedCrop(224, flip_p=0.5),
                 "imagenet-eval": lambda: DecodeResizeCenterCrop(256, 224)}[recipe]
+        # the DataLoader in this process: the samples draw from torch's default generator
         loader = D.make_loader(jpeg_files[:4], batch_size=4, num_workers=0, device="cpu", shuffle=False,
-                               recipe=recipe)
+                               recipe=recipe, engine="processes")
         torch.manual_seed(5)
         (images, _), = list(loader)
         torch.manual_seed(5)
@@ -941,7 +943,7 @@ class TestPooledCollate:
                                       generator=torch.Generator().manual_seed(2), **kw)]
         want = list(DataLoader(ds, collate_fn=D.collate_uint8, generator=torch.Generator().manual_seed(2), **kw))
         assert len(held) == len(want)
-        for (a, ta, slot), (b, tb) in zip(held, want):
+        for (a, ta, *_), (b, tb) in zip(held, want):
             assert torch.equal(a, b) and torch.equal(ta, tb)
 
     def test_prefetcher_without_transform_keeps_its_buffers(self, jpeg_files):

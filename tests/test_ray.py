@@ -2,7 +2,7 @@
 
 Runs a local Ray instance (``ray.init(num_cpus=2)``), started once for the module; every
 dataset execution starts its actors (seconds on a small machine), so there are two.
-Skipped when Ray is not installed (``pip install 'fastprep[ray]'``; CI installs it).
+Skipped when Ray is not installed (the ``ray`` extra; CI installs it).
 """
 
 import hashlib
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install 'fastprep[ray]')")
+ray = pytest.importorskip("ray", reason="Ray Data not installed (the ray extra: pip install --no-build-isolation -e '.[ray]')")
 pytest.importorskip("ray.data")
 
 import fastprep.data as D  # noqa: E402
@@ -124,12 +124,21 @@ class TestRayLoader:
         folder = _make_folder(tmp_path)
         rows = read_jpegs(folder)
         assert rows.count() == len(SIZES)
-        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, concurrency=2, device="cpu",
-                           map_batch_size=3)
+        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, device="cpu", map_batch_size=3)
+        assert loader.actors() == 2  # the default: one actor per CPU of ray.init(num_cpus=2)
         loader.set_epoch(1)
         got = sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
         assert got == _dataloader_digests(folder, 1)
         assert loader.skipped == 0 and loader.epoch == 2
+
+    def test_concurrency_checked(self, tmp_path):
+        folder = _make_folder(tmp_path)
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="concurrency must be a positive int or None"):
+                RayLoader(folder, concurrency=bad)
+        with pytest.raises(ValueError, match="num_cpus must be > 0"):
+            RayLoader(folder, num_cpus=0)
+        assert RayLoader(folder, concurrency=3, num_cpus=0.5).actors() == 3
 
     def test_actor_killed_once_and_bad_file(self, ray_local, tmp_path):
         """One actor process is SIGKILLed mid-epoch: Ray restarts it and re-runs its batches

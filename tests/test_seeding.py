@@ -143,9 +143,10 @@ class TestKeyedDataset:
             D.make_loader(ds, seed=1)
 
 
-# (num_workers, start method, persistent workers)
+# (engine, num_workers, start method, persistent workers)
 # (spawn is slow: each worker re-imports torch; one persistent 2-worker loader covers it)
-CONFIGS = [(0, None, False), (1, "fork", False), (2, "fork", True), (2, "spawn", True)]
+CONFIGS = [("processes", 0, None, False), ("processes", 1, "fork", False), ("processes", 2, "fork", True),
+           ("processes", 2, "spawn", True), ("threads", 0, None, False), ("threads", 2, None, False)]
 
 
 # A module-level function: since pytest 9.1 a class-scoped fixture defined as a method is
@@ -158,10 +159,11 @@ def reference(folder):
 
 class TestKeyedLoader:
 
-    @pytest.mark.parametrize("workers,context,persistent", CONFIGS)
-    def test_same_batches_for_any_workers(self, folder, reference, workers, context, persistent):
+    @pytest.mark.parametrize("engine,workers,context,persistent", CONFIGS)
+    def test_same_batches_for_any_workers(self, folder, reference, engine, workers, context, persistent):
         loader = D.make_loader(folder, batch_size=4, num_workers=workers, crop_size=CROP, device="cpu",
-                               seed=SEED, multiprocessing_context=context, persistent_workers=persistent)
+                               seed=SEED, multiprocessing_context=context, persistent_workers=persistent,
+                               engine=engine)
         got = _epoch_digests(loader, epochs=2)
         assert got == reference
         assert not set(got[0]) & set(got[1])  # a new epoch, new windows and masks
@@ -196,39 +198,47 @@ class TestSamplerAndDistributed:
         with pytest.raises(ValueError, match="either sampler= or distributed=True"):
             D.make_loader(folder, distributed=True, sampler=[0, 1], num_workers=0, device="cpu")
 
-    def test_distributed_single_rank(self, folder, tmp_path):
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_distributed_single_rank(self, folder, tmp_path, engine):
         dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
         try:
             loader = D.make_loader(folder, batch_size=4, num_workers=0, crop_size=CROP, device="cpu",
-                                   seed=SEED, distributed=True)
+                                   seed=SEED, distributed=True, engine=engine)
             sampler = loader.loader.sampler
-            assert isinstance(sampler, torch.utils.data.distributed.DistributedSampler)
+            assert isinstance(sampler, D.EpochSampler)
+            assert (sampler.rank, sampler.world_size, sampler.seed) == (0, 1, SEED)
             orders = []
             for epoch in range(2):
                 loader.set_epoch(epoch)
-                n = sum(t.numel() for _, t in loader)
-                assert n == len(SIZES) and sampler.epoch == epoch
-                orders.append(list(sampler))
+                assert sampler.epoch == epoch  # set now: list(sampler) is this epoch's order
+                order = list(sampler)
+                targets = torch.cat([t for _, t in loader]).tolist()
+                assert targets == [loader.loader.dataset.targets[i] for i in order]
+                orders.append(order)
+            assert sorted(orders[0]) == list(range(len(SIZES)))
             assert orders[0] != orders[1]  # reshuffled per epoch
         finally:
             dist.destroy_process_group()
 
     def test_rank_distinct_worker_seeds(self, folder, tmp_path, monkeypatch):
         """Default RNG mode: ranks that called torch.manual_seed alike still give their
-        workers different base seeds (the loader generator mixes in the rank)."""
-        from fastprep.data.loader import _distributed_sampler
-
+        workers different base seeds (the epoch's worker generator mixes in the rank), and
+        share one order (its seed is 0 on every rank)."""
         dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
         try:
-            ds = D.JpegFolder(folder)
             monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
-            seeds = []
+            seeds, orders = [], []
             for rank in (0, 1):
                 monkeypatch.setattr(dist, "get_rank", lambda group=None, r=rank: r)
+                loader = D.make_loader(folder, num_workers=1, device="cpu", distributed=True,
+                                       engine="processes")
+                sampler = loader.loader.sampler
+                assert sampler.rank == rank and sampler.world_size == 2
                 torch.manual_seed(0)
-                sampler, gen = _distributed_sampler(ds, True, False, None, None)
-                assert sampler.rank == rank and sampler.num_replicas == 2
-                seeds.append(gen.initial_seed())
+                iter(loader)  # sets the epoch up (workers start at the first next())
+                seeds.append(loader.loader.generator.initial_seed())
+                orders.append(sampler.global_order().tolist())
             assert seeds[0] != seeds[1]
+            assert orders[0] == orders[1]
         finally:
             dist.destroy_process_group()

@@ -17,7 +17,7 @@ from fastprep._platform import describe
 from . import report
 from .config import (BUILTIN_SIZES, DEFAULTS, LARGE_DEFAULTS, LARGE_QUICK, ON_ERROR, QUICK, BenchConfig,
                      trainer_line, usable_cores)
-from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset
+from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset, mean_megapixels
 from .pipelines import PIPELINES
 from .recipes import RECIPE_PIPELINES, RECIPES, get_recipe_pipeline
 
@@ -83,10 +83,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
-                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs fastprep[ray])")
+                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs the ray extra: pip install --no-build-isolation -e '.[ray]')")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
                    help=f"comma-separated, from: {', '.join(PIPELINES)} (default all)")
-    g.add_argument("--batch-size", type=_positive(int), default=64)
+    g.add_argument("--batch-size", type=_positive(int), default=None,
+                   help="images per batch (default 64; --quick on --data lowers it for large images)")
     g.add_argument("--crop-size", type=_positive(int), default=256)
     g.add_argument("--mask-ratio", type=float, default=0.25)
     g.add_argument("--mp-context", choices=["fork", "spawn", "forkserver"], default=None,
@@ -110,7 +111,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, help=f"warm-up steps, not measured (default {DEFAULTS['warmup']}, "
                    f"--quick {QUICK['warmup']}; --builtin-size 12mp: {LARGE_DEFAULTS['warmup']}, --quick "
                    f"{LARGE_QUICK['warmup']})")
-    g.add_argument("--quick", action="store_true", help="fewer images and steps: a smoke test in under 2 minutes")
+    g.add_argument("--quick", action="store_true",
+                   help="fewer images and steps: a smoke test in a few minutes; on --data folders of large "
+                        "photos it also lowers the batch size and image count (and says so)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--json", metavar="FILE", help="write every figure and the machine description as JSON")
 
@@ -204,6 +207,10 @@ def load_data(cfg: BenchConfig) -> BenchData:
     """
     if not cfg.data:
         return builtin_dataset(cfg.num_images, cfg.builtin_spec(), progress=cfg.progress)
+    if cfg.quick:
+        note = cfg.fit_quick(mean_megapixels(cfg.data))
+        if note:
+            print(note, flush=True)
     checks: dict = {}
     for name in cfg.pipelines:
         pipe = get_recipe_pipeline(name, cfg.recipe)
@@ -441,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
-                parser.error("--plot needs matplotlib: pip install matplotlib (or fastprep[bench])")
+                parser.error("--plot needs matplotlib: pip install matplotlib (or the bench extra: pip install --no-build-isolation -e '.[bench]')")
     try:
         cfg = config_from_args(args, argv, diagnose)
     except ValueError as e:

@@ -19,8 +19,8 @@ from .pipelines import PipelineConfig
 from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry
 from .trainer import ASSUMED_GPU_TFLOPS, make_trainer, train_step_flops
 
-__all__ = ["BUILTIN_SIZES", "DEFAULTS", "LARGE_DEFAULTS", "LARGE_QUICK", "ON_ERROR", "QUICK", "BenchConfig",
-           "presets", "trainer_line", "usable_cores"]
+__all__ = ["BUILTIN_SIZES", "DEFAULTS", "LARGE_DEFAULTS", "LARGE_QUICK", "ON_ERROR", "QUICK", "QUICK_FLOOR",
+           "QUICK_MEGAPIXELS", "BenchConfig", "presets", "trainer_line", "usable_cores"]
 
 QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
 DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
@@ -33,6 +33,13 @@ BUILTIN_SIZES = {"imagenet": (500, 375), "12mp": (4000, 3000)}
 #: keep a default run to a few minutes. The quick set is the first half of the default one.
 LARGE_DEFAULTS = {"num_images": 24, "steps": 8, "warmup": 2}
 LARGE_QUICK = {"num_images": 12, "steps": 3, "warmup": 1}
+#: ``--quick`` on ``--data DIR``: megapixels decoded per measured configuration (a pipeline
+#: at a worker count) at most, about what the built-in quick run decodes (10 batches of 64
+#: images of 800x533: 273 MP). A folder of 12-MP photos then takes about as long as the
+#: built-in set instead of 30 times longer; see :meth:`BenchConfig.fit_quick`.
+QUICK_MEGAPIXELS = 280
+#: The floor :meth:`BenchConfig.fit_quick` never goes below, whatever the image size.
+QUICK_FLOOR = {"num_images": 16, "batch_size": 8, "steps": 2, "warmup": 1}
 #: ``skip``: leave out files a pipeline cannot read (listed once); ``raise``: stop at the first.
 ON_ERROR = ("skip", "raise")
 #: ``--engine``: DataLoader workers, or Ray Data actors (fastprep.ray) on this machine.
@@ -64,7 +71,9 @@ class BenchConfig:
             the preset (see :func:`presets`), as for ``steps`` and ``warmup``.
         pipelines: names in :data:`fastprep.bench.pipelines.PIPELINES`.
         workers: DataLoader worker counts to measure (``diagnose`` uses the first).
-        batch_size, crop_size, mask_ratio, seed, mp_context: the pipelines' settings.
+        batch_size: images per batch (``None``: 64, which ``--quick`` may lower for a
+            folder of large images, see :meth:`fit_quick`).
+        crop_size, mask_ratio, seed, mp_context: the pipelines' settings.
         device: ``auto``, ``sim``, ``cpu`` or ``cuda[:i]`` (see :func:`~fastprep.bench.trainer.make_trainer`).
         step_ms: the simulated accelerator's step time (``None``: from the toy CNN's FLOPs).
         threads: torch threads in the training process (``None``: 1 with the simulated
@@ -86,7 +95,7 @@ class BenchConfig:
     num_images: int | None = None  # None: the preset (see presets())
     pipelines: tuple[str, ...] | None = None  # None: every registered pipeline
     workers: tuple[int, ...] = (0, 1)
-    batch_size: int = 64
+    batch_size: int | None = None  # None: 64 (--quick may lower it for large images)
     crop_size: int = 256
     mask_ratio: float = 0.25
     seed: int = 0
@@ -127,6 +136,11 @@ class BenchConfig:
                                  "imagenet-eval); the seed recipe always uses its 800x533 built-in photos")
         elif self.recipe != "seed" and not self.data:
             self.builtin_size = "imagenet"
+        # The counts left to the presets: only these may fit_quick() lower.
+        self._preset_fields = {name for name in ("num_images", "steps", "warmup", "batch_size")
+                               if getattr(self, name) is None}
+        if self.batch_size is None:
+            self.batch_size = 64
         for name, value in presets(self.quick, self.builtin_size).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -150,6 +164,44 @@ class BenchConfig:
             raise ValueError(f"mask_ratio must be in [0, 1], got {self.mask_ratio}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
+
+    def fit_quick(self, megapixels: float) -> str | None:
+        """Lower ``--quick``'s counts for a ``--data`` folder whose images average ``megapixels``.
+
+        A configuration then decodes at most about :data:`QUICK_MEGAPIXELS` (never below
+        :data:`QUICK_FLOOR`): warm-up first, then the batch size, then the measured steps,
+        then the number of images. Only counts left to the presets change, and only with
+        ``quick`` and ``data``.
+
+        Returns:
+            The line that tells the user what was lowered, or ``None`` when nothing was.
+        """
+        if not (self.quick and self.data) or megapixels <= 0:
+            return None
+        budget = QUICK_MEGAPIXELS / megapixels  # images per configuration
+        if self.batch_size * (self.steps + self.warmup) <= budget:
+            return None
+        before = {name: getattr(self, name) for name in self._preset_fields}
+        fit = self._preset_fields
+        if "warmup" in fit:
+            self.warmup = min(self.warmup, QUICK_FLOOR["warmup"])
+        if "batch_size" in fit:
+            steps = self.steps if "steps" not in fit else QUICK_FLOOR["steps"]
+            per_batch = int(budget // (steps + self.warmup))
+            self.batch_size = max(QUICK_FLOOR["batch_size"], min(self.batch_size, per_batch))
+        if "steps" in fit:
+            self.steps = max(QUICK_FLOOR["steps"], min(self.steps, int(budget // self.batch_size) - self.warmup))
+        if "num_images" in fit:
+            self.num_images = min(self.num_images, max(QUICK_FLOOR["num_images"], 2 * self.batch_size))
+        labels = {"num_images": "images", "batch_size": "batch size", "steps": "measured steps",
+                  "warmup": "warm-up steps"}
+        changed = [f"{label} {before[name]} -> {getattr(self, name)}" for name, label in labels.items()
+                   if name in before and before[name] != getattr(self, name)]
+        if not changed:
+            return None
+        return (f"--quick: your images average {megapixels:.1f} MP, so this run uses " + ", ".join(changed) +
+                f" (about {QUICK_MEGAPIXELS} MP per configuration; pass --num-images, --batch-size, --steps or "
+                "--warmup to choose yourself, or drop --quick)")
 
     def builtin_spec(self):
         """The :class:`~fastprep.bench.dataset.BuiltinSpec` of the built-in data: 800x533 for

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .synthetic import encode_jpeg, photo_like
 
-__all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file",
+__all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file", "mean_megapixels",
            "folder_dataset", "packed_copy"]
 
 #: Bumped whenever the generator's output changes, so stale caches are not reused.
@@ -219,6 +219,24 @@ def _candidates(root: Path) -> tuple[list[str], list[int], list[str]]:
                     files.append(os.path.join(dirpath, name))
                     targets.append(k)
     return files, targets, classes
+
+
+def mean_megapixels(root: str | os.PathLike, sample: int = 32) -> float:
+    """Mean size in megapixels of the first ``sample`` image files of ``root`` (in the order
+    :func:`folder_dataset` examines them), read from their headers; 0.0 when none can be read."""
+    from PIL import Image
+
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        return 0.0
+    sizes = []
+    for path in _candidates(root)[0][:sample]:
+        try:
+            with Image.open(path) as im:  # lazy: reads the header only
+                sizes.append(im.width * im.height)
+        except Exception:  # noqa: BLE001 - unreadable files are left out here and listed later
+            continue
+    return sum(sizes) / len(sizes) / 1e6 if sizes else 0.0
 
 
 def folder_dataset(root: str | os.PathLike, num_images: int | None = None, *, checks: dict | None = None,

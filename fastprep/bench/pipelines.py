@@ -14,9 +14,12 @@ in RGB, BT.601 full-range RGB->YUV (JFIF), then ``/ 255``. Y lies in [0, 1]; U a
 * ``reference-optimized`` -- a careful hand-tuned version: ROI decode of only the crop
   (fastprep's decode op), mask dilated with numpy shifts on uint8, then YUV and scale once
   per batch inside the collate (still in the worker, still float32 across the boundary).
-* ``fastprep`` -- :func:`fastprep.data.make_loader`: ROI decode, compiled uint8 mask in the
-  worker, uint8 collate into shared memory, :class:`~fastprep.data.DevicePrefetcher`, and
-  YUV + scale as one batch op on the device.
+* ``fastprep`` -- :func:`fastprep.data.make_loader` on its default engine, ``threads``: per
+  batch one native call in which native threads ROI-decode, mask and (on the CPU) convert
+  to YUV / 255 straight into a reused batch buffer; ``--workers`` native threads.
+* ``fastprep-processes`` -- the same per-sample work on make_loader's ``processes`` engine:
+  DataLoader worker processes, uint8 collate into shared memory,
+  :class:`~fastprep.data.DevicePrefetcher`, YUV + scale once per batch.
 * ``fastprep-packed`` -- ``fastprep`` on copies of the files made once by
   :func:`fastprep.pack.pack_folder` (cached, see :func:`~fastprep.bench.dataset.packed_copy`):
   same pixels, but restart markers let the ROI decode entropy-decode only the intervals
@@ -493,7 +496,10 @@ def _fastprep_steps(cfg: PipelineConfig) -> list:
 
 class Fastprep(Pipeline):
     name = "fastprep"
-    summary = "fastprep.data.make_loader: ROI decode + compiled uint8 mask, uint8 collate, prefetcher, device YUV+scale"
+    summary = ("fastprep.data.make_loader, threads engine: one native call per batch (ROI decode + mask + YUV/scale "
+               "into a reused buffer), prefetcher")
+    #: make_loader's engine for this row (``--workers``: native threads or worker processes)
+    engine = "threads"
 
     def parts(self, cfg):
         from fastprep import data as D
@@ -508,10 +514,12 @@ class Fastprep(Pipeline):
             return super().loader_from(dataset, parts, cfg)
         from fastprep import data as D
 
-        # make_loader with a Dataset: its pooled uint8 collate, prefetcher and BatchYuvScale
+        # make_loader with a JpegDataset: its engine, prefetcher and batch conversion. The
+        # cached datasets of diagnose's ladder are not JPEG datasets: they run on processes.
+        engine = self.engine if isinstance(dataset, D.JpegDataset) else "processes"
         return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
                              shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
-                             multiprocessing_context=cfg.mp_context())
+                             **engine_options(engine, cfg))
 
     ray_capable = True
 
@@ -530,10 +538,27 @@ class Fastprep(Pipeline):
             return super().loader(files, targets, length, cfg)
         from fastprep import data as D
 
-        tf = _Chain(_fastprep_steps(cfg))
+        _fastprep_steps(cfg)  # compiles the mask kernels before any worker starts
+        tf = D.default_transform(cfg.crop_size, cfg.mask_ratio)  # the same steps, as make_loader runs them
         reps = -(-length // len(files))
         dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length], transform=tf)
         return self.loader_from(dataset, None, cfg)
+
+
+def engine_options(engine: str, cfg: PipelineConfig) -> dict:
+    """make_loader's engine arguments for a bench row: the engine, and for worker processes
+    the configured start method."""
+    if engine == "processes":
+        return {"engine": engine, "multiprocessing_context": cfg.mp_context()}
+    return {"engine": engine}
+
+
+class FastprepProcesses(Fastprep):
+    name = "fastprep-processes"
+    summary = ("fastprep.data.make_loader, processes engine: ROI decode + uint8 mask in DataLoader workers, uint8 "
+               "collate, prefetcher, YUV+scale per batch")
+    engine = "processes"
+    ray_capable = False  # the Ray engine's row is fastprep's
 
 
 class FastprepYCbCr(Pipeline):
@@ -586,7 +611,7 @@ def register_pipeline(pipe: Pipeline, *, replace: bool = False) -> Pipeline:
     return pipe
 
 
-for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepPacked(), FastprepYCbCr()):
+for _pipe in (Reference(), ReferenceOptimized(), Fastprep(), FastprepProcesses(), FastprepPacked(), FastprepYCbCr()):
     register_pipeline(_pipe)
 del _pipe
 

@@ -1,6 +1,6 @@
 """``--recipe imagenet-train|imagenet-eval``: the standard torchvision recipes, benchmarked.
 
-Each recipe has three pipelines, registered in :data:`RECIPE_PIPELINES` (the ``seed`` recipe
+Each recipe has four pipelines, registered in :data:`RECIPE_PIPELINES` (the ``seed`` recipe
 is :data:`fastprep.bench.pipelines.PIPELINES`):
 
 * ``reference`` -- torchvision v2 as a typical ImageNet script writes it: the whole file
@@ -10,8 +10,10 @@ is :data:`fastprep.bench.pipelines.PIPELINES`):
   ``Normalize(ImageNet mean, std)`` on the batch on the device.
 * ``fastprep`` -- :func:`fastprep.data.make_loader` with the recipe's decode transform
   (``DecodeRandomResizedCrop(224, flip_p=0.5)`` or ``DecodeResizeCenterCrop(256, 224)``:
-  only the window is decoded, DCT-scaled), uint8 collate, and RGB + normalisation fused
-  into one batch conversion on the device.
+  only the window is decoded, DCT-scaled) on its default ``threads`` engine: one native
+  call per batch, RGB + normalisation fused into its write on the CPU.
+* ``fastprep-processes`` -- the same on the ``processes`` engine (DataLoader workers, uint8
+  collate, one batch conversion afterwards).
 * ``fastprep-packed`` -- ``fastprep`` on copies of the files made once (before timing, not
   counted) by :func:`fastprep.pack.pack_folder` (see
   :func:`~fastprep.bench.dataset.packed_copy`): the same pixels (so the same batches), but
@@ -26,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import default_collate
 
-from .pipelines import Fastprep, Parts, Pipeline, ToDevice, _Chain, label_parts, read_tensor
+from .pipelines import Fastprep, Parts, Pipeline, ToDevice, engine_options, label_parts, read_tensor
 
 __all__ = ["RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "normalized_bounds"]
 
@@ -117,10 +119,15 @@ class FastprepRecipe(Fastprep):
     #: and YUV output, not this recipe's transform and normalisation.
     ray_capable = False
 
-    def __init__(self, recipe: str):
+    def __init__(self, recipe: str, engine: str = "threads"):
         self.recipe = recipe
-        self.summary = (f"fastprep.data.make_loader(recipe={recipe!r}): window-only DCT-scaled decode + resize, "
-                        "uint8 collate, RGB + Normalize fused on the device")
+        self.engine = engine
+        if engine != "threads":
+            self.name = f"fastprep-{engine}"
+        how = ("one native call per batch, RGB + Normalize fused into its write" if engine == "threads" else
+               "in DataLoader workers, uint8 collate, RGB + Normalize fused per batch")
+        self.summary = (f"fastprep.data.make_loader(recipe={recipe!r}, engine={engine!r}): window-only DCT-scaled "
+                        f"decode + resize, {how}")
 
     def _steps(self):
         from fastprep.data.loader import RECIPES as LOADER_RECIPES
@@ -141,9 +148,10 @@ class FastprepRecipe(Fastprep):
         from fastprep import data as D
 
         mean, std = _imagenet_stats()
+        engine = self.engine if isinstance(dataset, D.JpegDataset) else "processes"  # see Fastprep.loader_from
         return D.make_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device,
                              shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed),
-                             multiprocessing_context=cfg.mp_context(), color="rgb", mean=mean, std=std)
+                             color="rgb", mean=mean, std=std, **engine_options(engine, cfg))
 
     def loader(self, files, targets, length, cfg):
         if cfg.labelled:
@@ -152,7 +160,7 @@ class FastprepRecipe(Fastprep):
 
         reps = -(-length // len(files))
         dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length],
-                                transform=_Chain(self._steps()))
+                                transform=self._steps()[0])
         return self.loader_from(dataset, None, cfg)
 
 
@@ -172,6 +180,7 @@ class FastprepPackedRecipe(FastprepRecipe):
 
 #: ``{recipe: {name: pipeline}}`` for the ImageNet recipes.
 RECIPE_PIPELINES = {r: {"reference": TorchvisionRecipe(r), "fastprep": FastprepRecipe(r),
+                        "fastprep-processes": FastprepRecipe(r, engine="processes"),
                         "fastprep-packed": FastprepPackedRecipe(r)}
                     for r in RECIPES if r != "seed"}
 

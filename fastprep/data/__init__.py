@@ -1,12 +1,18 @@
 """The data path: JPEG datasets, a uint8 collate, a device prefetcher and batch transforms.
 
-The pipeline this module wires (:func:`make_loader`)::
+The pipeline this module wires (:func:`make_loader`), with either engine::
 
-    worker process                         | main process
-    read bytes -> DecodeRandomCrop         |
-      -> RandomMask (uint8)                |
-      -> collate_uint8 (shared memory) ----+-> pinned (CUDA) -> DevicePrefetcher
-                                           |     -> BatchYuvScale on the device
+    threads engine (one process)            | consumer thread
+    reader threads: read bytes, plan each   |
+      sample (keyed RNG) -> one native      |
+      batch decode into a reused buffer ----+-> pinned (CUDA) -> DevicePrefetcher
+                                            |     -> BatchConvert on the device
+    processes engine (worker processes)     |
+    read bytes -> DecodeRandomCrop          |
+      -> RandomMask (uint8)                 |
+      -> collate_uint8 (shared memory) -----+-> (same)
+
+See ``docs/engine.md`` for the engines, their order (:class:`EpochSampler`) and resuming.
 
 Design choices:
 
@@ -28,15 +34,19 @@ Design choices:
 Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.collate` (collate_uint8, PooledCollate),
 :mod:`~fastprep.data.batch` (batch colour transforms over :mod:`fastprep.functional`),
-:mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.shards`
-(ShardDataset: WebDataset shards written by ``fastprep.pack --format wds``),
+:mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.engine`
+(ThreadLoader), :mod:`~fastprep.data.order` (EpochSampler, EpochControl),
+:mod:`~fastprep.data.shards` (ShardDataset: WebDataset shards written by
+``fastprep.pack --format wds``),
 :mod:`~fastprep.data.loader` (make_loader). Every public name is re-exported here. See ``docs/design.md``.
 """
 
 from .batch import BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
 from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
+from .engine import ThreadLoader
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
+from .order import EpochSampler
 from .prefetch import DevicePrefetcher
 from .shards import ShardDataset, is_shard_dir
 
@@ -46,6 +56,7 @@ __all__ = [
     "BatchScale",
     "BatchYuvScale",
     "DevicePrefetcher",
+    "EpochSampler",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "RECIPES",
@@ -53,6 +64,7 @@ __all__ = [
     "JpegFolder",
     "PooledCollate",
     "ShardDataset",
+    "ThreadLoader",
     "batch_rgb_to_yuv",
     "collate_uint8",
     "default_transform",

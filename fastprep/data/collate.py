@@ -62,13 +62,15 @@ def collate_uint8(batch, out=None):
 
 
 class _PooledBatch(NamedTuple):
-    """A batch written into a reusable shared-memory buffer; ``slot`` names the buffer
-    (-1: a one-off buffer). :class:`DevicePrefetcher` releases the slot once it is done
-    with the images."""
+    """A batch written into a reusable buffer; ``slot`` names the buffer (-1: a one-off
+    buffer) and ``owner`` is what takes it back (``owner.release(slot, event)``; ``None``:
+    the loader's :class:`PooledCollate`). :class:`DevicePrefetcher` releases the slot once
+    it is done with the images."""
 
     images: torch.Tensor
     targets: torch.Tensor
     slot: int
+    owner: object = None
 
 
 class PooledCollate:
@@ -109,8 +111,10 @@ class PooledCollate:
         state["_buffers"] = {}
         return state
 
-    def release(self, slot: int) -> None:
-        """Hand buffer ``slot`` back to its worker (the consumer no longer reads it)."""
+    def release(self, slot: int, event=None) -> None:
+        """Hand buffer ``slot`` back to its worker (the consumer no longer reads it).
+        ``event`` (a CUDA event after a copy out of the buffer) is not needed here: on
+        CUDA the DataLoader copies batches to pinned memory before the device copy."""
         if slot >= 0:
             self.busy[slot] = 0
 

@@ -209,41 +209,81 @@ class JpegDataset(Dataset):
         return sample, self.targets[index]
 
     def _transform(self, data: torch.Tensor, path: str):
-        head = data[:16].numpy().tobytes()
-        kind = _fb.image_kind(head)
+        reason = self.fallback_reason(data)
+        if reason is None:
+            return self.transform(data)
+        sample = self.decode_fallback(data, reason)
+        self.count_fallback(path, reason, stacklevel=5)
+        return sample
+
+    def fallback_reason(self, data: torch.Tensor) -> str | None:
+        """Whether encoded bytes go to the transform or through the full-decode fallback.
+
+        Args:
+            data: a sample's encoded bytes, uint8 1-D.
+
+        Returns:
+            ``None``: ``data`` goes to the transform as it is (a JPEG; or bytes of no
+            known format, whose decode then raises an error naming them). Otherwise why it
+            needs a full decode, as a phrase: ``"a PNG file"``, ``"an EXIF-rotated JPEG"``.
+
+        Raises:
+            fastprep.io.DecodeError: not a JPEG and ``jpeg_only``; or a JPEG whose header
+                declares more than ``max_pixels`` pixels.
+        """
+        kind = _fb.image_kind(data[:16].numpy().tobytes())
         if kind == "JPEG":
             if self.apply_exif_orientation and _fb.exif_orientation(data[:1 << 16].numpy().tobytes()) not in (None, 1):
-                return self._full_decode(data, path, "an EXIF-rotated JPEG")
+                return "an EXIF-rotated JPEG"
             if self.max_pixels:
                 info = fio.jpeg_info(data)
                 _check_pixels(info.height, info.width, self.max_pixels)
-            return self.transform(data)
-        if kind is None:  # not an image format we know: the decode transform's error names it
-            return self.transform(data)
+            return None
+        if kind is None:
+            return None
         if self.jpeg_only:
             raise fio.DecodeError(f"not a JPEG ({kind} data) and jpeg_only=True")
-        return self._full_decode(data, path, f"a {kind} file")
+        return f"a {kind} file"
 
-    def _full_decode(self, data: torch.Tensor, path: str, what: str):
-        if self._fallback is None or self._fallback[0] is not self.transform:
-            self._fallback = (self.transform, _fb.decoded_equivalent(self.transform))
-        equivalent = self._fallback[1]
+    def decode_fallback(self, data: torch.Tensor, reason: str):
+        """The sample of bytes that need the full-decode fallback (:meth:`fallback_reason`):
+        decoded whole by Pillow to RGB, then the transform's decoded-image equivalent.
+
+        It draws from torch's RNG exactly as the transform would on a JPEG of that size.
+        Neither counted nor warned about: :meth:`count_fallback` does that.
+
+        Raises:
+            fastprep.io.DecodeError: unreadable data, more than ``max_pixels`` pixels, or a
+                transform without a decoded-image equivalent.
+        """
+        fallback = self._fallback
+        if fallback is None or fallback[0] is not self.transform:
+            fallback = self._fallback = (self.transform, _fb.decoded_equivalent(self.transform))
+        equivalent = fallback[1]
         if equivalent is None:
-            raise fio.DecodeError(f"{what} needs a full decode, and {type(self.transform).__name__} has no "
+            raise fio.DecodeError(f"{reason} needs a full decode, and {type(self.transform).__name__} has no "
                                   "decoded-image equivalent (use a fastprep decode transform in RGB mode, or "
                                   "convert the file to JPEG)")
         limit = fio.DEFAULT_MAX_PIXELS if self.max_pixels is None else self.max_pixels
-        img = _fb.full_decode(data.numpy().tobytes(), self.apply_exif_orientation, limit)
+        return equivalent(_fb.full_decode(data.numpy().tobytes(), self.apply_exif_orientation, limit))
+
+    def count_fallback(self, name: str, reason: str, stacklevel: int = 2) -> None:
+        """Count one sample decoded through the fallback (in this process's slot of
+        :attr:`fallback_counts`) and, the first time in this process, warn naming it."""
         self.fallback_counts[_skip_slot()] += 1
         if not self._warned:
             self._warned = True
-            warnings.warn(f"fastprep: {path!r} is {what}; decoded in full by torchvision instead of fastprep's "
+            warnings.warn(f"fastprep: {name!r} is {reason}; decoded in full by torchvision instead of fastprep's "
                           "JPEG decode (counted in dataset.fallbacks; jpeg_only=True refuses such files). "
-                          "Warned once per process.", UserWarning, stacklevel=4)
-        return equivalent(img)
+                          "Warned once per process.", UserWarning, stacklevel=stacklevel)
 
-    def _substitute(self, index: int, attempt: int) -> int:
-        """The ``attempt``-th substitute for ``index``, ``0 <= attempt < len(self) - 1``.
+    def count_skip(self) -> None:
+        """Count one sample replaced by a substitute (in this process's slot of :attr:`skip_counts`)."""
+        self.skip_counts[_skip_slot()] += 1
+
+    def substitute(self, index: int, attempt: int) -> int:
+        """The ``attempt``-th substitute for ``index``, ``0 <= attempt < len(self) - 1``
+        (``on_error="skip"``).
 
         Attempts ``0 .. n - 2`` visit every other index exactly once, for any ``n``: the
         order is ``index + 1 + ((offset + attempt * stride) mod (n - 1))`` (mod ``n``) with
@@ -268,10 +308,10 @@ class JpegDataset(Dataset):
         tries = min(self.max_skip_attempts, len(self.files) - 1)
         for attempt in range(tries):
             try:
-                sample = self._load(self._substitute(index, attempt))
+                sample = self._load(self.substitute(index, attempt))
             except fio.DecodeError:
                 continue
-            self.skip_counts[_skip_slot()] += 1  # one sample replaced, however many tries
+            self.count_skip()  # one sample replaced, however many tries
             return sample
         raise fio.DecodeError(f"on_error='skip': {failure} -- and none of the {tries} substitutes tried "
                               f"could be decoded either") from failure

@@ -58,8 +58,16 @@ class DevicePrefetcher:
     On any other device the same code runs without streams, so results are identical.
 
     Every batch is yielded exactly once, in order, including a last partial batch.
-    Breaking out of the loop closes the loader's iterator (non-persistent workers stop).
-    ``len()`` is the loader's.
+    Breaking out of the loop closes the loader's iterator (non-persistent workers stop,
+    the threads engine's threads stop). ``len()`` is the loader's.
+
+    Resuming: :meth:`state_dict` returns a plain dict describing the position after the
+    last batch the consumer received (its epoch, and batches of it delivered);
+    :meth:`load_state_dict` makes the next ``iter()`` continue from there (torchdata's
+    ``StatefulDataLoader`` conventions). With an ``epochs`` controller (:func:`make_loader`
+    gives one) the state is the controller's (:class:`fastprep.data.order.EpochControl`:
+    exact, skipping what was consumed); without one, a resumed epoch drops its first
+    ``batches`` batches.
 
     Args:
         loader: an iterable of batches, usually a ``DataLoader``.
@@ -72,39 +80,88 @@ class DevicePrefetcher:
             epoch) and ``dataset`` (sample-keyed randomness) where they have one.
             :func:`make_loader` turns it on; off by default, so a sampler you drive
             yourself is left alone.
+        epochs: an :class:`~fastprep.data.order.EpochControl` that sets each epoch up
+            instead (with ``track_epochs``).
     """
 
     def __init__(self, loader, device, batch_transform=None, non_blocking: bool = True, *,
-                 track_epochs: bool = False):
+                 track_epochs: bool = False, epochs=None):
         self.track_epochs = bool(track_epochs)
         #: the epoch the next ``iter()`` runs (with ``track_epochs``)
         self.epoch = 0
         self.loader = loader
+        self.epochs = epochs
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.batch_transform = batch_transform
         self.non_blocking = bool(non_blocking)
+        self._resume = None  # a loaded state, for the next iter()
+        self._running = None  # [epoch, batches delivered, samples delivered] of the epoch in progress
 
     def __len__(self) -> int:
         return len(self.loader)
 
+    @property
+    def engine(self) -> str:
+        """``"threads"`` or ``"processes"`` for :func:`make_loader`'s loaders, else ``None``."""
+        return getattr(self.epochs, "engine", None)
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run epoch ``epoch`` (to resume, or to follow the usual
         ``loader.set_epoch(epoch)`` idiom of a DDP loop); later ones continue from it.
-        Only meaningful with ``track_epochs``."""
+        Only meaningful with ``track_epochs``. A state loaded by :meth:`load_state_dict`
+        stays pending when it is of ``epoch``."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
         self.epoch = epoch
+        if self._resume is not None and self._resume.get("epoch") != epoch:
+            self._resume = None
+        if self.epochs is not None:
+            self.epochs.set_epoch(epoch)
 
-    def _begin_epoch(self) -> None:
+    def state_dict(self) -> dict:
+        """Where the loader stands: the epoch and the position after the last batch the
+        consumer received (at an epoch's end: the next epoch, at its start). A plain dict
+        (ints, ``None``, strings) that pickles and ``torch.save``-s."""
+        if self._resume is not None:
+            return dict(self._resume)
+        running = self._running
+        if self.epochs is not None:
+            if running is None:
+                return self.epochs.state(self.epoch)
+            return self.epochs.state(running[0], running[1], running[2], running=True)
+        if running is None:
+            return {"epoch": self.epoch, "batches": 0}
+        return {"epoch": running[0], "batches": running[1]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make the next ``iter()`` resume at ``state`` (from :meth:`state_dict`, possibly
+        of another process)."""
+        if not isinstance(state, dict) or "epoch" not in state or "batches" not in state:
+            raise ValueError(f"not a loader state: {state!r:.200}")
+        self.set_epoch(state["epoch"])
+        self._running = None
+        self._resume = dict(state)
+
+    def _begin_epoch(self) -> int:
+        """Start the next epoch; returns how many leading batches to drop (a resume)."""
         epoch, self.epoch = self.epoch, self.epoch + 1
+        resume, self._resume = self._resume, None
+        self._running = [epoch, 0, 0]
+        if self.epochs is not None:
+            return self.epochs.begin(epoch, resume)
         for owner in (getattr(self.loader, "sampler", None), getattr(self.loader, "dataset", None)):
             set_epoch = getattr(owner, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(epoch)
+        if resume is not None and resume["epoch"] == epoch:
+            self._running[1] = resume["batches"]
+            return resume["batches"]
+        return 0
 
     def _stage(self, batch):
+        """``(batch on the device, transformed; its pooled buffer or None)``."""
         pooled = batch if isinstance(batch, _PooledBatch) else None
         if pooled is not None:
             batch = (pooled.images, pooled.targets)
@@ -116,23 +173,57 @@ class DevicePrefetcher:
                 batch = self.batch_transform(batch)
         if pooled is not None and pooled.slot >= 0:
             staged = batch[0]
-            # Release the worker's buffer once the images were copied or converted out of
-            # it (never when the yielded tensor still is that buffer).
+            # Release the buffer once the images were copied or converted out of it (never
+            # when the yielded tensor still is that buffer).
             if staged.device.type != "cpu" or \
                     staged.untyped_storage().data_ptr() != pooled.images.untyped_storage().data_ptr():
-                collate = getattr(self.loader, "collate_fn", None)
-                if isinstance(collate, PooledCollate):
-                    collate.release(pooled.slot)
-        return batch
+                return batch, pooled
+        return batch, None
+
+    def _release(self, pooled, event=None) -> None:
+        if pooled is None:
+            return
+        owner = pooled.owner
+        if owner is None:
+            owner = getattr(self.loader, "collate_fn", None)
+            if not isinstance(owner, PooledCollate):
+                return
+        owner.release(pooled.slot, event)
+
+    def _delivered(self, batch) -> None:
+        running = self._running
+        if running is not None:
+            running[1] += 1
+            first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+            if isinstance(first, torch.Tensor) and first.dim() > 0:
+                running[2] += int(first.shape[0])
 
     def __iter__(self):
         collate = getattr(self.loader, "collate_fn", None)
         if isinstance(collate, PooledCollate) and not getattr(self.loader, "persistent_workers", False):
             collate.reset()  # new workers, new buffers: slots left busy by a broken-off loop are free
-        if self.track_epochs:
-            self._begin_epoch()  # before iter(): workers created or resumed now see the epoch
+        # The epoch is set up now, in the caller's thread (an unseeded epoch draws its seed
+        # from torch's default generator here), before any worker or thread starts.
+        drop = self._begin_epoch() if self.track_epochs else self._untracked_resume()
+        return self._iterate(drop)
+
+    def _untracked_resume(self) -> int:
+        resume, self._resume = self._resume, None
+        self._running = [self.epoch, 0, 0]
+        if resume is None:
+            return 0
+        self._running[1] = resume["batches"]
+        return resume["batches"]
+
+    def _iterate(self, drop: int):
         it = iter(self.loader)
         try:
+            for _ in range(drop):
+                batch = next(it, _END)
+                if batch is _END:
+                    break
+                if isinstance(batch, _PooledBatch) and batch.slot >= 0:
+                    self._release(batch)
             if self.device.type == "cuda":
                 yield from self._iter_cuda(it)
             else:
@@ -140,11 +231,16 @@ class DevicePrefetcher:
                 while nxt is not _END:
                     cur = nxt
                     nxt = self._next(it, None)
+                    self._delivered(cur)
                     yield cur
+            self._running = None  # the epoch is complete
         except RuntimeError:
             _drop_broken_persistent_iterator(self.loader, it)
             raise
         finally:
+            close = getattr(it, "close", None)
+            if callable(close):
+                close()  # the threads engine: stop its threads now
             # On early exit, dropping the last reference to a DataLoader iterator shuts
             # its (non-persistent) workers down now rather than at garbage collection.
             del it
@@ -155,11 +251,14 @@ class DevicePrefetcher:
         except StopIteration:
             return _END
         if stream is None:
-            return self._stage(batch)
+            staged, pooled = self._stage(batch)
+            self._release(pooled)
+            return staged
         with torch.cuda.stream(stream):
-            staged = self._stage(batch)
+            staged, pooled = self._stage(batch)
             event = torch.cuda.Event()
             event.record(stream)
+        self._release(pooled, event)  # the buffer is free once the copy out of it is done
         return staged, event
 
     def _iter_cuda(self, it):
@@ -176,6 +275,7 @@ class DevicePrefetcher:
                     # allocated on the side stream, used on the consumer's: keep the
                     # allocator from reusing the memory before the consumer's work is done
                     t.record_stream(consumer)
+            self._delivered(staged)
             yield staged
 
     def __repr__(self) -> str:

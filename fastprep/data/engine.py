@@ -1,0 +1,563 @@
+"""The threads engine of :func:`~fastprep.data.make_loader`: :class:`ThreadLoader`.
+
+One process, no pickling, no shared memory. An epoch runs in these stages::
+
+    consumer thread   iter(): the epoch's indices (sampler) and sample keys
+    reader threads    dataset.read_encoded(i) -> route (fastprep.data.fallback.image_kind)
+                      -> JPEG: pipeline.plan(bytes) under the sample's keyed RNG
+                      -> other: the dataset's full-decode fallback, same RNG
+                      (bounded: a few batches and a byte budget ahead of the builder)
+    builder thread    batch k's plans -> ONE pipeline.run(...) into a reused output
+                      buffer, native threads, GIL released; substitutes for failed
+                      samples (on_error="skip") -> up to `prefetch` finished batches
+    consumer thread   next(): warnings, counts, errors (raised here, naming the file)
+                      -> (images uint8 [N, C, H, W] in a ring buffer, targets) -> the
+                      DevicePrefetcher copies/converts them and hands the buffer back
+
+Randomness never touches torch's default generator outside the consumer thread: each
+sample's draws run under :func:`fastprep._seeding.keyed_thread_rng` (a per-thread private
+generator seeded by ``sample_key(epoch seed, epoch, index)``), which gives the same draws
+as the processes engine's :func:`~fastprep._seeding.keyed_default_rng`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import warnings
+import weakref
+
+import numpy as np
+import torch
+
+from .. import io as fio
+from .._seeding import keyed_thread_rng, sample_key
+from .collate import _PooledBatch
+
+__all__ = ["ThreadLoader", "native_pipeline"]
+
+_JOIN_TIMEOUT_S = 30.0  # a thread still inside one read or one batch after this is left (daemon)
+_live_runs = weakref.WeakSet()  # epochs with threads: stopped at exit, before daemon threads are frozen
+
+
+@atexit.register
+def _stop_live_runs() -> None:
+    for run in list(_live_runs):
+        run.close()
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def native_pipeline(transform):
+    """The native batch pipeline of ``transform``
+    (:meth:`fastprep.data.native.NativePipeline.from_transform`), or ``None`` when it has
+    none: the threads engine cannot run it."""
+    from .native import NativePipeline  # imported late: it imports the loader module
+
+    return NativePipeline.from_transform(transform)
+
+
+class _BufferRing:
+    """Reused output buffers ``uint8 [batch_size, C, H, W]`` (pinned for CUDA).
+
+    A buffer is busy from :meth:`acquire` until :meth:`release` (by the prefetcher, once
+    the batch was copied or converted out of it; with a CUDA event, it is reused only
+    after the event). With none free, a one-off buffer is handed out (slot -1): the
+    builder never waits here -- how far it runs ahead is bounded by the output queue.
+    """
+
+    def __init__(self, shape, slots: int, pin: bool):
+        self.shape = tuple(shape)
+        self.pin = bool(pin)
+        self._lock = threading.Lock()
+        self._buffers = [None] * slots
+        self._busy = [False] * slots
+        self._events = [None] * slots
+
+    def _new(self, n: int) -> torch.Tensor:
+        return torch.empty((n,) + self.shape[1:], dtype=torch.uint8, pin_memory=self.pin)
+
+    def acquire(self, n: int):
+        """``(slot, uint8 [n, C, H, W])`` with ``n <= batch_size``."""
+        with self._lock:
+            for slot, busy in enumerate(self._busy):
+                if not busy:
+                    self._busy[slot] = True
+                    event, self._events[slot] = self._events[slot], None
+                    buffer = self._buffers[slot]
+                    if buffer is None:
+                        buffer = self._buffers[slot] = self._new(self.shape[0])
+                    break
+            else:
+                return -1, self._new(n)
+        if event is not None:
+            event.synchronize()
+        return slot, buffer[:n]
+
+    def release(self, slot: int, event=None) -> None:
+        if slot >= 0:
+            with self._lock:
+                self._busy[slot] = False
+                self._events[slot] = event
+
+    def close(self) -> None:
+        with self._lock:
+            self._buffers = [None] * len(self._buffers)
+
+
+_NUMPY_STORAGE = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.uint16}
+
+
+class _LeasedBuffers:
+    """Output buffers of converted batches, which the consumer keeps (the conversion is
+    fused into the batch run, nothing copies out of them).
+
+    As :class:`~fastprep.data.BatchConvert`'s pool: each hand-out is a new numpy view of a
+    pooled array (a *lease*) on which the tensor is built, and the pool keeps a weak
+    reference to it, so a buffer is handed out again only once every tensor using it is
+    gone. ``acquire`` never waits (a fresh buffer when none is free). Same interface as
+    :class:`_BufferRing`; the slot is always -1 (nothing to release).
+    """
+
+    def __init__(self, shape, dtype: torch.dtype, channels_last: bool, slots: int):
+        self.shape, self.dtype, self.channels_last = tuple(shape), dtype, bool(channels_last)
+        self._lock = threading.Lock()
+        self._entries = []  # [pooled numpy array, weak reference to its lease or None]
+        self._slots = slots
+
+    def _tensor(self, lease, n: int) -> torch.Tensor:
+        t = torch.from_numpy(lease)
+        if self.dtype == torch.bfloat16:
+            t = t.view(torch.bfloat16)
+        if self.channels_last:
+            t = t.permute(0, 3, 1, 2)  # NHWC storage: a channels_last NCHW tensor
+        return t[:n]
+
+    def acquire(self, n: int):
+        with self._lock:
+            for entry in self._entries:
+                if entry[1] is None or entry[1]() is None:
+                    lease = entry[0].view()
+                    entry[1] = weakref.ref(lease)
+                    return -1, self._tensor(lease, n)
+            b, c, h, w = self.shape
+            array = np.empty((b, h, w, c) if self.channels_last else (b, c, h, w), dtype=_NUMPY_STORAGE[self.dtype])
+            lease = array.view()
+            if len(self._entries) < self._slots:
+                self._entries.append([array, weakref.ref(lease)])
+        return -1, self._tensor(lease, n)
+
+    def release(self, slot: int, event=None) -> None:
+        pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._entries = []
+
+
+class _Sample:
+    """One position of the epoch: what the readers prepared for the builder."""
+
+    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "fatal", "nbytes")
+
+    def __init__(self, index: int, name: str):
+        self.index, self.name = index, name
+        self.data = self.plan = self.image = self.reason = self.error = self.fatal = None
+        self.nbytes = 0
+
+
+class _Batch:
+    """A finished batch and what the consumer must do about it."""
+
+    __slots__ = ("slot", "images", "targets", "warnings", "fallbacks", "skips", "error")
+
+    def __init__(self, slot, images, targets):
+        self.slot, self.images, self.targets = slot, images, targets
+        self.warnings, self.fallbacks, self.skips, self.error = [], [], 0, None
+
+
+def _sample_name(dataset, index: int) -> str:
+    files = getattr(dataset, "files", None)
+    try:
+        return str(files[index])
+    except (TypeError, IndexError, KeyError):
+        return f"sample {index}"
+
+
+def _failure(exc: BaseException, name: str, index: int) -> Exception:
+    """The per-sample path's error for ``exc``: DecodeError or ValueError naming the file."""
+    if isinstance(exc, ValueError) and not isinstance(exc, fio.DecodeError):
+        err = ValueError(f"{name!r} (index {index}): {exc}")
+    else:
+        err = fio.DecodeError(f"cannot decode {name!r} (index {index}): {exc}")
+    err.__cause__ = exc
+    return err
+
+
+class ThreadLoader:
+    """Batches of a :class:`~fastprep.data.JpegDataset` built by threads of this process.
+
+    Iterating yields one epoch of ``_PooledBatch(images uint8 [N, C, H, W], targets int64
+    [N], slot, owner)``; the images live in a reused buffer that
+    :class:`~fastprep.data.DevicePrefetcher` hands back (``owner.release(slot)``) once it
+    copied or converted them (with ``convert``: converted images, slot -1). Use it through :func:`~fastprep.data.make_loader`
+    (``engine="threads"``), which adds the prefetcher, the batch conversion and resuming.
+
+    Args:
+        dataset: a :class:`~fastprep.data.JpegDataset` (or subclass); its ``transform`` is
+            what ``pipeline`` runs, its ``on_error``, ``max_skip_attempts``,
+            ``jpeg_only``, ``apply_exif_orientation`` and ``max_pixels`` apply as in
+            ``dataset[i]``.
+        pipeline: the native batch pipeline of the dataset's transform
+            (:func:`native_pipeline`).
+        sampler: the order of dataset indices (iterated once per epoch, in this thread).
+        batch_size, drop_last: as ``DataLoader``'s.
+        num_workers: native threads of each batch run; 0: everything runs in the
+            consumer's thread at ``next()`` (no threads; for debugging).
+        pin_memory: allocate the output buffers in pinned memory (when CUDA is available).
+        prefetch: finished batches kept ahead of the consumer (at least 2).
+        read_threads: threads reading and planning samples.
+        read_ahead_bytes: encoded bytes the readers may hold beyond the batch being built.
+        convert: a :class:`~fastprep.data.BatchConvert` to fuse into the batch run (CPU
+            delivery): batches then come out converted (its dtype, colour, mean/std, memory
+            format), bit for bit what it computes on the uint8 batch, in buffers the
+            consumer keeps (recycled once it drops them); ``None``: uint8 batches.
+    """
+
+    def __init__(self, dataset, pipeline, sampler, *, batch_size: int, drop_last: bool = False,
+                 num_workers: int | None = None, pin_memory: bool = False, prefetch: int = 2,
+                 read_threads: int = 2, read_ahead_bytes: int = 256 << 20, convert=None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.dataset = dataset
+        self.pipeline = pipeline
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
+        self.num_workers = available_cpus() if num_workers is None else int(num_workers)
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.prefetch = max(2, int(prefetch))
+        self.read_threads = max(1, int(read_threads))
+        if convert is not None and getattr(pipeline, "channels", 3) != 3:
+            raise ValueError(f"convert needs 3-channel batches; the pipeline gives {pipeline.channels}")
+        self.convert = convert
+        self.read_ahead_bytes = int(read_ahead_bytes)
+        self.epoch = 0
+        self._epoch_seed = None
+        self._skip = 0
+
+    def begin_epoch(self, epoch: int, epoch_seed: int, skip: int = 0) -> None:
+        """Key the next iteration's samples by ``(epoch_seed, epoch, index)`` and skip the
+        first ``skip`` indices of the sampler's order (a resume)."""
+        self.epoch, self._epoch_seed, self._skip = int(epoch), int(epoch_seed), int(skip)
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        if self._epoch_seed is None:  # used without make_loader's EpochControl
+            self._epoch_seed = int(torch.empty((), dtype=torch.int64).random_())
+        indices = list(self.sampler)[self._skip:]
+        epoch_seed, self._epoch_seed, self._skip = self._epoch_seed, None, 0
+        if self.drop_last:
+            indices = indices[:len(indices) // self.batch_size * self.batch_size]
+        return _EpochIterator(_EpochRun(self, indices, epoch_seed, self.epoch))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
+                f"num_workers={self.num_workers})")
+
+
+class _EpochRun:
+    """The state and threads of one epoch (the threads reference this, not the iterator,
+    so an abandoned iterator is collected and stops them)."""
+
+    def __init__(self, loader: ThreadLoader, indices: list[int], epoch_seed: int, epoch: int):
+        self.loader = loader
+        self.dataset = loader.dataset
+        self.pipeline = loader.pipeline
+        self.indices = indices
+        self.epoch_seed, self.epoch = epoch_seed, epoch
+        self.batch_size = loader.batch_size
+        self.num_batches = -(-len(indices) // self.batch_size)
+        shape = (self.batch_size, self.pipeline.channels) + tuple(self.pipeline.size)
+        convert = loader.convert
+        if convert is None:
+            self.ring = _BufferRing(shape, loader.prefetch + 3, loader.pin_memory)
+            self.run_options = {}
+        else:
+            self.ring = _LeasedBuffers(shape, convert.dtype, convert.channels_last, loader.prefetch + 3)
+            self.run_options = dict(color=convert.color, mean=convert.mean, std=convert.std)
+        self.cond = threading.Condition()
+        self.next_position = 0  # next position a reader takes
+        self.ready = {}  # position -> _Sample
+        self.held_bytes = 0
+        self.building = 0  # the batch the builder works on
+        self.results = {}  # batch -> _Batch
+        self.stopped = False
+        self.fatal = None
+        self.threads = []
+        if loader.num_workers > 0 and self.num_batches:
+            names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
+            self.threads = [threading.Thread(target=self._read_loop, name=n, daemon=True) for n in names]
+            self.threads.append(threading.Thread(target=self._build_loop, name="fastprep-build", daemon=True))
+            _live_runs.add(self)
+            for t in self.threads:
+                t.start()
+
+    # ---------------------------------------------------------------- per sample
+
+    def key(self, index: int) -> int:
+        return sample_key(self.epoch_seed, self.epoch, index)
+
+    def prepare(self, index: int) -> _Sample:
+        """Read, route and plan (or fully decode) one sample; expected failures are kept
+        in ``sample.error``, anything else raises."""
+        sample = _Sample(index, _sample_name(self.dataset, index))
+        try:
+            data, sample.name = self.dataset.read_encoded(index)
+            sample.nbytes = int(data.numel())
+            reason = self.dataset.fallback_reason(data)
+            with keyed_thread_rng(self.key(index)):
+                if reason is None:
+                    sample.plan = self.pipeline.plan(data)
+                    sample.data = data
+                else:
+                    sample.image = self.dataset.decode_fallback(data, reason)
+                    sample.reason = reason
+                    sample.nbytes += int(sample.image.numel())
+        except (fio.DecodeError, OSError, ValueError) as e:
+            sample.error = _failure(e, sample.name, index)
+            sample.data = sample.plan = sample.image = None
+        return sample
+
+    def _fill(self, samples: list[_Sample], out: torch.Tensor, batch: _Batch, num_threads: int) -> None:
+        """Write ``samples`` into ``out`` (one native run for the planned ones)."""
+        native = [j for j, s in enumerate(samples) if s.plan is not None]
+        if native:
+            dest = out if len(native) == len(samples) else torch.empty((len(native),) + tuple(out.shape[1:]),
+                                                                       dtype=out.dtype)
+            statuses = self.pipeline.run([samples[j].data for j in native], [samples[j].plan for j in native],
+                                         dest, num_threads=num_threads, **self.run_options)
+            if dest is not out:
+                out.index_copy_(0, torch.tensor(native, dtype=torch.int64), dest)
+            for j, (status, message) in zip(native, statuses):
+                s = samples[j]
+                if status == 1:
+                    batch.warnings.append(message)
+                elif status != 0:
+                    s.error = _failure(fio.DecodeError(message), s.name, s.index)
+        for j, s in enumerate(samples):
+            if s.image is not None:
+                if tuple(s.image.shape) != tuple(out.shape[1:]) or s.image.dtype != torch.uint8:
+                    s.error = ValueError(f"{s.name!r} (index {s.index}): the full-decode fallback gave "
+                                         f"{tuple(s.image.shape)} {s.image.dtype}, the batch needs uint8 "
+                                         f"{tuple(out.shape[1:])}")
+                    continue
+                # the conversion is elementwise: a row converted alone equals its row in a batch
+                out[j].copy_(s.image if self.loader.convert is None else self.loader.convert(s.image[None])[0])
+                batch.fallbacks.append((s.name, s.reason))
+
+    def _substitute(self, failed: _Sample, out: torch.Tensor, batch: _Batch, num_threads: int):
+        """``on_error="skip"``: fill ``out`` (one row) with the first substitute that
+        decodes, as ``JpegDataset.__getitem__`` picks it; returns its target, or ``None``
+        after setting ``batch.error``."""
+        tries = min(self.dataset.max_skip_attempts, len(self.dataset) - 1)
+        for attempt in range(tries):
+            sample = self.prepare(self.dataset.substitute(failed.index, attempt))
+            if sample.error is None:
+                trial = _Batch(-1, None, None)
+                self._fill([sample], out, trial, num_threads)
+                if sample.error is None:
+                    batch.warnings += trial.warnings
+                    batch.fallbacks += trial.fallbacks
+                    batch.skips += 1
+                    return self.dataset.targets[sample.index]
+            if not isinstance(sample.error, fio.DecodeError):
+                batch.error = sample.error
+                return None
+        error = fio.DecodeError(f"on_error='skip': {failed.error} -- and none of the {tries} substitutes tried "
+                                f"could be decoded either")
+        error.__cause__ = failed.error
+        batch.error = error
+        return None
+
+    def build(self, samples: list[_Sample], num_threads: int) -> _Batch:
+        slot, images = self.ring.acquire(len(samples))
+        targets = torch.tensor([self.dataset.targets[s.index] for s in samples], dtype=torch.int64)
+        batch = _Batch(slot, images, targets)
+        for s in samples:  # a reader failed (not a decode error): the batch raises it
+            if s.fatal is not None:
+                batch.error = s.fatal
+                return batch
+            if s.error is not None and self.dataset.on_error != "skip":
+                break
+        self._fill(samples, images, batch, num_threads)
+        for j, s in enumerate(samples):
+            if s.error is None or batch.error is not None:
+                continue
+            if self.dataset.on_error == "skip" and isinstance(s.error, fio.DecodeError):
+                target = self._substitute(s, images[j:j + 1], batch, num_threads)
+                if target is not None:
+                    targets[j] = target
+            else:
+                batch.error = s.error
+        return batch
+
+    # ---------------------------------------------------------------- threads
+
+    def _positions(self, k: int) -> range:
+        return range(k * self.batch_size, min((k + 1) * self.batch_size, len(self.indices)))
+
+    def _may_read(self, position: int) -> bool:
+        k = position // self.batch_size
+        if k > self.building + self.loader.prefetch:
+            return False
+        return k == self.building or self.held_bytes < self.loader.read_ahead_bytes
+
+    def _fail(self, error: BaseException) -> None:
+        with self.cond:
+            if self.fatal is None:
+                self.fatal = error
+            self.stopped = True
+            self.cond.notify_all()
+
+    def _read_loop(self) -> None:
+        try:
+            while self._read_one():
+                pass
+        except BaseException as e:  # never leave the builder waiting on a position
+            self._fail(_thread_error("a reader thread", self.dataset, None, e))
+
+    def _read_one(self) -> bool:
+        with self.cond:
+            while True:
+                if self.stopped or self.next_position >= len(self.indices):
+                    return False
+                if self._may_read(self.next_position):
+                    break
+                self.cond.wait()
+            position = self.next_position
+            self.next_position += 1
+        index = self.indices[position]
+        try:
+            sample = self.prepare(index)
+        except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
+            sample = _Sample(index, _sample_name(self.dataset, index))
+            sample.fatal = _thread_error("reading", self.dataset, index, e)
+        with self.cond:
+            self.ready[position] = sample
+            self.held_bytes += sample.nbytes
+            self.cond.notify_all()
+        return True
+
+    def _build_loop(self) -> None:
+        k = 0
+        try:
+            for k in range(self.num_batches):
+                positions = self._positions(k)
+                with self.cond:
+                    while not self.stopped and (len(self.results) >= self.loader.prefetch
+                                                or any(p not in self.ready for p in positions)):
+                        self.cond.wait()
+                    if self.stopped:
+                        return
+                    samples = [self.ready.pop(p) for p in positions]
+                batch = self.build(samples, self.loader.num_workers)
+                with self.cond:
+                    self.held_bytes -= sum(s.nbytes for s in samples)
+                    self.results[k] = batch
+                    self.building = k + 1
+                    self.cond.notify_all()
+        except BaseException as e:  # raised in the consumer after the batches before it
+            index = self.indices[k * self.batch_size] if self.indices else None
+            self._fail(_thread_error(f"building batch {k} (first sample)", self.dataset, index, e))
+
+    def take(self, k: int) -> _Batch:
+        """Batch ``k`` (consumer thread): built here without threads, else waited for."""
+        if not self.threads:
+            samples = [self.prepare(self.indices[p]) for p in self._positions(k)]
+            return self.build(samples, 1)
+        with self.cond:
+            while k not in self.results and self.fatal is None:
+                self.cond.wait(0.25)
+            if k not in self.results:
+                raise self.fatal
+            batch = self.results.pop(k)
+            self.cond.notify_all()
+        return batch
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.ready.clear()
+            self.results.clear()
+            self.cond.notify_all()
+        current = threading.current_thread()
+        for t in self.threads:
+            if t is not current:
+                t.join(_JOIN_TIMEOUT_S)
+        self.threads = []
+        self.ring.close()
+
+
+def _thread_error(stage: str, dataset, index, exc: BaseException) -> Exception:
+    name = "" if index is None else f" {_sample_name(dataset, index)!r} (index {index})"
+    error = RuntimeError(f"fastprep threads engine: {stage}{name} failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+class _EpochIterator:
+    """The consumer's side of an epoch: batches in order, warnings, counts and errors
+    raised in the consumer's thread; :meth:`close` (or the end, or an error) stops the
+    threads."""
+
+    def __init__(self, run: _EpochRun):
+        self._run = run
+        self._next = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        run = self._run
+        if run is None or self._next >= run.num_batches:
+            self.close()
+            raise StopIteration
+        try:
+            batch = run.take(self._next)
+        except BaseException:
+            self.close()
+            raise
+        self._next += 1
+        dataset = run.dataset
+        for message in batch.warnings:
+            warnings.warn(message, fio.DecodeWarning, stacklevel=2)
+        for name, reason in batch.fallbacks:
+            dataset.count_fallback(name, reason, stacklevel=3)
+        for _ in range(batch.skips):
+            dataset.count_skip()
+        if batch.error is not None:
+            run.ring.release(batch.slot)
+            self.close()
+            raise batch.error
+        return _PooledBatch(batch.images, batch.targets, batch.slot, run.ring)
+
+    def close(self) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.close()
+
+    def __del__(self):
+        self.close()
