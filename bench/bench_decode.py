@@ -16,7 +16,18 @@ several lengths, same windows, same run (533x800 q90 4:2:0 with 256x256 windows,
 original files over a set of photo-like images and the pack throughput on --pack-workers
 processes.
 
+Real photographs (``--real DIR``): the interval index of packed files. For the JPEGs of
+DIR whose packed size is closest to each of ``--real-sizes`` (default 1 MB, 4 MB, 16 MB),
+a 224x224 random window decoded from
+the packed file without its interval index (a scan of the whole file for markers) and with
+it (only the window's intervals are read), next to the full decode of a 240x240 lossless
+cut of the packed file (``jpegtran -crop``, the window plus context: what decoding only the
+window's data costs) and the ROI decode of the original (files up to 5 MB: a large
+progressive original takes a second per window). Same windows for all, in turns; the load
+average is printed before and after.
+
     python bench/bench_decode.py [--runs 300] [--json out.json] [--packed-only]
+    python bench/bench_decode.py --real PHOTOS_DIR [--real-sizes 1MB,4MB,16MB] [--runs 300]
 """
 
 import argparse
@@ -180,6 +191,110 @@ def bench_packed(height: int, width: int, window: int, runs: int, block: int = 2
             "subsampling": info.subsampling, "fast_path_decodes": taken, "rows": rows}
 
 
+def _jpegtran_cut(data: bytes, top: int, left: int, size: int) -> bytes:
+    import shutil
+    import subprocess
+
+    tool = shutil.which("jpegtran")
+    if tool is None:
+        raise SystemExit("--real needs jpegtran (apt-get install libjpeg-turbo-progs)")
+    return subprocess.run([tool, "-copy", "none", "-optimize", "-crop", f"{size}x{size}+{left}+{top}"], input=data,
+                          capture_output=True, check=True).stdout
+
+
+def pick_real_files(folder: str, targets):
+    """``{target: (path, original bytes, packed bytes)}``: the JPEGs of ``folder`` whose packed
+    size is closest to each target."""
+    import os
+
+    packed = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        if not data.startswith(b"\xff\xd8\xff"):
+            continue
+        try:
+            packed.append((path, data, fio.transcode_jpeg(data, max_pixels=0)))
+        except fio.DecodeError:
+            continue
+    if not packed:
+        raise SystemExit(f"no JPEG that can be packed in {folder!r}")
+    return {t: min(packed, key=lambda p: abs(len(p[2]) - t)) for t in targets}
+
+
+def bench_real(path: str, data: bytes, packed: bytes, runs: int, block: int, window: int = 224, cut: int = 240,
+               seed: int = 0, distinct_cuts: int = 60):
+    """Packed ROI without / with the interval index vs the full decode of a jpegtran cut."""
+    info = fio.jpeg_info(packed)
+    plain = fio.transcode_jpeg(data, interval_index=False, max_pixels=0)
+    g = torch.Generator().manual_seed(seed)
+    h, w = info.height, info.width
+    margin = (cut - window) // 2
+    windows = [(int(torch.randint(margin, h - window - margin + 1, (1,), generator=g)),
+                int(torch.randint(margin, w - window - margin + 1, (1,), generator=g)), window, window)
+               for _ in range(runs)]
+    cuts = [fio._as_tensor(_jpegtran_cut(plain, t - margin, l - margin, cut)) for t, l, _, _ in windows[:distinct_cuts]]
+    tensors = {name: fio._as_tensor(blob) for name, blob in (("original", data), ("plain", plain), ("packed", packed))}
+    methods = {
+        "packed, no interval index (scan), decode_jpeg_roi": lambda t, l, hh, ww: fio.decode_jpeg_roi(
+            tensors["plain"], t, l, hh, ww, max_pixels=0),
+        "packed, interval index, decode_jpeg_roi": lambda t, l, hh, ww: fio.decode_jpeg_roi(
+            tensors["packed"], t, l, hh, ww, max_pixels=0),
+    }
+    if len(data) <= 5_000_000:
+        methods["original (as downloaded), decode_jpeg_roi"] = lambda t, l, hh, ww: fio.decode_jpeg_roi(
+            tensors["original"], t, l, hh, ww, max_pixels=0)
+    turn = {"k": 0}
+
+    def decode_cut(t, l, hh, ww):
+        turn["k"] += 1
+        return fio.decode_jpeg(cuts[turn["k"] % len(cuts)])
+
+    methods[f"{cut}x{cut} jpegtran -crop cut, decode_jpeg (whole cut)"] = decode_cut
+    full = fio.decode_jpeg(tensors["packed"], max_pixels=0)
+    used0 = fio._C.interval_index_stats()[0]
+    for t, l, hh, ww in windows[:20]:  # exactness on the same windows
+        for name in [m for m in methods if "decode_jpeg_roi" in m]:
+            if not torch.equal(methods[name](t, l, hh, ww), full[:, t:t + hh, l:l + ww]):
+                raise AssertionError(f"{name}: not equal to the full decode")
+    if fio._C.interval_index_stats()[0] - used0 != 20:
+        raise AssertionError("the packed file's interval index was not used")
+    times = _timed_turns(methods, windows, block)
+    base = statistics.median(times["packed, interval index, decode_jpeg_roi"])
+    rows = [{"method": name, "median_ms": statistics.median(ts) * 1e3,
+             "time_vs_indexed_roi": statistics.median(ts) / base} for name, ts in times.items()]
+    import os
+
+    return {"file": os.path.basename(path), "shape": [h, w], "subsampling": info.subsampling,
+            "restart_interval": info.restart_interval, "bytes_original": len(data), "bytes_packed": len(packed),
+            "bytes_packed_without_index": len(plain), "window": window, "cut": cut, "runs": runs, "rows": rows}
+
+
+def run_real(folder: str, sizes, runs: int, block: int) -> list:
+    import os
+
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    results, seen = [], set()
+    for path, data, packed in pick_real_files(folder, sizes).values():
+        if path in seen:
+            continue
+        seen.add(path)
+        res = bench_real(path, data, packed, runs, block)
+        results.append(res)
+        print(f"\n{res['file']}: {res['shape'][0]}x{res['shape'][1]} {res['subsampling']}, original "
+              f"{res['bytes_original'] / 1e6:.2f} MB, packed {res['bytes_packed'] / 1e6:.2f} MB (index "
+              f"{res['bytes_packed'] - res['bytes_packed_without_index']} bytes, restart every "
+              f"{res['restart_interval']} MCUs); {res['window']}x{res['window']} random window, 1 thread, median of "
+              f"{res['runs']} samples")
+        print("| method | ms/sample | time vs indexed ROI |")
+        print("|---|---:|---:|")
+        for r in res["rows"]:
+            print(f"| {r['method']} | {r['median_ms']:.3f} | {r['time_vs_indexed_roi']:.2f}x |")
+    print(f"\nload average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    return results
+
+
 def bench_pack_size_and_speed(workers: int):
     """Packed vs original size over photo-like images of several sizes, qualities and
     subsamplings; pack throughput of fastprep.pack on `workers` processes."""
@@ -226,12 +341,24 @@ def main(argv=None):
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--packed-only", action="store_true", help="only the packed-file tables")
     ap.add_argument("--pack-workers", type=int, default=2, help="processes for the pack throughput row")
+    ap.add_argument("--real", metavar="DIR", help="only the interval-index tables, on the JPEGs of DIR")
+    ap.add_argument("--real-sizes", default="1MB,4MB,16MB",
+                    help="with --real: packed sizes to pick files by, comma-separated (default 1MB,4MB,16MB)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(_platform.describe())
     results = {"machine": {"cpu": platform.processor() or platform.machine(), "describe": _platform.describe(),
                            "torch": torch.__version__, "libjpeg_turbo": fio._ops.libjpeg_turbo_version},
                "tables": [], "packed": []}
+    if args.real:
+        from fastprep.pack.shards import parse_size
+
+        sizes = [parse_size(v) for v in args.real_sizes.split(",")]
+        results["real"] = run_real(args.real, sizes, args.runs, args.block)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=2)
+        return
     for height, width, window in ((533, 800, 256), (3000, 4000, 224)):
         res = bench_packed(height, width, window, args.runs, args.block)
         results["packed"].append(res)

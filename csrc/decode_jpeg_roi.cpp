@@ -2,7 +2,8 @@
 // (window in scaled coordinates), bit-identical to a full decode at that scale sliced to
 // the same window (see jpeg_decoder.cpp for how). Files whose restart intervals tile the
 // MCU rows take a faster path at every scale (restart_index.h): only the intervals the
-// window needs are decoded.
+// window needs are decoded, and in files with an interval index (fastprep.pack) only their
+// bytes are read.
 #include <torch/library.h>
 
 #include <functional>
@@ -29,13 +30,21 @@ bool decode_restart_roi(const uint8_t* bytes, size_t size, const fp_info& info, 
   SplicePlan plan;
   if (!plan_splice(layout, top, left, height, width, (int)scale_num, &plan)) return false;
   RestartStats& stats = restart_stats();
-  std::vector<size_t> starts, ends;
-  if (!find_restart_intervals(bytes, size, layout, &starts, &ends)) {
-    stats.fallbacks++;
-    return false;
+  // The interval index (packed files) gives the window's intervals without a scan of the
+  // whole file; anything it gets wrong makes it scan instead.
+  std::vector<IntervalSpan> spans;
+  const bool indexed = spans_from_index(bytes, size, layout, plan, &spans);
+  if (!indexed) {
+    if (layout.has_index_segment) stats.index_rejected++;
+    std::vector<size_t> starts, ends;
+    if (!find_restart_intervals(bytes, size, layout, &starts, &ends)) {
+      stats.fallbacks++;
+      return false;
+    }
+    spans_from_scan(starts, ends, plan, &spans);
   }
   std::vector<uint8_t> spliced;
-  write_splice(bytes, layout, starts, ends, plan, &spliced);
+  write_splice(bytes, layout, spans, plan, &spliced);
   Decoder dec(true);
   fp_info sub;
   const int channels = fp_output_channels(&info, (int)mode);
@@ -56,6 +65,7 @@ bool decode_restart_roi(const uint8_t* bytes, size_t size, const fp_info& info, 
     return false;
   }
   stats.taken++;
+  if (indexed) stats.index_used++;
   return true;
 }
 

@@ -242,6 +242,8 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
   t->dst.restart_in_rows = 0;
   jpeg_write_coefficients(&t->dst, coefs);
   for (jpeg_saved_marker_ptr m = t->src.marker_list; m != NULL; m = m->next) {
+    // A source's interval index describes its own scan, not the one written here.
+    if (is_app_with_id(m, JPEG_APP0 + 9, "fastprep.rst", 13)) continue;
     if (t->dst.write_JFIF_header && is_app_with_id(m, JPEG_APP0, "JFIF", 5)) continue;
     if (t->dst.write_Adobe_marker && is_app_with_id(m, JPEG_APP0 + 14, "Adobe", 5)) continue;
     jpeg_write_marker(&t->dst, m->marker, m->data, m->data_length);

@@ -32,9 +32,11 @@ TORCH_LIBRARY(fastprep, m) {
       "int max_pixels, bool strict, int scale_num=8, int max_scans=0, "
       "bool channels_last=False) -> Tensor");
   // Lossless transcode; restart_interval in MCUs, -1 = automatic (see transcode_jpeg.cpp).
+  // interval_index: record where each restart interval starts (an APP9 segment, see
+  // restart_index.h) so decode_jpeg_roi reads only a window's intervals.
   m.def(
       "transcode_jpeg(Tensor data, int restart_interval, bool optimize, bool keep_metadata, "
-      "int max_pixels) -> Tensor");
+      "int max_pixels, bool interval_index=True) -> Tensor");
   // Bilinear resize of a uint8 channels-last [C, H, W] image (C = 1, 3, 4), bit-identical to
   // aten::_upsample_bilinear2d_aa (antialias) / aten::upsample_bilinear2d (uint8 kernels):
   // output pixels [out_top, out_top+out_h) x [out_left, out_left+out_w) of resizing a virtual
@@ -73,6 +75,14 @@ static PyObject* restart_stats(PyObject*, PyObject*) {
   return Py_BuildValue("(LL)", (long long)s.taken, (long long)s.fallbacks);
 }
 
+// interval_index_stats() -> (used, rejected): this thread's restart-interval ROI decodes
+// that took their intervals from the interval index, and files whose index failed
+// validation (they were scanned instead). For tests.
+static PyObject* interval_index_stats(PyObject*, PyObject*) {
+  const fastprep::RestartStats& s = fastprep::restart_stats();
+  return Py_BuildValue("(LL)", (long long)s.index_used, (long long)s.index_rejected);
+}
+
 namespace fastprep {
 int64_t resize_aa_isa(int64_t level);
 }
@@ -89,6 +99,8 @@ static PyMethodDef methods[] = {
     {"take_warning", take_warning, METH_NOARGS, "Pending libjpeg warning of this thread, cleared."},
     {"restart_stats", restart_stats, METH_NOARGS,
      "This thread's (restart-interval ROI decodes taken, eligible files that fell back)."},
+    {"interval_index_stats", interval_index_stats, METH_NOARGS,
+     "This thread's (ROI decodes that used the interval index, files whose index was rejected)."},
     {"resize_isa", resize_isa, METH_O, "resize_aa's kernel variant: -1 reads, 0 baseline, 1 AVX2 selects."},
     {nullptr, nullptr, 0, nullptr}};
 

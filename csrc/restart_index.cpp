@@ -13,6 +13,57 @@ inline unsigned be16(const uint8_t* p) { return ((unsigned)p[0] << 8) | p[1]; }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Interval index segments: APP9, payload = signature (with its NUL), version, chunk number,
+// chunk count, then a chunk of the index. The chunks concatenated (all big-endian):
+//   u32 intervals N, u32 groups G, u32 intervals per group n (N = G n), u8 delta width w
+//   (1..4; 0 when n = 1), u32 offset of the EOI marker,
+//   G x u32 offset where group g's first interval starts,
+//   G x (n - 1) x w-byte distance from each interval's start to the next one's in its group.
+// Offsets are relative to the first byte of the scan's entropy-coded data, so the segments
+// can sit anywhere before SOS. Groups are MCU rows (or single intervals spanning whole
+// rows), so a window's entries are found without reading the others.
+constexpr unsigned kIndexMarker = 0xE9;
+constexpr char kIndexSignature[] = "fastprep.rst";  // 13 bytes with the NUL
+constexpr size_t kSignatureSize = sizeof(kIndexSignature);
+constexpr unsigned kIndexVersion = 1;
+constexpr size_t kChunkHeader = kSignatureSize + 3;
+constexpr size_t kMaxChunk = 65533 - kChunkHeader;  // a segment's payload is at most 65533 bytes
+constexpr size_t kBlobHeader = 17;
+
+bool is_index_segment(const uint8_t* payload, size_t len) {
+  return len >= kChunkHeader && memcmp(payload, kIndexSignature, kSignatureSize) == 0;
+}
+
+inline void put_be(uint8_t* p, uint64_t v, int width) {
+  for (int k = width - 1; k >= 0; k--, v >>= 8) p[k] = (uint8_t)v;
+}
+
+// The concatenated chunks of an index, read without copying them together.
+class IndexBlob {
+ public:
+  IndexBlob(const uint8_t* data, const std::vector<std::pair<size_t, size_t>>& chunks)
+      : data_(data), chunks_(chunks) {
+    for (const auto& c : chunks) size_ += c.second;
+  }
+  size_t size() const { return size_; }
+  // Big-endian unsigned of `width` bytes at `pos` (pos + width <= size()).
+  uint64_t get(size_t pos, int width) const {
+    uint64_t v = 0;
+    size_t c = 0, base = 0;
+    while (pos >= base + chunks_[c].second) base += chunks_[c++].second;
+    for (int k = 0; k < width; k++, pos++) {
+      while (pos >= base + chunks_[c].second) base += chunks_[c++].second;
+      v = (v << 8) | data_[chunks_[c].first + (pos - base)];
+    }
+    return v;
+  }
+
+ private:
+  const uint8_t* data_;
+  const std::vector<std::pair<size_t, size_t>>& chunks_;
+  size_t size_ = 0;
+};
+
 // Whether a frame `width` pixels wide gives every horizontally subsampled component at
 // least 3 samples per row at scale s/8. libjpeg (jdsample.c, jinit_upsampler) uses fancy
 // upsampling for a component upsampled 2x horizontally only when its downsampled width is
@@ -32,6 +83,16 @@ bool upsampling_as_in_image(const RestartLayout& layout, int64_t width, int64_t 
 
 }  // namespace
 
+int64_t restart_interval_count(const RestartLayout& layout) {
+  if (!layout.eligible) return 0;
+  return ceil_div(layout.mcus_per_row * layout.mcu_rows, (int64_t)layout.restart_interval);
+}
+
+int64_t restart_intervals_per_group(const RestartLayout& layout) {
+  const int64_t r = layout.restart_interval, mpr = layout.mcus_per_row;
+  return r % mpr == 0 ? 1 : mpr / r;
+}
+
 RestartStats& restart_stats() {
   static thread_local RestartStats stats;
   return stats;
@@ -46,11 +107,13 @@ RestartLayout parse_restart_layout(const uint8_t* data, size_t size) {
   bool sequential_sof = false, other_sof = false, unusual = false;
   int precision = 0, nf = 0, ns = 0, dri_count = 0;
   int hs[4] = {0, 0, 0, 0}, vs[4] = {0, 0, 0, 0};
+  int index_count = -1;  // chunks the index announces; -2 once it proved malformed
   size_t pos = 2;
   for (;;) {
     // Markers must follow each other directly; libjpeg skips stray bytes with a warning,
     // which the sequential path reports, so leave such files to it.
     if (pos >= size || data[pos] != 0xFF) return layout;
+    const size_t marker_at = pos;
     while (pos < size && data[pos] == 0xFF) pos++;
     if (pos + 2 >= size) return layout;
     const unsigned code = data[pos++];
@@ -84,6 +147,13 @@ RestartLayout parse_restart_layout(const uint8_t* data, size_t size) {
       if (len < 3) return layout;
       ns = seg[2];
       if (len != (size_t)(6 + 2 * ns)) return layout;
+      layout.sos_at = marker_at;
+    } else if (code == kIndexMarker && is_index_segment(seg + 2, len - 2)) {
+      keep = false;
+      const uint8_t* h = seg + 2 + kSignatureSize;  // version, chunk number, chunk count
+      if (index_count == -1) index_count = h[2];
+      if (h[0] != kIndexVersion || h[2] != index_count || h[1] != layout.index_chunks.size()) index_count = -2;
+      if (index_count >= 0) layout.index_chunks.emplace_back(pos + 2 + kChunkHeader, len - 2 - kChunkHeader);
     } else if ((code >= 0xE1 && code <= 0xED) || code == 0xEF || code == 0xFE) {
       keep = false;  // metadata that does not change decoding (JFIF APP0 and Adobe APP14 stay)
     } else if (code != 0xC4 && code != 0xCC && code != 0xDB && code != 0xE0 && code != 0xEE) {
@@ -100,6 +170,8 @@ RestartLayout parse_restart_layout(const uint8_t* data, size_t size) {
   }
   layout.scan_start = pos;
   layout.parsed = true;
+  layout.has_index_segment = index_count != -1;
+  if (index_count < 0 || (size_t)index_count != layout.index_chunks.size()) layout.index_chunks.clear();
   if (!sequential_sof || other_sof || unusual || precision != 8 || dri_count != 1 || ns != nf ||
       layout.height <= 0 || layout.width <= 0 || layout.restart_interval <= 0)
     return layout;
@@ -207,10 +279,77 @@ bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t
   return true;
 }
 
-void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<size_t>& starts,
-                  const std::vector<size_t>& ends, const SplicePlan& plan, std::vector<uint8_t>* out) {
+void spans_from_scan(const std::vector<size_t>& starts, const std::vector<size_t>& ends, const SplicePlan& plan,
+                     std::vector<IntervalSpan>* spans) {
+  spans->resize(plan.intervals.size());
+  for (size_t m = 0; m < plan.intervals.size(); m++) {
+    const size_t i = (size_t)plan.intervals[m];
+    (*spans)[m] = {starts[i], ends[i]};
+  }
+}
+
+bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& layout, const SplicePlan& plan,
+                      std::vector<IntervalSpan>* spans) {
+  if (layout.index_chunks.empty() || !layout.eligible || layout.scan_start >= size) return false;
+  const IndexBlob blob(data, layout.index_chunks);
+  if (blob.size() < kBlobHeader) return false;
+  const uint64_t N = blob.get(0, 4), G = blob.get(4, 4), n = blob.get(8, 4), w = blob.get(12, 1);
+  const uint64_t eoi = blob.get(13, 4);
+  if ((int64_t)N != restart_interval_count(layout) || (int64_t)n != restart_intervals_per_group(layout) ||
+      G * n != N || (n == 1 ? w != 0 : (w < 1 || w > 4)) || blob.size() != kBlobHeader + 4 * G + G * (n - 1) * w)
+    return false;
+  const size_t scan = layout.scan_start;
+  const uint64_t limit = size - scan;  // relative offsets must stay below (markers: 2 bytes)
+  // The scan must end where the index says: a truncated file is left to the scan (and then
+  // to the sequential path, which reports it), as without an index.
+  if (eoi + 2 > limit || data[scan + eoi] != 0xFF || data[scan + eoi + 1] != 0xD9) return false;
+  const size_t deltas_at = kBlobHeader + 4 * G;
+  spans->clear();
+  spans->reserve(plan.intervals.size());
+  uint64_t prev_i = UINT64_MAX, prev_next = 0, min_start = 0;
+  for (int64_t planned : plan.intervals) {
+    const uint64_t i = (uint64_t)planned, g = i / n, j = i % n;
+    // Start: the group's base plus the distances before it (carried along a row).
+    uint64_t start;
+    if (prev_i != UINT64_MAX && i == prev_i + 1 && j != 0) {
+      start = prev_next;
+    } else {
+      start = blob.get(kBlobHeader + 4 * g, 4);
+      for (uint64_t k = 0; k < j; k++) start += blob.get(deltas_at + (g * (n - 1) + k) * w, (int)w);
+    }
+    // The next interval's start (its marker ends 2 bytes before), or the EOI marker.
+    uint64_t next;
+    if (j + 1 < n)
+      next = start + blob.get(deltas_at + (g * (n - 1) + j) * w, (int)w);
+    else if (g + 1 < G)
+      next = blob.get(kBlobHeader + 4 * (g + 1), 4);
+    else
+      next = eoi + 2;
+    if (next < start + 3 || next > limit || start < min_start) return false;
+    const size_t s = scan + (size_t)start, m = scan + (size_t)next - 2;
+    if (i == 0 ? start != 0 : (start < 2 || data[s - 2] != 0xFF || data[s - 1] != 0xD0 + (i - 1) % 8)) return false;
+    if (data[m] != 0xFF || data[m + 1] != (i + 1 == N ? 0xD9 : 0xD0 + i % 8)) return false;
+    size_t e = m;
+    while (e > s && data[e - 1] == 0xFF) e--;  // fill bytes before the marker
+    // No marker inside: every 0xFF of entropy-coded data is a stuffed 0xFF 0x00.
+    for (const uint8_t* p = data + s;;) {
+      const uint8_t* q = (const uint8_t*)memchr(p, 0xFF, (size_t)(data + e - p));
+      if (q == nullptr) break;
+      if (q + 1 >= data + e || q[1] != 0x00) return false;
+      p = q + 2;
+    }
+    spans->push_back({s, e});
+    prev_i = i;
+    prev_next = next;
+    min_start = next;
+  }
+  return true;
+}
+
+void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<IntervalSpan>& spans,
+                  const SplicePlan& plan, std::vector<uint8_t>* out) {
   size_t total = layout.header.size() + 2;
-  for (int64_t i : plan.intervals) total += ends[(size_t)i] - starts[(size_t)i] + 2;
+  for (const IntervalSpan& span : spans) total += span.end - span.start + 2;
   out->resize(total);
   uint8_t* o = out->data();
   memcpy(o, layout.header.data(), layout.header.size());
@@ -220,15 +359,59 @@ void write_splice(const uint8_t* data, const RestartLayout& layout, const std::v
   sof[2] = (uint8_t)(plan.width >> 8);
   sof[3] = (uint8_t)plan.width;
   o += layout.header.size();
-  for (size_t m = 0; m < plan.intervals.size(); m++) {
-    const size_t i = (size_t)plan.intervals[m];
-    const size_t len = ends[i] - starts[i];
-    memcpy(o, data + starts[i], len);
+  for (size_t m = 0; m < spans.size(); m++) {
+    const size_t len = spans[m].end - spans[m].start;
+    memcpy(o, data + spans[m].start, len);
     o += len;
     o[0] = 0xFF;
-    o[1] = m + 1 < plan.intervals.size() ? (uint8_t)(0xD0 + m % 8) : 0xD9;
+    o[1] = m + 1 < spans.size() ? (uint8_t)(0xD0 + m % 8) : 0xD9;
     o += 2;
   }
+}
+
+bool add_interval_index(const uint8_t* data, size_t size, std::vector<uint8_t>* out) {
+  const RestartLayout layout = parse_restart_layout(data, size);
+  if (!layout.parsed || !layout.eligible || layout.has_index_segment) return false;
+  std::vector<size_t> starts, ends;
+  if (!find_restart_intervals(data, size, layout, &starts, &ends)) return false;
+  const size_t scan = layout.scan_start;
+  size_t eoi = ends.back();
+  while (data[eoi + 1] == 0xFF) eoi++;  // fill bytes before EOI
+  const uint64_t N = starts.size(), n = (uint64_t)restart_intervals_per_group(layout), G = N / n;
+  if (eoi - scan > UINT32_MAX || G * n != N) return false;
+  uint64_t max_delta = 0;
+  for (uint64_t i = 0; i + 1 < N; i++)
+    if ((i + 1) % n) max_delta = std::max<uint64_t>(max_delta, starts[i + 1] - starts[i]);
+  const int w = n == 1 ? 0 : max_delta < (1u << 8) ? 1 : max_delta < (1u << 16) ? 2 : max_delta < (1u << 24) ? 3 : 4;
+  std::vector<uint8_t> blob(kBlobHeader + 4 * G + G * (n - 1) * (uint64_t)w);
+  uint8_t* b = blob.data();
+  put_be(b, N, 4);
+  put_be(b + 4, G, 4);
+  put_be(b + 8, n, 4);
+  put_be(b + 12, (uint64_t)w, 1);
+  put_be(b + 13, eoi - scan, 4);
+  uint8_t* d = b + kBlobHeader + 4 * G;
+  for (uint64_t g = 0; g < G; g++) {
+    put_be(b + kBlobHeader + 4 * g, starts[g * n] - scan, 4);
+    for (uint64_t k = 0; k + 1 < n; k++, d += w) put_be(d, starts[g * n + k + 1] - starts[g * n + k], w);
+  }
+  const size_t chunks = (blob.size() + kMaxChunk - 1) / kMaxChunk;
+  if (chunks > 255) return false;
+  out->clear();
+  out->reserve(size + blob.size() + chunks * (4 + kChunkHeader));
+  out->insert(out->end(), data, data + layout.sos_at);
+  for (size_t c = 0; c < chunks; c++) {
+    const size_t from = c * kMaxChunk, len = std::min(kMaxChunk, blob.size() - from);
+    const size_t seg_len = 2 + kChunkHeader + len;
+    const uint8_t head[4] = {0xFF, (uint8_t)kIndexMarker, (uint8_t)(seg_len >> 8), (uint8_t)seg_len};
+    out->insert(out->end(), head, head + 4);
+    out->insert(out->end(), kIndexSignature, kIndexSignature + kSignatureSize);
+    const uint8_t chunk_head[3] = {(uint8_t)kIndexVersion, (uint8_t)c, (uint8_t)chunks};
+    out->insert(out->end(), chunk_head, chunk_head + 3);
+    out->insert(out->end(), blob.begin() + from, blob.begin() + from + len);
+  }
+  out->insert(out->end(), data + layout.sos_at, data + size);
+  return true;
 }
 
 }  // namespace fastprep

@@ -9,12 +9,17 @@
 // plus the context that fancy upsampling needs form a smaller image: the original header
 // with the frame size changed, then those intervals with their RST markers renumbered.
 // Its decode equals the original's decode in that region, bit for bit.
+//
+// Interval index: fastprep's transcoder records where every interval starts in an APP9
+// segment (signature "fastprep.rst", see add_interval_index), so a window's intervals are
+// found without scanning the file for markers. Other decoders skip the segment.
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fastprep {
@@ -34,8 +39,19 @@ struct RestartLayout {
   // left out. The SOF's height and width are big-endian 16-bit at sof_size_at.
   std::string header;
   size_t sof_size_at = 0;
+  size_t sos_at = 0;      // the SOS marker's 0xFF
   size_t scan_start = 0;  // first byte of entropy-coded data in the original
+  // Interval index: the payloads (after signature and chunk header) of its APP9 segments in
+  // order, as (offset, length); empty when there is none or its chunks are not numbered
+  // 0..count-1 in file order.
+  std::vector<std::pair<size_t, size_t>> index_chunks;
+  bool has_index_segment = false;  // any APP9 segment with the index signature, valid or not
 };
+
+// Intervals of the image (0 if the layout is not eligible), and how many make one group of
+// the index: the intervals of one MCU row, or 1 when an interval spans whole rows.
+int64_t restart_interval_count(const RestartLayout& layout);
+int64_t restart_intervals_per_group(const RestartLayout& layout);
 
 // Parse the markers before the first SOS. Never throws; leaves parsed false on anything
 // it does not understand.
@@ -63,16 +79,48 @@ struct SplicePlan {
 bool plan_splice(const RestartLayout& layout, int64_t top, int64_t left, int64_t height,
                  int64_t width, int scale_num, SplicePlan* plan);
 
+// The entropy-coded bytes of one interval: [start, end) in the original (markers and fill
+// bytes excluded).
+struct IntervalSpan {
+  size_t start = 0, end = 0;
+};
+
+// The spans of the plan's intervals (in plan order) from the full lists of
+// find_restart_intervals.
+void spans_from_scan(const std::vector<size_t>& starts, const std::vector<size_t>& ends, const SplicePlan& plan,
+                     std::vector<IntervalSpan>* spans);
+
+// The spans of the plan's intervals read from the file's interval index, touching only the
+// index entries and the bytes of those intervals. Returns false -- the caller then scans
+// -- when the file has no index or anything about it disagrees with the bytes: each
+// interval must start at the scan's start (the first) or right after the RST marker of the
+// previous number, end at the RST marker of its own number (EOI for the last) after
+// optional fill bytes, hold no other marker, lie inside the buffer, and the spans must
+// follow one another in order. So a wrong, stale or foreign index can only make the
+// decode scan; every span it yields is one real interval of the file (docs/pack.md: the
+// RST numbering identifies an interval modulo 8 only).
+bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& layout, const SplicePlan& plan,
+                      std::vector<IntervalSpan>* spans);
+
 // Write the spliced JPEG into `out` (resized): header with the plan's frame size, the
-// planned intervals separated by RST markers numbered 0..7 cyclically, EOI.
-void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<size_t>& starts,
-                  const std::vector<size_t>& ends, const SplicePlan& plan, std::vector<uint8_t>* out);
+// planned intervals (`spans`, in plan order) separated by RST markers numbered 0..7
+// cyclically, EOI.
+void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<IntervalSpan>& spans,
+                  const SplicePlan& plan, std::vector<uint8_t>* out);
+
+// `data` (a complete JPEG) with an interval index inserted before its SOS marker, into
+// `out`; false (out untouched) when the file is not eligible for the restart-interval path,
+// its markers are not exactly as the header promises, it already has an index, or the
+// index would not fit in 255 segments.
+bool add_interval_index(const uint8_t* data, size_t size, std::vector<uint8_t>* out);
 
 // Counters of the calling thread (for tests): fast-path decodes taken, and attempts that
 // fell back to the sequential path after finding the file eligible.
 struct RestartStats {
   int64_t taken = 0;
   int64_t fallbacks = 0;
+  int64_t index_used = 0;      // windows whose intervals came from the interval index
+  int64_t index_rejected = 0;  // files with an index that failed validation (scanned instead)
 };
 RestartStats& restart_stats();
 

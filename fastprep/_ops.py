@@ -45,7 +45,7 @@ def _decode_jpeg_fake(data, mode, max_pixels, strict, scale_num=8, max_scans=0, 
 
 
 @torch.library.register_fake("fastprep::transcode_jpeg")
-def _transcode_jpeg_fake(data, restart_interval, optimize, keep_metadata, max_pixels):
+def _transcode_jpeg_fake(data, restart_interval, optimize, keep_metadata, max_pixels, interval_index=True):
     return data.new_empty((torch.library.get_ctx().new_dynamic_size(),))
 
 

@@ -371,7 +371,8 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
 
 
 def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimize: bool = True,
-                   keep_metadata: bool = True, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
+                   keep_metadata: bool = True, max_pixels: int = DEFAULT_MAX_PIXELS,
+                   interval_index: bool = True) -> bytes:
     """Re-encode a JPEG losslessly so that :func:`decode_jpeg_roi` can skip what a window
     does not need.
 
@@ -394,6 +395,11 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
         optimize: compute optimal Huffman tables (smaller files, slower transcoding).
         keep_metadata: copy the APPn (EXIF, ICC, XMP...) and COM markers.
         max_pixels: refuse images with more pixels than this (0: no limit).
+        interval_index: record where every restart interval starts, in an APP9 segment
+            that other decoders skip (a few bytes per interval; see docs/pack.md), so
+            :func:`decode_jpeg_roi` reads only the intervals a window needs instead of
+            scanning the whole file for markers. Written when the intervals tile the MCU
+            rows; a source's own index is never copied.
 
     Returns:
         The new JPEG file as ``bytes``.
@@ -418,5 +424,5 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
         if not 0 <= interval <= 65535:
             raise ValueError(f"restart_interval must be in [0, 65535] MCUs or 'auto', got {interval}")
     out = _run(torch.ops.fastprep.transcode_jpeg, _as_tensor(data), interval, bool(optimize),
-               bool(keep_metadata), _max_pixels(max_pixels))
+               bool(keep_metadata), _max_pixels(max_pixels), bool(interval_index))
     return out.numpy().tobytes()

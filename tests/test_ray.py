@@ -158,6 +158,29 @@ class TestRayLoader:
         assert got == _dataloader_digests_of(good, files, 0)
 
 
+class TestShards:
+    def test_read_webdataset_reads_packed_shards(self, ray_local, tmp_path):
+        """``ray.data.read_webdataset`` reads ``fastprep.pack --format wds`` shards as they
+        are: keys, classes and (Ray's own decoding) the original files' pixels."""
+        from PIL import Image
+
+        from fastprep.pack import pack_shards
+
+        folder = _make_folder(tmp_path / "data")
+        pack_shards(folder, tmp_path / "shards", shard_size=5000, workers=1, progress=False)
+        shards = D.ShardDataset(tmp_path / "shards")
+        assert len(shards.shards) > 1
+        rows = ray.data.read_webdataset(str(tmp_path / "shards"), file_extensions=["tar"]).take_all()
+        by_key = {row["__key__"]: row for row in rows}
+        assert len(rows) == len(by_key) == len(shards)
+        files = D.JpegFolder(folder).files
+        for i, name in enumerate(shards.files):
+            row = by_key[name.split(":", 1)[1]]
+            assert row["cls"] == shards.targets[i]
+            with Image.open(files[i]) as img:
+                assert np.array_equal(row["jpg"], np.asarray(img.convert("RGB")))
+
+
 def _dataloader_digests_of(good, files, epoch):
     ds = D.JpegDataset(files, transform=D.default_transform(CROP, 0.25), seed=SEED)
     ds.set_epoch(epoch)

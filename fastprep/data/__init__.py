@@ -36,6 +36,8 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.batch` (batch colour transforms over :mod:`fastprep.functional`),
 :mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.engine`
 (ThreadLoader), :mod:`~fastprep.data.order` (EpochSampler, EpochControl),
+:mod:`~fastprep.data.shards` (ShardDataset: WebDataset shards written by
+``fastprep.pack --format wds``),
 :mod:`~fastprep.data.loader` (make_loader). Every public name is re-exported here. See ``docs/design.md``.
 """
 
@@ -46,6 +48,7 @@ from .engine import ThreadLoader
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
 from .order import EpochSampler
 from .prefetch import DevicePrefetcher
+from .shards import ShardDataset, is_shard_dir
 
 __all__ = [
     "BatchConvert",
@@ -60,10 +63,12 @@ __all__ = [
     "JpegDataset",
     "JpegFolder",
     "PooledCollate",
+    "ShardDataset",
     "ThreadLoader",
     "batch_rgb_to_yuv",
     "collate_uint8",
     "default_transform",
+    "is_shard_dir",
     "make_loader",
     "warm_up_kernels",
 ]

@@ -22,6 +22,7 @@ from .engine import ThreadLoader, available_cpus, native_pipeline
 from .fallback import decoded_equivalent
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
+from .shards import ShardDataset, is_shard_dir
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
 
@@ -169,9 +170,11 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
 
     Args:
         source: a sequence of JPEG paths (:class:`JpegDataset`, targets 0), a folder path
-            (:class:`JpegFolder`), or a ``Dataset`` used as is (its samples must already be
-            ``(uint8 [3, H, W] of one size, int target)``; ``crop_size``, ``mask_ratio``,
-            ``transform``, ``on_error`` are then ignored; processes engine only).
+            (:class:`JpegFolder`), a shard directory written by ``fastprep.pack --format wds``
+            (a folder holding its manifest, or an fsspec URL: :class:`ShardDataset`), or a
+            ``Dataset`` used as is (its samples must already be ``(uint8 [3, H, W] of one
+            size, int target)``; ``crop_size``, ``mask_ratio``, ``transform``, ``on_error``
+            are then ignored; processes engine only).
         engine: ``"threads"``, ``"processes"`` or ``None`` (default): threads when the
             transform has a native pipeline and no process-only option
             (``worker_init_fn``, ``multiprocessing_context``, ``persistent_workers``) is
@@ -352,6 +355,8 @@ def _dataset(source, recipe, transform, seed, on_error, extensions, options: _Sa
                          "pass them to your decode transform")
     kwargs = dict(max_pixels=options.max_pixels, jpeg_only=options.jpeg_only,
                   apply_exif_orientation=options.apply_exif_orientation, seed=seed)
+    if is_shard_dir(source):
+        return ShardDataset(source, transform=transform, on_error=on_error, **kwargs)
     if isinstance(source, (str, os.PathLike)):
         return JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, **kwargs)
     if isinstance(source, Sequence):

@@ -15,67 +15,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 import sys
-from dataclasses import dataclass, field
 
-__all__ = ["PackSummary", "pack_folder"]
+from ._common import _TMP_SUFFIX, PackSummary, _check_options, _init_worker, _transcode, _walk
+from .shards import pack_shards
 
-_JPEG_MAGIC = b"\xff\xd8\xff"
-_TMP_SUFFIX = ".fastprep-pack-tmp"
-# How transcode_jpeg's DecodeError for a valid file it refuses begins (csrc/jpeg_transcoder.cpp).
-_LOSSLESS_REFUSAL = "cannot be transcoded losslessly"
-
-
-@dataclass
-class PackSummary:
-    """What :func:`pack_folder` did.
-
-    Attributes:
-        files: files found under the source.
-        packed: JPEGs transcoded.
-        copied: non-JPEG files copied unchanged.
-        up_to_date: files skipped because the output was already up to date.
-        kept: ``(relative path, reason)`` of valid JPEGs copied unchanged because a
-            transcode would change their pixels (progressive files whose scans leave
-            coefficients incomplete); copied whatever ``on_error`` says. Their ROI decodes
-            take the slower path.
-        failed: ``(relative path, reason)`` of JPEGs that could not be transcoded because
-            they are corrupt, truncated or too large (copied as-is or left out, per
-            ``on_error``).
-        errors: ``(relative path, reason)`` of I/O errors (unreadable source, unwritable
-            destination): the output is incomplete.
-        jpeg_bytes_before, jpeg_bytes_after: total size of the packed JPEGs before and after.
-        bytes_before, bytes_after: total size of every file written in this run, before
-            and after.
-    """
-
-    files: int = 0
-    packed: int = 0
-    copied: int = 0
-    up_to_date: int = 0
-    kept: list = field(default_factory=list)
-    failed: list = field(default_factory=list)
-    errors: list = field(default_factory=list)
-    jpeg_bytes_before: int = 0
-    jpeg_bytes_after: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-
-
-def _walk(src: str, dst: str):
-    """Relative paths of the regular files under src, sorted, leaving out dst if inside."""
-    dst_real = os.path.realpath(dst)
-    out = []
-    for root, dirs, files in os.walk(src):
-        dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != dst_real)
-        for name in sorted(files):
-            if name.endswith(_TMP_SUFFIX):
-                continue
-            path = os.path.join(root, name)
-            if os.path.isfile(path):
-                out.append(os.path.relpath(path, src))
-    return out
+__all__ = ["PackSummary", "format_summary", "pack_folder", "pack_shards"]
 
 
 def _write_atomic(path: str, data: bytes, mtime_ns: int):
@@ -98,8 +43,6 @@ def _write_atomic(path: str, data: bytes, mtime_ns: int):
 def _pack_one(job):
     """Worker: (src, dst, rel, options) -> (rel, kind, bytes in, bytes out, reason)."""
     src, dst, rel, opts = job
-    from fastprep.io import DecodeError, transcode_jpeg
-
     in_path, out_path = os.path.join(src, rel), os.path.join(dst, rel)
     try:
         st = os.stat(in_path)
@@ -107,32 +50,15 @@ def _pack_one(job):
             data = f.read()
     except OSError as e:
         return rel, "error", 0, 0, f"cannot read: {e}"
-    kind, reason, out = "copied", "", data
-    if data.startswith(_JPEG_MAGIC):
-        try:
-            out = transcode_jpeg(data, restart_interval=opts["restart_interval"], optimize=opts["optimize"],
-                                 keep_metadata=opts["keep_metadata"], max_pixels=opts["max_pixels"])
-            kind = "packed"
-        except (DecodeError, ValueError, MemoryError) as e:
-            reason = str(e) or type(e).__name__
-            if isinstance(e, DecodeError) and reason.startswith(_LOSSLESS_REFUSAL):
-                kind = "kept"
-            elif opts["on_error"] == "skip":
-                return rel, "failed-skipped", len(data), 0, reason
-            else:
-                kind = "failed-copied"
+    kind, out, reason = _transcode(data, opts)
+    if kind == "failed-skipped":
+        return rel, kind, len(data), 0, reason
     try:
         os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
         _write_atomic(out_path, out, st.st_mtime_ns)
     except OSError as e:
         return rel, "error", len(data), 0, f"cannot write {out_path}: {e}"
     return rel, kind, len(data), len(out), reason
-
-
-def _init_worker():
-    import torch
-
-    torch.set_num_threads(1)
 
 
 def _up_to_date(in_path: str, out_path: str) -> bool:
@@ -174,25 +100,11 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
         ValueError: bad arguments, ``src`` not a folder, or ``dst`` equal to ``src``.
         OSError: ``dst`` cannot be created.
     """
-    from fastprep.io import DEFAULT_MAX_PIXELS
-
     src, dst = os.fspath(src), os.fspath(dst)
-    if not os.path.isdir(src):
-        raise ValueError(f"src must be a folder, got {src!r}")
-    if os.path.realpath(src) == os.path.realpath(dst):
-        raise ValueError(f"dst must differ from src, got {dst!r} for both")
-    if on_error not in ("copy", "skip"):
-        raise ValueError(f"on_error must be 'copy' or 'skip', got {on_error!r}")
+    opts = _check_options(src, dst, workers, restart_interval, optimize, keep_metadata, on_error, max_pixels)
     if workers is None:
         workers = os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
-    if restart_interval != "auto" and (isinstance(restart_interval, bool) or not isinstance(restart_interval, int)
-                                       or not 0 <= restart_interval <= 65535):
-        raise ValueError(f"restart_interval must be 'auto' or an int in [0, 65535], got {restart_interval!r}")
     os.makedirs(dst, exist_ok=True)
-    opts = {"restart_interval": restart_interval, "optimize": bool(optimize), "keep_metadata": bool(keep_metadata),
-            "on_error": on_error, "max_pixels": DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)}
     summary = PackSummary()
     rels = _walk(src, dst)
     summary.files = len(rels)
@@ -265,11 +177,14 @@ def format_summary(s: PackSummary, max_listed: int = 20) -> str:
         change = 100.0 * (s.jpeg_bytes_after - s.jpeg_bytes_before) / max(s.jpeg_bytes_before, 1)
         lines.append(f"packed JPEGs: {_format_bytes(s.jpeg_bytes_before)} -> {_format_bytes(s.jpeg_bytes_after)} "
                      f"({change:+.2f} %)")
+    if s.shards or s.shards_reused:
+        lines.append(f"shards written: {s.shards}  reused from an earlier run: {s.shards_reused}")
     if s.bytes_before:
         lines.append(f"all files written: {_format_bytes(s.bytes_before)} -> {_format_bytes(s.bytes_after)}")
+    not_samples = [(rel, "not an image sample") for rel in s.not_samples]
     for title, items in (("kept as-is, valid JPEG but a transcode would change its pixels", s.kept),
                          ("could not transcode (corrupt, truncated or too large)", s.failed),
-                         ("I/O errors", s.errors)):
+                         ("I/O errors", s.errors), ("not in the shards", not_samples)):
         if items:
             lines.append(f"{title} ({len(items)}):")
             lines += [f"  {rel}: {why}" for rel, why in items[:max_listed]]

@@ -1,0 +1,514 @@
+"""WebDataset shards: ``python -m fastprep.pack SRC DST --format wds`` and
+:class:`fastprep.data.ShardDataset` (layout, order, the webdataset library reading them,
+random access equal to the folder's samples, fsspec URLs, resuming, bad input)."""
+
+import gc
+import io
+import json
+import os
+import pickle
+import shutil
+import tarfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import fastprep.data as D
+import fastprep.io as fio
+from fastprep.bench.synthetic import encode_jpeg, photo_like
+from fastprep.data.shards import MANIFEST_NAME, split_member_name
+from fastprep.pack import pack_shards
+from fastprep.pack.shards import parse_size, sample_key
+from conftest import make_jpeg
+
+CROP = 24
+SEED = 1234
+FALLBACK_WARNING = "ignore:fastprep.*decoded in full:UserWarning"
+
+
+def _png(h, w, seed):
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _tree(root):
+    """An ImageFolder tree: 3 classes, nested folders, a PNG, names with dots, a progressive
+    JPEG, a JPEG that cannot be transcoded, files that are not samples."""
+    files = {
+        "cat/a.jpg": encode_jpeg(photo_like(40, 56, 1)),
+        "cat/b.v2.final.JPEG": make_jpeg("420-progressive", 50, 70, seed=2),
+        "cat/deep/c.jpg": make_jpeg("gray", 33, 45, seed=3),
+        "cat/notes.txt": b"not an image\n",
+        "dog/100%.jpg": make_jpeg("444", 36, 44, seed=4),
+        "dog/d.png": _png(30, 41, 5),
+        "dog/e.jpeg": make_jpeg("422", 48, 37, seed=6),
+        "emu/f.jpg": make_jpeg("cmyk", 40, 40, seed=7),
+        "emu/g.jpg": encode_jpeg(photo_like(61, 33, 8)),
+        "emu/h.jpg": encode_jpeg(photo_like(52, 44, 9)),
+        "README": b"beside the class folders: not a sample\n",
+    }
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root, files
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return _tree(tmp_path / "src")
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """(src, dst): the tree packed into shards of at most 20 kB (several shards)."""
+    base = tmp_path_factory.mktemp("packed")
+    src, _ = _tree(base / "src")
+    pack_shards(src, base / "dst", shard_size=20_000, workers=1, progress=False)
+    return src, base / "dst"
+
+
+def _members(tar_path):
+    with tarfile.open(tar_path) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar]
+
+
+def _run_pack(capsys, *args):
+    """``python -m fastprep.pack ARGS`` in this process: (exit code, stdout, stderr)."""
+    from fastprep.pack.__main__ import main
+
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:  # argparse's usage errors
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _shard_files(dst):
+    return sorted(p.name for p in dst.iterdir())
+
+
+class TestLayout:
+    def test_keys(self):
+        assert sample_key("cat/a.jpg") == "cat/a"
+        assert sample_key(os.path.join("cat", "x.v2.jpg")) == "cat/x%2Ev2"
+        assert sample_key("d.x/100%.a.jpg") == "d.x/100%25%2Ea"  # dots in folders are fine for WebDataset
+        assert split_member_name(sample_key("cat/b.v2.final.JPEG") + ".jpg") == ("cat/b%2Ev2%2Efinal", "jpg")
+        assert split_member_name("a/b.c.jpg") == ("a/b", "c.jpg")
+        assert split_member_name("a/.hidden") == (None, None)
+
+    def test_parse_size(self):
+        assert parse_size("1GB") == 10**9 and parse_size("1GiB") == 2**30 and parse_size("500 MB") == 5 * 10**8
+        assert parse_size("123") == 123 and parse_size(7) == 7 and parse_size("1.5kb") == 1500
+        for bad in ("", "1 parsec", "-1", "0", "GB"):
+            with pytest.raises(ValueError, match="shard size"):
+                parse_size(bad)
+
+    def test_shards_members_manifest(self, packed):
+        src, dst = packed
+        folder = D.JpegFolder(src)
+        manifest = json.loads((dst / MANIFEST_NAME).read_text())
+        assert manifest["format"] == "fastprep-webdataset" and manifest["version"] == 1
+        assert manifest["classes"] == folder.classes == ["cat", "dog", "emu"]
+        assert manifest["num_samples"] == len(folder) == 9
+        names = [e["name"] for e in manifest["shards"]]
+        assert len(names) > 1 and names == [f"shard-{i:06d}.tar" for i in range(len(names))]
+        assert _shard_files(dst) == sorted(names + [MANIFEST_NAME] + [n[:-4] + ".idx.json" for n in names])
+        # members: <key>.<ext> then <key>.cls, in the folder's sorted order across the shards
+        members = []
+        for entry in manifest["shards"]:
+            got = _members(dst / entry["name"])
+            assert len(got) == 2 * entry["num_samples"] and entry["bytes"] == os.path.getsize(dst / entry["name"])
+            assert entry["num_samples"] == 1 or entry["bytes"] <= 20_000
+            members += got
+        expected_keys = [sample_key(os.path.relpath(p, src)) for p in folder.files]
+        assert [split_member_name(n)[0] for n, _ in members[0::2]] == expected_keys
+        assert [n for n, _ in members[1::2]] == [k + ".cls" for k in expected_keys]
+        assert [int(d) for _, d in members[1::2]] == folder.targets
+        for (name, data), path in zip(members[0::2], folder.files):
+            original = Path(path).read_bytes()
+            if path.endswith(".png"):
+                assert name.endswith(".png") and data == original  # non-JPEG: own extension, unchanged
+            else:
+                assert name.endswith(".jpg")
+                assert fio.jpeg_info(data).restart_roi  # transcoded...
+                assert torch.equal(fio.decode_jpeg(data, "UNCHANGED"), fio.decode_jpeg(original, "UNCHANGED"))
+
+    def test_dataset_order_targets_bytes(self, packed):
+        src, dst = packed
+        folder, shards = D.JpegFolder(src), D.ShardDataset(dst)
+        assert len(shards) == len(folder) and shards.targets == folder.targets and shards.classes == folder.classes
+        assert shards.class_to_idx == folder.class_to_idx
+        tars = {e: dict(_members(e)) for e in map(str, sorted(dst.glob("*.tar")))}
+        for i in range(len(shards)):
+            data, name = shards.read_encoded(i)
+            shard, key = name.split(":", 1)
+            assert shards.files[i] == name and key == sample_key(os.path.relpath(folder.files[i], src))
+            ext = "png" if folder.files[i].endswith(".png") else "jpg"
+            assert data.dtype == torch.uint8 and data.dim() == 1
+            assert data.numpy().tobytes() == tars[str(dst / shard)][f"{key}.{ext}"]
+
+    def test_webdataset_reads_them(self, packed):
+        wds = pytest.importorskip("webdataset")
+        src, dst = packed
+        shards = D.ShardDataset(dst)
+        urls = [str(p) for p in sorted(dst.glob("shard-*.tar"))]
+        with warnings.catch_warnings():
+            # webdataset 1.0.2 leaves its tar files for the garbage collector to close
+            warnings.simplefilter("ignore", ResourceWarning)
+            samples = list(wds.WebDataset(urls, shardshuffle=False))
+            decoded = list(wds.WebDataset(urls, shardshuffle=False).decode("rgb8").to_tuple("jpg;png", "cls"))
+            gc.collect()
+        assert len(samples) == len(shards)
+        for i, sample in enumerate(samples):
+            data, name = shards.read_encoded(i)
+            assert sample["__key__"] == name.split(":", 1)[1]
+            assert int(sample["cls"]) == shards.targets[i]
+            image = sample.get("jpg", sample.get("png"))
+            assert image == data.numpy().tobytes()
+        # the library's own decoding: pixels of the original files, classes as ints
+        folder = D.JpegFolder(src)
+        for (img, cls), path, target in zip(decoded, folder.files, folder.targets):
+            ref = np.array(Image.open(path).convert("RGB"))
+            assert cls == target and np.array_equal(img, ref), path
+
+    def test_summary_lists_what_is_left_out(self, tmp_path, tree, capsys):
+        src, _ = tree
+        (src / "emu" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 100)
+        code, out, err = _run_pack(capsys, src, tmp_path / "dst", "--format", "wds", "--quiet", "-j", "2")
+        assert code == 0, err
+        assert "not in the shards (2)" in out and "README" in out and "cat/notes.txt" in out
+        assert "emu/broken.jpg" in out and "stored as-is" in out
+        ds = D.ShardDataset(tmp_path / "dst")
+        assert len(ds) == 10
+        i = ds.files.index("shard-000000.tar:emu/broken")
+        assert ds.read_encoded(i)[0].numpy().tobytes() == (src / "emu" / "broken.jpg").read_bytes()
+        code, out, _ = _run_pack(capsys, src, tmp_path / "dst2", "--format", "wds", "--quiet", "--on-error", "skip")
+        assert code == 0 and "left out" in out
+        assert len(D.ShardDataset(tmp_path / "dst2")) == 9
+
+    def test_valid_jpeg_that_cannot_be_packed_is_stored_as_is(self, tmp_path, tree):
+        src, _ = tree
+        progressive = make_jpeg("420-progressive", 40, 48, seed=11)
+        sos = progressive.index(b"\xff\xda")
+        end = sos + 2 + int.from_bytes(progressive[sos + 2:sos + 4], "big")
+        while progressive[end] != 0xFF or progressive[end + 1] == 0 or 0xD0 <= progressive[end + 1] <= 0xD7:
+            end += 1
+        dc_only = progressive[:end] + b"\xff\xd9"  # valid: stops after its first (DC) scan
+        (src / "emu" / "dc.jpg").write_bytes(dc_only)
+        for on_error in ("copy", "skip"):
+            summary = pack_shards(src, tmp_path / on_error, workers=1, progress=False, on_error=on_error)
+            assert [rel for rel, _ in summary.kept] == ["emu/dc.jpg"] and not summary.failed
+            ds = D.ShardDataset(tmp_path / on_error)
+            assert ds.read_encoded(ds.files.index("shard-000000.tar:emu/dc"))[0].numpy().tobytes() == dc_only
+        assert [rel for rel, _ in pack_shards(src, tmp_path / "copy", progress=False).kept] == ["emu/dc.jpg"]
+
+    def test_progress_bar_and_cli_errors(self, tmp_path, tree, capsys):
+        src, _ = tree
+        code, out, err = _run_pack(capsys, src, tmp_path / "dst", "--format", "wds", "--shard-size", "10kB", "-j", "1")
+        assert code == 0 and "fastprep.pack" in err and "shards written: " in out, err
+        code, _, err = _run_pack(capsys, src, tmp_path / "x", "--shard-size", "1GB")
+        assert code == 2 and "--format wds" in err
+        code, _, err = _run_pack(capsys, src, tmp_path / "x", "--format", "wds", "--shard-size", "lots")
+        assert code == 2 and "shard size" in err
+        code, _, err = _run_pack(capsys, src, src / "cat" / "packed", "--format", "wds", "--quiet")
+        assert code == 2 and "inside src" in err
+
+    def test_key_collision_refused(self, tmp_path, tree):
+        src, _ = tree
+        (src / "dog" / "e.png").write_bytes(_png(20, 20, 1))
+        with pytest.raises(ValueError, match=r"'dog/e.jpeg' and 'dog/e.png' would share the WebDataset key 'dog/e'"):
+            pack_shards(src, tmp_path / "dst", progress=False)
+        assert not (tmp_path / "dst").exists()
+
+    def test_flat_folder(self, tmp_path):
+        src = tmp_path / "flat"
+        src.mkdir()
+        for i in range(3):
+            (src / f"{i}.jpg").write_bytes(encode_jpeg(photo_like(30, 30, i)))
+        pack_shards(src, tmp_path / "dst", workers=1, progress=False)
+        ds = D.ShardDataset(tmp_path / "dst")
+        assert ds.classes == [] and ds.targets == [0, 0, 0] and ds.files[2] == "shard-000000.tar:2"
+
+
+def _batches(source, **kwargs):
+    torch.manual_seed(0)
+    loader = D.make_loader(source, batch_size=4, crop_size=CROP, device="cpu", seed=SEED, **kwargs)
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+@pytest.mark.filterwarnings(FALLBACK_WARNING)
+class TestSameSamplesAsTheFolder:
+    def test_make_loader(self, packed):
+        src, dst = packed
+        assert D.is_shard_dir(dst) and not D.is_shard_dir(src)
+        ref = _batches(src, num_workers=0, shuffle=True)
+        for got in (_batches(dst, num_workers=0, shuffle=True), _batches(dst, num_workers=2, shuffle=True)):
+            assert len(got) == len(ref)
+            for (x, y), (rx, ry) in zip(got, ref):
+                assert torch.equal(x, rx) and torch.equal(y, ry)
+
+    def test_recipe_per_sample(self, packed):
+        src, dst = packed
+        transform = D.RECIPES["imagenet-train"]({})
+        folder = D.JpegFolder(src, transform=transform, seed=SEED)
+        shards = D.ShardDataset(dst, transform=transform, seed=SEED)
+        for epoch in (0, 3):
+            folder.set_epoch(epoch)
+            shards.set_epoch(epoch)
+            for i in torch.randperm(len(folder), generator=torch.Generator().manual_seed(epoch)).tolist():
+                (a, ta), (b, tb) = folder[i], shards[i]
+                assert ta == tb and torch.equal(a, b), i
+
+    def test_fsspec_url_and_pickle(self, packed):
+        pytest.importorskip("fsspec")
+        src, dst = packed
+        local = D.ShardDataset(dst)
+        url = D.ShardDataset(f"file://{dst}")
+        assert D.is_shard_dir(f"file://{dst}") and url.shards[0] == f"file://{dst}/shard-000000.tar"
+        assert url.files == local.files and url.targets == local.targets
+        for i in range(len(local)):
+            assert torch.equal(url.read_encoded(i)[0], local.read_encoded(i)[0])
+        again = pickle.loads(pickle.dumps(url))
+        assert torch.equal(again.read_encoded(4)[0], local.read_encoded(4)[0])
+        ref = _batches(src, num_workers=0)
+        got = _batches(f"file://{dst}", num_workers=0)
+        assert all(torch.equal(x, rx) and torch.equal(y, ry) for (x, y), (rx, ry) in zip(got, ref))
+
+    def test_scanned_index_equals_written(self, packed, tmp_path):
+        _, dst = packed
+        copy = tmp_path / "copy"
+        shutil.copytree(dst, copy)
+        written = {p.name: json.loads(p.read_text()) for p in copy.glob("*.idx.json")}
+        for p in copy.glob("*.idx.json"):
+            p.unlink()
+        ds = D.ShardDataset(copy)  # scans the tar headers, caches the indexes
+        ref = D.ShardDataset(dst)
+        assert ds.files == ref.files and ds.targets == ref.targets
+        assert all(torch.equal(ds.read_encoded(i)[0], ref.read_encoded(i)[0]) for i in range(len(ds)))
+        for name, index in written.items():
+            cached = json.loads((copy / name).read_text())
+            del index["pack"]
+            assert cached == index
+
+
+def _pack(src, dst, **kwargs):
+    return pack_shards(src, dst, shard_size=20_000, workers=1, progress=False, **kwargs)
+
+
+def _snapshot(dst):
+    return {p.name: p.read_bytes() for p in sorted(dst.iterdir())}
+
+
+class TestResume:
+    def test_interrupted_run_resumes(self, tmp_path, tree):
+        src, _ = tree
+        fresh = tmp_path / "fresh"
+        first = _pack(src, fresh)
+        assert first.shards >= 3 and first.shards_reused == 0 and first.up_to_date == 0
+        expected = _snapshot(fresh)
+        # what an interruption leaves: the first shards complete, a partial one, no manifest
+        dst = tmp_path / "dst"
+        shutil.copytree(fresh, dst)
+        (dst / MANIFEST_NAME).unlink()
+        last = first.shards - 1
+        (dst / f"shard-{last:06d}.idx.json").unlink()
+        (dst / f"shard-{last:06d}.tar").rename(dst / f"shard-{last:06d}.tar.123.fastprep-pack-tmp")
+        (dst / f"shard-{last - 1:06d}.tar").write_bytes(b"partial")  # its index says otherwise: redone too
+        summary = _pack(src, dst)
+        assert summary.shards_reused == last - 1 and summary.shards == 2
+        assert summary.up_to_date == sum(len(json.loads((fresh / f"shard-{i:06d}.idx.json").read_text())["keys"])
+                                         for i in range(last - 1))
+        assert _snapshot(dst) == expected
+        # nothing to do the second time
+        again = _pack(src, dst)
+        assert again.shards == 0 and again.shards_reused == first.shards and again.up_to_date == 9
+        assert _snapshot(dst) == expected
+
+    def test_changes_redo_from_the_first_changed_shard(self, tmp_path, tree):
+        src, _ = tree
+        dst = tmp_path / "dst"
+        first = _pack(src, dst)
+        before = _snapshot(dst)
+        (src / "emu" / "g.jpg").write_bytes(encode_jpeg(photo_like(20, 20, 99)))  # in a later shard
+        summary = _pack(src, dst)
+        assert 0 < summary.shards_reused < first.shards
+        after = _snapshot(dst)
+        for i in range(summary.shards_reused):
+            assert after[f"shard-{i:06d}.tar"] == before[f"shard-{i:06d}.tar"]
+        assert after != before
+        check = D.ShardDataset(dst)
+        i = check.files.index(next(f for f in check.files if f.endswith(":emu/g")))
+        assert check.read_encoded(i)[0].numpy().tobytes() == \
+            fio.transcode_jpeg((src / "emu" / "g.jpg").read_bytes())
+        # fewer samples: stale shards beyond the new end are deleted
+        for rel in ("emu/f.jpg", "emu/g.jpg", "emu/h.jpg"):
+            (src / rel).unlink()
+        summary = _pack(src, dst)
+        assert len(D.ShardDataset(dst)) == 6
+        names = json.loads((dst / MANIFEST_NAME).read_text())["shards"]
+        assert _shard_files(dst) == sorted([MANIFEST_NAME] + [e["name"] for e in names] + [e["index"] for e in names])
+        # other options (or force): everything redone
+        assert _pack(src, dst, restart_interval=1).shards_reused == 0
+        assert _pack(src, dst, restart_interval=1, force=True).shards_reused == 0
+        assert _pack(src, dst, restart_interval=1).shards_reused == len(names)
+
+
+def _read_all(ds):
+    return [ds[i] for i in range(len(ds))]
+
+
+def _edit_json(path, edit):
+    obj = json.loads(path.read_text())
+    edit(obj)
+    path.write_text(json.dumps(obj))
+
+
+@pytest.fixture
+def copy(packed, tmp_path):
+    """A private copy of the packed shards, to damage."""
+    dst = tmp_path / "shards"
+    shutil.copytree(packed[1], dst)
+    return dst
+
+
+class TestBadInput:
+    def test_truncated_shard(self, copy):
+        manifest = json.loads((copy / MANIFEST_NAME).read_text())
+        entry = manifest["shards"][1]
+        index = json.loads((copy / entry["index"]).read_text())
+        assert entry["num_samples"] >= 2
+        cut = index["offsets"][-1] + index["sizes"][-1] // 2  # inside the shard's last image
+        with open(copy / entry["name"], "r+b") as f:
+            f.truncate(cut)
+        with pytest.warns(UserWarning, match=f"truncated shards: .*{entry['name']}"):
+            ds = D.ShardDataset(copy)
+        bad = manifest["shards"][0]["num_samples"] + entry["num_samples"] - 1
+        key = index["keys"][-1]
+        ds.read_encoded(bad - 1)  # before the cut: fine
+        with pytest.raises(fio.DecodeError, match=f"{entry['name']}:{key}.*truncated"):
+            ds[bad]
+        with pytest.warns(UserWarning, match="truncated"):
+            skipping = D.ShardDataset(copy, on_error="skip")
+        assert len(_read_all(skipping)) == len(ds) and skipping.skipped == 1
+
+    def test_damaged_header(self, copy):
+        entry = json.loads((copy / MANIFEST_NAME).read_text())["shards"][0]
+        index = json.loads((copy / entry["index"]).read_text())
+        with open(copy / entry["name"], "r+b") as f:
+            f.seek(index["offsets"][1] - 512 + 50)
+            f.write(b"\x13")
+        ds = D.ShardDataset(copy)
+        with pytest.raises(fio.DecodeError, match=f"{entry['name']}:{index['keys'][1]}.*checksum"):
+            ds[1]
+
+    def test_non_jpeg_member(self, tmp_path, tree):
+        src, _ = tree
+        (src / "dog" / "zz.jpg").write_bytes(b"not a jpeg, whatever the name says" * 4)
+        pack_shards(src, tmp_path / "dst", workers=1, progress=False)
+        ds = D.ShardDataset(tmp_path / "dst", transform=D.default_transform(CROP, 0))
+        i = ds.files.index("shard-000000.tar:dog/zz")
+        with pytest.raises(fio.DecodeError, match="shard-000000.tar:dog/zz"):
+            ds[i]
+        skipping = D.ShardDataset(tmp_path / "dst", transform=D.default_transform(CROP, 0), on_error="skip")
+        assert skipping[i][0].shape == (3, CROP, CROP) and skipping.skipped == 1
+        strict = D.ShardDataset(tmp_path / "dst", transform=D.default_transform(CROP, 0), jpeg_only=True)
+        with pytest.raises(fio.DecodeError, match=r"shard-000000.tar:dog/d.*not a JPEG \(PNG"):
+            strict[strict.files.index("shard-000000.tar:dog/d")]
+
+    def test_member_without_image_and_foreign_tar(self, tmp_path):
+        """A tar written by another tool (indexed by a header scan): a sample without an
+        image fails per on_error, naming the shard and the key."""
+        root = tmp_path / "foreign"
+        root.mkdir()
+        members = [("s/0.jpg", encode_jpeg(photo_like(30, 30, 0))), ("s/0.cls", b"1"),
+                   ("s/1.txt", b"caption only"), ("s/1.cls", b"0"),
+                   ("s/2.JPG", encode_jpeg(photo_like(30, 30, 2))), ("s/2.json", b"{}"), ("s/2.cls", b" 1\n")]
+        with tarfile.open(root / "x.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        manifest = {"format": "fastprep-webdataset", "version": 1, "classes": ["a", "b"], "num_samples": 3,
+                    "shards": [{"name": "x.tar", "index": "x.idx.json", "num_samples": 3,
+                                "bytes": os.path.getsize(root / "x.tar")}]}
+        (root / MANIFEST_NAME).write_text(json.dumps(manifest))
+        ds = D.ShardDataset(root, transform=D.default_transform(CROP, 0))
+        assert ds.files == ["x.tar:s/0", "x.tar:s/1", "x.tar:s/2"] and ds.targets == [1, 0, 1]
+        assert (root / "x.idx.json").exists()
+        assert ds[0][0].shape == (3, CROP, CROP) and ds[2][1] == 1
+        with pytest.raises(fio.DecodeError, match="x.tar:s/1.*no image member"):
+            ds[1]
+        skipping = D.ShardDataset(root, transform=D.default_transform(CROP, 0), on_error="skip")
+        assert len(_read_all(skipping)) == 3 and skipping.skipped == 1
+        # a .cls that is not an integer: refused when the index is built
+        (root / "x.idx.json").unlink()
+        with tarfile.open(root / "x.tar", "w") as tar:
+            info = tarfile.TarInfo("s/0.cls")
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"cat"))
+        _edit_json(root / MANIFEST_NAME, lambda m: m["shards"][0].update(bytes=os.path.getsize(root / "x.tar")))
+        with pytest.raises(ValueError, match="x.tar: 's/0.cls' is not an integer class index"):
+            D.ShardDataset(root)
+
+    def test_missing_shard(self, copy):
+        (copy / "shard-000001.tar").unlink()
+        with pytest.raises(FileNotFoundError, match=f"shard missing: '{copy / 'shard-000001.tar'}'"):
+            D.ShardDataset(copy)
+        with pytest.raises(FileNotFoundError, match=f"shard missing: 'file://{copy}/shard-000001.tar'"):
+            D.ShardDataset(f"file://{copy}")
+        with pytest.raises(FileNotFoundError, match="not a shard directory"):
+            D.ShardDataset(copy / "nowhere")
+
+    @pytest.mark.parametrize("damage, message", [
+        (lambda m, d: m.update(num_samples=m["num_samples"] + 1), "num_samples="),
+        (lambda m, d: m.update(version=2), "format version 2"),
+        (lambda m, d: m.update(format="something"), "not a fastprep-webdataset manifest"),
+        (lambda m, d: m["shards"][0].update(name="../shard-000000.tar"), "bad shard entry"),
+        (lambda m, d: m["shards"][0].update(num_samples=m["shards"][0]["num_samples"] + 1,
+                                            ) or m.update(num_samples=m["num_samples"] + 1),
+         "manifest lists .* samples"),
+        (lambda m, d: m["shards"][0].update(bytes=m["shards"][0]["bytes"] - 512), "has .* bytes, the manifest records"),
+        (lambda m, d: m["shards"][1].update(index=m["shards"][0]["index"]), "it indexes 'shard-000000.tar', not"),
+        (lambda m, d: _edit_json(d / m["shards"][0]["index"], lambda i: i["offsets"].reverse()), "out of order"),
+        (lambda m, d: _edit_json(d / m["shards"][0]["index"], lambda i: i["sizes"].__setitem__(-1, 10**9)),
+         "outside the shard"),
+        (lambda m, d: _edit_json(d / m["shards"][0]["index"], lambda i: i["targets"].__setitem__(0, 3)),
+         "class index is >="),
+        (lambda m, d: (d / m["shards"][0]["index"]).write_text("{"), "not valid JSON"),
+    ])
+    def test_manifest_does_not_match(self, copy, damage, message):
+        manifest = json.loads((copy / MANIFEST_NAME).read_text())
+        damage(manifest, copy)
+        (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+        with pytest.raises(ValueError, match=message):
+            D.ShardDataset(copy)
+
+    def test_stale_index_raises_when_read(self, copy):
+        """An index whose offsets point at another member of the same size: the tar header
+        before the data names the other member (a ValueError: not skipped)."""
+        index_path = copy / "shard-000000.idx.json"
+        index = json.loads(index_path.read_text())
+        index["keys"][0], index["keys"][1] = index["keys"][1], index["keys"][0]
+        index_path.write_text(json.dumps(index))
+        ds = D.ShardDataset(copy, on_error="skip")
+        with pytest.raises(ValueError, match="does not match shard .*the tar header names"):
+            ds[0]
+
+    def test_scan_finds_other_counts(self, copy):
+        (copy / "shard-000000.idx.json").unlink()
+        _edit_json(copy / MANIFEST_NAME, lambda m: (m["shards"][0].update(num_samples=m["shards"][0]["num_samples"] + 1),
+                                                   m.update(num_samples=m["num_samples"] + 1)))
+        with pytest.raises(ValueError, match="holds .* samples, the manifest records"):
+            D.ShardDataset(copy)
+        (copy / "shard-000001.tar").write_bytes(b"\x01" * 2048)
+        (copy / "shard-000001.idx.json").unlink()
+        _edit_json(copy / MANIFEST_NAME, lambda m: m["shards"][1].update(bytes=2048))
+        with pytest.raises(ValueError, match="shard-000001.tar: not a readable tar file|holds"):
+            D.ShardDataset(copy)
