@@ -34,6 +34,7 @@ import torch
 from .. import io as fio
 from .._seeding import keyed_thread_rng, sample_key
 from .collate import _PooledBatch
+from .native import NativePipeline
 
 __all__ = ["ThreadLoader", "native_pipeline"]
 
@@ -59,8 +60,6 @@ def native_pipeline(transform):
     """The native batch pipeline of ``transform``
     (:meth:`fastprep.data.native.NativePipeline.from_transform`), or ``None`` when it has
     none: the threads engine cannot run it."""
-    from .native import NativePipeline  # imported late: it imports the loader module
-
     return NativePipeline.from_transform(transform)
 
 

@@ -10,18 +10,17 @@ from typing import NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms import v2
 
 from .. import functional as F
 from .._seeding import check_seed
-from ..transforms import DecodeRandomCrop, DecodeRandomResizedCrop, DecodeResizeCenterCrop, RandomMask
-from .batch import BatchConvert, _check_dtype
+from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
+from .batch import BatchConvert
 from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
 from .engine import ThreadLoader, available_cpus, native_pipeline
-from .fallback import decoded_equivalent
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
+from .sample import SampleTransform
 from .shards import ShardDataset, is_shard_dir
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
@@ -57,24 +56,6 @@ def warm_up_kernels() -> None:
         _warmed = True
 
 
-class _SampleTransform(torch.nn.Module):
-    """Decode a random crop, then mask it in uint8 (the default per-sample pipeline)."""
-
-    def __init__(self, crop_size, mask_ratio, decode_options=None):
-        super().__init__()
-        self.crop = DecodeRandomCrop(crop_size, pad_if_needed=True, **(decode_options or {}))
-        self.mask = None if not mask_ratio else RandomMask(mask_ratio)
-
-    def forward(self, data):
-        img = self.crop(data)
-        return img if self.mask is None else self.mask(img)
-
-    def decoded_equivalent(self):
-        """The same pipeline on a decoded RGB image (see :mod:`fastprep.data.fallback`)."""
-        crop = decoded_equivalent(self.crop)
-        return crop if self.mask is None else v2.Compose([crop, self.mask])
-
-
 def _decode_options(max_pixels, strict, max_scans) -> dict:
     """Keyword arguments for the decode transform: only those given, so a fastprep.io
     without scan limits keeps working when ``max_scans`` is not used."""
@@ -99,7 +80,7 @@ def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict
     """
     if mask_ratio is not None and not 0 <= mask_ratio <= 1:
         raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
-    return _SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
+    return SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
 
 
 _PRELOAD = "fastprep.data._preload"

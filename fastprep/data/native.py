@@ -41,6 +41,7 @@ from ..decode_transforms import (
 from ..functional import MASK_PROBABILITY_RESOLUTION
 from ..transforms import RandomMask
 from .batch import BatchConvert
+from .sample import SampleTransform
 
 __all__ = ["NativePipeline", "Plan", "STATUS_ERROR", "STATUS_OK", "STATUS_WARNING"]
 
@@ -117,9 +118,8 @@ def _uint8_fill(fill, channels: int):
 def _split(transform):
     """``(decode transform, RandomMask or None)`` of a transform :meth:`NativePipeline.from_transform`
     takes, else ``None``. Exact types only: a subclass may draw or decode differently."""
-    from .loader import _SampleTransform  # here: the loader may import this module
 
-    if type(transform) is _SampleTransform:
+    if type(transform) is SampleTransform:
         return transform.crop, transform.mask
     if type(transform) is v2.Compose and 1 <= len(transform.transforms) <= 2:
         parts = list(transform.transforms)
