@@ -245,11 +245,13 @@ def _batches(source, **kwargs):
 
 @pytest.mark.filterwarnings(FALLBACK_WARNING)
 class TestSameSamplesAsTheFolder:
-    def test_make_loader(self, packed):
+    @pytest.mark.parametrize("engine", ["processes", "threads"])
+    def test_make_loader(self, packed, engine):
         src, dst = packed
         assert D.is_shard_dir(dst) and not D.is_shard_dir(src)
-        ref = _batches(src, num_workers=0, shuffle=True)
-        for got in (_batches(dst, num_workers=0, shuffle=True), _batches(dst, num_workers=2, shuffle=True)):
+        ref = _batches(src, num_workers=0, shuffle=True, engine="processes")
+        for workers in (0, 2):
+            got = _batches(dst, num_workers=workers, shuffle=True, engine=engine)
             assert len(got) == len(ref)
             for (x, y), (rx, ry) in zip(got, ref):
                 assert torch.equal(x, rx) and torch.equal(y, ry)
