@@ -14,7 +14,8 @@ finished the last step. Within it:
 * ``data_wait_ms_median`` / ``step_period_ms_median``: medians over the measured steps.
 * ``time_to_first_batch_s``: from creating the iterator (workers start) to the first batch.
 * ``worker_cpu_cores`` / ``main_cpu_cores``: CPU seconds per second of window used by the
-  loader's worker processes and by this process (Linux ``/proc``; ``None`` elsewhere).
+  loader's worker processes and by this process (Linux ``/proc``; ``None`` elsewhere, and
+  for the threads engine, whose workers are threads of this process: in ``main_cpu_cores``).
 """
 
 from __future__ import annotations
@@ -197,7 +198,10 @@ def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup:
     periods = [y - x for x, y in zip(starts, starts[1:])] or [window]
     result.step_period_ms_median = statistics.median(periods) * 1e3
     workers = _cpu_delta(cpu0, cpu1)
-    result.worker_cpu_cores = None if workers is None or result.workers == 0 else workers / window
+    # No child processes (the threads engine runs its workers in this process, counted in
+    # main_cpu_cores): no worker-process CPU to report.
+    no_children = not cpu0 and not cpu1
+    result.worker_cpu_cores = None if workers is None or result.workers == 0 or no_children else workers / window
     result.main_cpu_cores = (main1 - main0) / window
     result.trainer_metrics = trainer.metrics() or None
     return result
