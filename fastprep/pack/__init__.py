@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import sys
 
-from ._common import _TMP_SUFFIX, PackSummary, _check_options, _init_worker, _transcode, _walk
+from ._common import _TMP_SUFFIX, PackSummary, _check_options, _init_worker, _transcode, _walk, account
 from .shards import pack_shards
 
 __all__ = ["PackSummary", "format_summary", "pack_folder", "pack_shards"]
@@ -129,22 +129,9 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
             results = pool.imap_unordered(_pack_one, todo, chunksize=8)
         try:
             for rel, kind, n_in, n_out, reason in results:
-                if kind == "packed":
-                    summary.packed += 1
-                    summary.jpeg_bytes_before += n_in
-                    summary.jpeg_bytes_after += n_out
-                elif kind == "copied":
-                    summary.copied += 1
-                elif kind == "kept":
-                    summary.kept.append((rel, reason))
-                elif kind == "error":
-                    summary.errors.append((rel, reason))
-                else:
-                    summary.failed.append((rel, reason + (" (copied as-is)" if kind == "failed-copied" else
-                                                          " (left out)")))
-                if kind != "error":
-                    summary.bytes_before += n_in
-                    summary.bytes_after += n_out
+                if kind.startswith("failed"):
+                    reason += " (copied as-is)" if kind == "failed-copied" else " (left out)"
+                account(summary, rel, kind, n_in, n_out, reason)
                 if bar is not None:
                     bar.update(1)
         finally:

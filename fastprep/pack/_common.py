@@ -113,3 +113,23 @@ def _check_options(src: str, dst: str, workers, restart_interval, optimize, keep
         raise ValueError(f"restart_interval must be 'auto' or an int in [0, 65535], got {restart_interval!r}")
     return {"restart_interval": restart_interval, "optimize": bool(optimize), "keep_metadata": bool(keep_metadata),
             "on_error": on_error, "max_pixels": DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)}
+
+
+def account(summary: PackSummary, rel: str, kind: str, n_in: int, n_out: int, reason: str) -> None:
+    """Add one file's result (``kind`` as the pack workers return it) to ``summary``; a
+    failure's ``reason`` already says what became of the file. Both output formats."""
+    if kind == "packed":
+        summary.packed += 1
+        summary.jpeg_bytes_before += n_in
+        summary.jpeg_bytes_after += n_out
+    elif kind == "copied":
+        summary.copied += 1
+    elif kind == "kept":
+        summary.kept.append((rel, reason))
+    elif kind == "error":
+        summary.errors.append((rel, reason))
+        return
+    else:
+        summary.failed.append((rel, reason))
+    summary.bytes_before += n_in
+    summary.bytes_after += n_out

@@ -12,7 +12,7 @@ import sys
 import tarfile
 import warnings
 
-from ._common import PackSummary, _check_options, _init_worker, _transcode, _walk
+from ._common import PackSummary, _check_options, _init_worker, _transcode, _walk, account
 
 __all__ = ["DEFAULT_SHARD_SIZE", "pack_shards", "parse_size", "sample_key"]
 
@@ -325,7 +325,7 @@ def _write_shards(src, dst, todo, samples, keys, sources, options, workers, prog
                 writer = _ShardWriter(dst, len(entries), options)
             if kind.startswith("failed"):
                 reason += " (stored as-is)" if kind == "failed-copied" else " (left out)"
-            _account(summary, rel, kind, n_in, len(data), reason)
+            account(summary, rel, kind, n_in, len(data), reason)
             writer.sources.append([*sources[i], kind, reason])
             if kind not in ("error", "failed-skipped"):
                 mtime = max(0, sources[i][2] // 10**9)
@@ -344,21 +344,3 @@ def _write_shards(src, dst, todo, samples, keys, sources, options, workers, prog
             pool.join()
         if bar is not None:
             bar.close()
-
-
-def _account(summary, rel, kind, n_in, n_out, reason):
-    if kind == "packed":
-        summary.packed += 1
-        summary.jpeg_bytes_before += n_in
-        summary.jpeg_bytes_after += n_out
-    elif kind == "copied":
-        summary.copied += 1
-    elif kind == "kept":
-        summary.kept.append((rel, reason))
-    elif kind == "error":
-        summary.errors.append((rel, reason))
-        return
-    else:
-        summary.failed.append((rel, reason))
-    summary.bytes_before += n_in
-    summary.bytes_after += n_out
