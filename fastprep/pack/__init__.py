@@ -17,27 +17,10 @@ import multiprocessing
 import os
 import sys
 
-from ._common import _TMP_SUFFIX, PackSummary, _check_options, _init_worker, _transcode, _walk, account
+from ._common import PackSummary, _check_options, _init_worker, _transcode, _walk, account, write_atomic
 from .shards import pack_shards
 
 __all__ = ["PackSummary", "format_summary", "pack_folder", "pack_shards"]
-
-
-def _write_atomic(path: str, data: bytes, mtime_ns: int):
-    """Write via a temporary file and rename, so an interrupted run never leaves a partial
-    output that looks up to date; stamp the source's mtime (the up-to-date check)."""
-    tmp = f"{path}.{os.getpid()}{_TMP_SUFFIX}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.utime(tmp, ns=(mtime_ns, mtime_ns))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _pack_one(job):
@@ -55,7 +38,7 @@ def _pack_one(job):
         return rel, kind, len(data), 0, reason
     try:
         os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
-        _write_atomic(out_path, out, st.st_mtime_ns)
+        write_atomic(out_path, out, st.st_mtime_ns)
     except OSError as e:
         return rel, "error", len(data), 0, f"cannot write {out_path}: {e}"
     return rel, kind, len(data), len(out), reason

@@ -133,3 +133,22 @@ def account(summary: PackSummary, rel: str, kind: str, n_in: int, n_out: int, re
         summary.failed.append((rel, reason))
     summary.bytes_before += n_in
     summary.bytes_after += n_out
+
+
+def write_atomic(path: str, data: bytes, mtime_ns: int | None = None) -> None:
+    """Write ``data`` via a temporary file and rename, so an interrupted run never leaves a
+    partial output that looks complete; ``mtime_ns``: stamp the source's mtime (the
+    up-to-date check of a resumed run)."""
+    tmp = f"{path}.{os.getpid()}{_TMP_SUFFIX}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        if mtime_ns is not None:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -12,7 +12,7 @@ import sys
 import tarfile
 import warnings
 
-from ._common import PackSummary, _check_options, _init_worker, _transcode, _walk, account
+from ._common import _TMP_SUFFIX, PackSummary, _check_options, _init_worker, _transcode, _walk, account, write_atomic
 
 __all__ = ["DEFAULT_SHARD_SIZE", "pack_shards", "parse_size", "sample_key"]
 
@@ -106,7 +106,7 @@ class _ShardWriter:
     def __init__(self, dst: str, number: int, options: dict):
         self.dst, self.number, self.options = dst, number, options
         self.name = _shard_name(number)
-        self.tmp = os.path.join(dst, f"{self.name}.{os.getpid()}.fastprep-pack-tmp")
+        self.tmp = os.path.join(dst, f"{self.name}.{os.getpid()}{_TMP_SUFFIX}")
         self.tar = tarfile.open(self.tmp, "w", format=tarfile.PAX_FORMAT)
         self.index = {"keys": [], "extensions": [], "offsets": [], "sizes": [], "targets": []}
         self.sources = []
@@ -163,17 +163,7 @@ class _ShardWriter:
 
 
 def _write_json(path: str, obj) -> None:
-    tmp = f"{path}.{os.getpid()}.fastprep-pack-tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, separators=(",", ":"), ensure_ascii=False)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def _kept_shards(dst: str, sources, targets, options: dict):
@@ -209,7 +199,7 @@ def _clear_from(dst: str, first: int) -> None:
 
     for name in os.listdir(dst):
         match = _SHARD_FILE.match(name)
-        if name == MANIFEST_NAME or name.endswith(".fastprep-pack-tmp") or (match and int(match.group(1)) >= first):
+        if name == MANIFEST_NAME or name.endswith(_TMP_SUFFIX) or (match and int(match.group(1)) >= first):
             os.unlink(os.path.join(dst, name))
 
 
