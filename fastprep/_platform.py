@@ -11,6 +11,8 @@ import functools
 import os
 import platform
 
+from ._threads import usable_cpus
+
 # Feature sets that define the x86-64 micro-architecture levels (psABI); AVX-512 here means
 # the F/BW/VL/DQ/CD subset every AVX-512 server CPU has.
 _LEVELS = (
@@ -62,10 +64,7 @@ def isa_level() -> str:
 def describe() -> str:
     """One line naming the CPU, its ISA level and how many CPUs this process may use, plus
     the Numba target when ``NUMBA_CPU_NAME`` overrides it (used to emulate an AVX2 CPU)."""
-    try:
-        ncpu = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        ncpu = os.cpu_count() or 1
+    ncpu = usable_cpus()
     line = f"CPU: {cpu_model()} ({platform.machine()}, {isa_level()}, {ncpu} CPUs usable)"
     numba_cpu = os.environ.get("NUMBA_CPU_NAME")
     if numba_cpu:

@@ -26,17 +26,14 @@ ITU-T T.871 (JFIF 1.02) section 7:
 computed in float32 with no clamping.
 """
 
-import itertools
 import math
 import numbers
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from ._kernels import _color
+from ._threads import PARALLEL_MIN_ELEMENTS, TASK_ELEMENTS, kernel_threads, run_tasks, spans
 
 __all__ = [
     "random_mask",
@@ -80,115 +77,6 @@ def _mask_kernels():
 
         _mask_module = _mask
     return _mask_module
-
-
-# ---------------------------------------------------------------------------- threads
-
-PARALLEL_MIN_ELEMENTS = 1 << 20
-"""Output elements per thread below which the colour/scale kernels do not add a thread
-(about 0.3-0.5 ms of work per thread): a per-sample image (3x256x256 = 196,608 elements,
-even 3x512x512) always runs on the calling thread alone."""
-
-_TASK_ELEMENTS = 1 << 18  # work unit handed out to the threads, in output elements
-
-
-def _usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
-
-
-def kernel_threads(elements, num_threads=None):
-    """Threads the colour/scale kernels use for an output of ``elements`` float32 values.
-
-    Args:
-        elements (int): output elements of the call (``N * 3 * H * W`` for a batch).
-        num_threads (int, optional): an explicit count, returned as is (checked).
-            ``None``: one thread per :data:`PARALLEL_MIN_ELEMENTS` elements, at most
-            ``torch.get_num_threads()`` and the CPUs this process may use -- so one
-            thread for every per-sample image and inside DataLoader workers (where torch
-            sets one thread), and up to all cores for large batches in the main process.
-
-    Returns:
-        int: >= 1.
-    """
-    if num_threads is not None:
-        if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
-            raise TypeError(f"num_threads must be None or a positive int, got {num_threads!r} "
-                            f"({type(num_threads).__name__})")
-        if num_threads < 1:
-            raise ValueError(f"num_threads must be None or a positive int, got {num_threads}")
-        return int(num_threads)
-    cap = min(torch.get_num_threads(), _usable_cpus())
-    return max(1, min(cap, int(elements) // PARALLEL_MIN_ELEMENTS))
-
-
-_pool = None
-_pool_workers = 0
-_pool_lock = threading.Lock()
-
-
-def _reset_pool():  # in a forked child the parent's pool threads do not exist
-    global _pool, _pool_workers, _pool_lock
-    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_pool)
-
-
-def _helpers(workers):
-    global _pool, _pool_workers
-    with _pool_lock:
-        if _pool is None or _pool_workers < workers:
-            old = _pool
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fastprep-kernel")
-            _pool_workers = workers
-            if old is not None:
-                old.shutdown(wait=False)
-        return _pool
-
-
-def _run(run_task, tasks, threads):
-    """Call ``run_task(i)`` for ``i < tasks`` on the calling thread and ``threads - 1`` helpers.
-
-    Caller-runs: every thread takes the next task from a shared counter, and the caller
-    never waits for a helper that has not started (its job is cancelled), only for one
-    that is inside a task. So a helper that the OS does not schedule, because another
-    process holds its core, costs nothing: the caller does its share, and the call is
-    never slower than one thread by more than one task (OpenMP's fork-join instead
-    waits at its barrier for every team thread, which made one 3x256x256 image take
-    8-12 ms instead of 0.15 ms with the other core busy). The kernels release the GIL.
-    """
-    threads = min(threads, tasks)
-    if threads <= 1:
-        for i in range(tasks):
-            run_task(i)
-        return
-    counter = itertools.count()
-
-    def loop():
-        for i in counter:  # next() on itertools.count is atomic under the GIL
-            if i >= tasks:
-                return
-            run_task(i)
-
-    pool = _helpers(threads - 1)
-    futures = [pool.submit(loop) for _ in range(threads - 1)]
-    try:
-        loop()
-    finally:
-        for f in futures:
-            if not f.cancel():
-                f.result()
-
-
-def _spans(length, per_task):
-    """(tasks, bounds(i)) splitting ``range(length)`` into pieces of about ``per_task``."""
-    per_task = max(1, per_task)
-    tasks = max(1, -(-length // per_task))
-    return tasks, lambda i: (i * per_task, min(length, (i + 1) * per_task))
 
 
 # ----------------------------------------------------------------------------- checks
@@ -433,25 +321,25 @@ def _yuv(validated, gain, out_dtype=None, mask_args=None, num_threads=None, out=
     if arr.size and mask_args is None:
         n = arr.shape[0]
         src, dst = arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1)
-        tasks, bounds = _spans(src.shape[2], _TASK_ELEMENTS // (3 * n))
+        tasks, bounds = spans(src.shape[2], TASK_ELEMENTS // (3 * n))
 
         def task(i):
             a, b = bounds(i)
             _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain, 1)
 
-        _run(task, tasks, threads)
+        run_tasks(task, tasks, threads)
     elif arr.size:
         m, f, s = mask_args
         buf, buf64 = _scratch_mask(shape[-2], shape[-1])
         _mask_kernels().random_dilated_mask(s, m, shape[-2], shape[-1], buf64)
         dst = out_np.reshape(arr.shape)
-        tasks, bounds = _spans(arr.shape[2], _TASK_ELEMENTS // (3 * arr.shape[0] * arr.shape[3]))
+        tasks, bounds = spans(arr.shape[2], TASK_ELEMENTS // (3 * arr.shape[0] * arr.shape[3]))
 
         def task(i):
             a, b = bounds(i)
             _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain, 1)
 
-        _run(task, tasks, threads)
+        run_tasks(task, tasks, threads)
     return _cast(out, out_dtype, is_tensor)
 
 
@@ -535,13 +423,13 @@ def scale(img, *, num_threads=None, out=None):
     else:
         out_np = _check_out(out, arr, arr.shape, is_tensor)
     dst = out_np.reshape(-1)
-    tasks, bounds = _spans(src.size, _TASK_ELEMENTS)
+    tasks, bounds = spans(src.size, TASK_ELEMENTS)
 
     def task(i):
         a, b = bounds(i)
         _color.scale(src[a:b], dst[a:b], 1)
 
-    _run(task, tasks, kernel_threads(src.size, num_threads))
+    run_tasks(task, tasks, kernel_threads(src.size, num_threads))
     return out
 
 
@@ -600,13 +488,13 @@ def scale_normalize(img, mean, std, *, num_threads=None, out=None):
     if arr.size:
         n = arr.shape[0]
         src, dst = arr.reshape(n, channels, -1), out_np.reshape(n, channels, -1)
-        tasks, bounds = _spans(src.shape[2], _TASK_ELEMENTS // (channels * n))
+        tasks, bounds = spans(src.shape[2], TASK_ELEMENTS // (channels * n))
 
         def task(i):
             a, b = bounds(i)
             _color.affine(src[:, :, a:b], dst[:, :, a:b], gain, bias)
 
-        _run(task, tasks, kernel_threads(out_np.size, num_threads))
+        run_tasks(task, tasks, kernel_threads(out_np.size, num_threads))
     return out
 
 

@@ -10,11 +10,11 @@ reads ``argparse`` objects. Build one directly to drive the benchmark from Pytho
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
+from .._threads import usable_cpus
 from .pipelines import PipelineConfig
 from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry
 from .trainer import ASSUMED_GPU_TFLOPS, make_trainer, train_step_flops
@@ -53,12 +53,7 @@ def presets(quick: bool = False, builtin_size: str | None = None) -> dict:
     return QUICK if quick else DEFAULTS
 
 
-def usable_cores() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+usable_cores = usable_cpus  # CPUs this process may run on
 
 
 @dataclass

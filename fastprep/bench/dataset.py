@@ -18,6 +18,7 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .._threads import usable_cpus
 from .synthetic import encode_jpeg, photo_like
 
 __all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file", "mean_megapixels",
@@ -103,7 +104,7 @@ def builtin_dataset(num_images: int, spec: BuiltinSpec = BuiltinSpec(), *, proce
         from tqdm import tqdm
 
         jobs = [(str(root), spec, i) for i in missing]
-        procs = max(1, min(processes or _usable_cores(), len(missing)))
+        procs = max(1, min(processes or usable_cpus(), len(missing)))
         bar = tqdm(total=len(missing), desc=f"generating {len(missing)} JPEGs in {root}", unit="img",
                    disable=not progress, leave=False)
         if procs == 1:
@@ -276,8 +277,8 @@ def folder_dataset(root: str | os.PathLike, num_images: int | None = None, *, ch
     files, targets, skipped = [], [], []
     bar = tqdm(total=min(want, len(candidates)), desc=f"checking files in {root}", unit="file",
                disable=not progress, leave=False)
-    chunk = max(16, 4 * _usable_cores())
-    with ThreadPoolExecutor(max_workers=_usable_cores()) as pool:  # the decoders release the GIL
+    chunk = max(16, 4 * usable_cpus())
+    with ThreadPoolExecutor(max_workers=usable_cpus()) as pool:  # the decoders release the GIL
         for start in range(0, len(candidates), chunk):
             if len(files) >= want:
                 break
@@ -345,15 +346,10 @@ def packed_copy(files: list[str], *, progress: bool = True, workers: int | None 
         tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
         os.symlink(f, tmp)
         os.replace(tmp, link)
-    summary = pack_folder(links, dst, workers=workers or _usable_cores(), progress=progress)
+    summary = pack_folder(links, dst, workers=workers or usable_cpus(), progress=progress)
     if summary.errors:
         rel, why = summary.errors[0]
         raise BenchDataError(f"packing into {dst} failed for {len(summary.errors)} file(s); first: {rel}: {why}")
     return [str(dst / rel) for rel in rels]
 
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1

@@ -7,6 +7,7 @@ import os
 import platform
 
 from fastprep._platform import cpu_model, describe, isa_level
+from fastprep._threads import usable_cpus
 
 __all__ = ["diagnosis", "format_table", "machine_info", "plot_results", "write_json"]
 
@@ -25,10 +26,7 @@ def machine_info(device: str | None = None) -> dict:
     (and the GPU when one is used)."""
     import torch
 
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+    usable = usable_cpus()
     info = {
         "cpu": describe(),
         "cpu_model": cpu_model(),

@@ -23,7 +23,6 @@ as the processes engine's :func:`~fastprep._seeding.keyed_default_rng`.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import warnings
 import weakref
@@ -33,6 +32,7 @@ import torch
 
 from .. import io as fio
 from .._seeding import keyed_thread_rng, sample_key
+from .._threads import usable_cpus
 from .collate import _PooledBatch
 from .native import NativePipeline
 
@@ -48,12 +48,7 @@ def _stop_live_runs() -> None:
         run.close()
 
 
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+available_cpus = usable_cpus  # the name the loader and bench used; same function
 
 
 def native_pipeline(transform):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import threading
 from typing import NamedTuple
 
@@ -30,6 +29,7 @@ from torchvision.transforms import v2
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
 from .._color_coeffs import YUV_COEFFS
+from .._threads import usable_cpus
 from ..decode_transforms import (
     DecodeCenterCrop,
     DecodePlan,
@@ -125,13 +125,6 @@ def _split(transform):
         parts = list(transform.transforms)
         return parts[0], (parts[1] if len(parts) == 2 else None)
     return transform, None
-
-
-def _default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - platforms without sched_getaffinity
-        return max(1, os.cpu_count() or 1)
 
 
 _fma_probe_lock = threading.Lock()
@@ -369,7 +362,7 @@ def _check_data(data, name) -> torch.Tensor:
 
 def _check_threads(num_threads, n) -> int:
     if num_threads is None:
-        return max(1, min(_default_threads(), n))
+        return max(1, min(usable_cpus(), n))
     if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
         raise TypeError(f"num_threads must be an int or None, got {num_threads!r}")
     if num_threads < 1:
