@@ -38,6 +38,7 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 (ThreadLoader), :mod:`~fastprep.data.order` (EpochSampler, EpochControl),
 :mod:`~fastprep.data.shards` (ShardDataset: WebDataset shards written by
 ``fastprep.pack --format wds``),
+:mod:`~fastprep.data.options` (DecodeOptions, BatchOutput, LoaderOptions),
 :mod:`~fastprep.data.loader` (make_loader). Every public name is re-exported here. See ``docs/design.md``.
 """
 
@@ -46,6 +47,7 @@ from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
 from .engine import ThreadLoader
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
+from .options import BatchOutput, DecodeOptions, LoaderOptions
 from .order import EpochSampler
 from .prefetch import DevicePrefetcher
 from .shards import ShardDataset, is_shard_dir
@@ -53,8 +55,10 @@ from .shards import ShardDataset, is_shard_dir
 __all__ = [
     "BatchConvert",
     "BatchConvertColor",
+    "BatchOutput",
     "BatchScale",
     "BatchYuvScale",
+    "DecodeOptions",
     "DevicePrefetcher",
     "EpochSampler",
     "IMAGENET_MEAN",
@@ -62,6 +66,7 @@ __all__ = [
     "RECIPES",
     "JpegDataset",
     "JpegFolder",
+    "LoaderOptions",
     "PooledCollate",
     "ShardDataset",
     "ThreadLoader",

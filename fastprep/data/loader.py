@@ -3,25 +3,31 @@ kernel warm-up."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .. import functional as F
 from .._seeding import check_seed
+from .._threads import usable_cpus
 from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
 from .batch import BatchConvert
 from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder
-from .engine import ThreadLoader, available_cpus, native_pipeline
+from .engine import ThreadLoader, native_pipeline
+from .options import BatchOutput, DecodeOptions, LoaderOptions, split_options
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
 from .sample import SampleTransform
 from .shards import ShardDataset, is_shard_dir
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
 
@@ -56,19 +62,6 @@ def warm_up_kernels() -> None:
         _warmed = True
 
 
-def _decode_options(max_pixels, strict, max_scans) -> dict:
-    """Keyword arguments for the decode transform: only those given, so a fastprep.io
-    without scan limits keeps working when ``max_scans`` is not used."""
-    options = {}
-    if max_pixels is not None:
-        options["max_pixels"] = max_pixels
-    if strict:
-        options["strict"] = True
-    if max_scans is not None:
-        options["max_scans"] = max_scans
-    return options
-
-
 def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict: bool = False,
                       max_scans=None) -> torch.nn.Module:
     """The per-sample transform of :func:`make_loader`: ``DecodeRandomCrop(crop_size,
@@ -76,11 +69,12 @@ def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict
     ``mask_ratio`` is 0 or ``None``).
 
     ``max_pixels``, ``strict`` and ``max_scans`` go to the decode (see
-    :class:`fastprep.transforms.DecodeRandomCrop`); ``None``/``False`` keep its defaults.
+    :class:`DecodeOptions` and :class:`fastprep.transforms.DecodeRandomCrop`).
     """
     if mask_ratio is not None and not 0 <= mask_ratio <= 1:
         raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
-    return SampleTransform(crop_size, mask_ratio, _decode_options(max_pixels, strict, max_scans))
+    decode = DecodeOptions(max_pixels=max_pixels, strict=strict, max_scans=max_scans)
+    return SampleTransform(crop_size, mask_ratio, decode.transform_kwargs())
 
 
 _PRELOAD = "fastprep.data._preload"
@@ -123,156 +117,79 @@ def _worker_context(multiprocessing_context, spawn_via_forkserver: bool):
     return multiprocessing.get_context("forkserver")
 
 
-def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None, crop_size=256, mask_ratio=0.25,
-                device=None, dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
-                generator=None, persistent_workers: bool = False, multiprocessing_context=None,
-                pin_memory=None, on_error: str = "raise", transform=None, worker_init_fn=None,
-                prefetch_factor=None, extensions=None, max_pixels=None, strict: bool = False,
-                max_scans=None, jpeg_only: bool = False,
-                apply_exif_orientation: bool = False, spawn_via_forkserver: bool = True, recipe=None,
-                color=None, mean=None, std=None, channels_last: bool = False, seed=None, sampler=None,
-                distributed: bool = False, engine: str | None = None) -> DevicePrefetcher:
-    """The fastprep loader end to end, as a :class:`DevicePrefetcher`.
+def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None, crop_size=256,
+                mask_ratio: float | None = 0.25, device=None, shuffle: bool = True, seed: int | None = None,
+                recipe: str | None = None, transform=None, on_error: str = "raise",
+                decode: DecodeOptions | None = None, output: BatchOutput | None = None, engine: str | None = None,
+                distributed: bool = False, **options: Unpack[LoaderOptions]) -> DevicePrefetcher:
+    """The fastprep loader end to end, as a :class:`DevicePrefetcher` (``docs/loader.md``).
 
     Per sample: ``DecodeRandomCrop(crop_size, pad_if_needed=True)`` -> ``RandomMask(mask_ratio)``
-    on uint8 (or the ``recipe``'s transform); per batch: a uint8 batch -> pinned memory
-    (CUDA) -> :class:`DevicePrefetcher` -> :class:`BatchConvert` (colour, ``/ 255``, mean/std,
-    ``dtype``) on ``device``. Two engines build the uint8 batches (``docs/engine.md``):
-
-    * ``"threads"``: threads of this process read the files ahead, draw each sample's
-      parameters and decode a whole batch in one native call into reused buffers
-      (:class:`~fastprep.data.engine.ThreadLoader`); on the CPU that call also does the
-      :class:`BatchConvert` step (fused, bit for bit the same). For the pipelines fastprep
-      runs natively: the default transform, ``recipe=``, and fastprep decode transforms
-      given as ``transform=`` that :func:`~fastprep.data.engine.native_pipeline` accepts.
-    * ``"processes"``: a ``DataLoader`` with worker processes, each running the per-sample
-      transform, batches collated into shared memory (:class:`PooledCollate`). Runs any
-      transform and any ``Dataset``.
+    on uint8, or the ``recipe``'s or your ``transform``; per batch: :class:`BatchConvert`
+    (colour, ``/ 255``, mean/std, dtype) on ``device``. Two engines (``docs/engine.md``):
+    ``"threads"`` decodes a whole batch in one native call into reused buffers (the default
+    transform, ``recipe=`` and fastprep decode transforms); ``"processes"`` is a
+    ``DataLoader`` with worker processes and runs any transform and any ``Dataset``.
 
     Args:
-        source: a sequence of JPEG paths (:class:`JpegDataset`, targets 0), a folder path
-            (:class:`JpegFolder`), a shard directory written by ``fastprep.pack --format wds``
-            (a folder holding its manifest, or an fsspec URL: :class:`ShardDataset`), or a
-            ``Dataset`` used as is (its samples must already be ``(uint8 [3, H, W] of one
-            size, int target)``; ``crop_size``, ``mask_ratio``, ``transform``, ``on_error``
-            are then ignored; processes engine only).
-        engine: ``"threads"``, ``"processes"`` or ``None`` (default): threads when the
-            transform has a native pipeline and no process-only option
-            (``worker_init_fn``, ``multiprocessing_context``, ``persistent_workers``) is
-            given, else processes. ``"threads"`` with a transform it cannot run raises
-            ``ValueError``.
-        batch_size, shuffle, drop_last: as ``DataLoader``'s.
-        num_workers: processes: ``DataLoader`` workers (default 2; 0: in this process).
-            Threads: native decode threads (default: the CPUs this process may use,
-            ``os.sched_getaffinity``; 0: everything in the consumer's thread at ``next()``).
-        persistent_workers, multiprocessing_context, worker_init_fn: passed to
-            ``DataLoader`` (``"spawn"``: see ``spawn_via_forkserver``); processes only.
-        prefetch_factor: processes: passed to ``DataLoader``. Threads: finished batches
-            kept ahead of the consumer (default and minimum 2).
-        generator: without ``seed``: where each epoch's seed is drawn from (default:
-            torch's default generator, in the thread calling ``iter()``); with ``seed``:
-            passed to ``DataLoader`` (its workers' base seeds).
-        crop_size: output size (int or ``(h, w)``).
-        mask_ratio: mask probability; 0 or ``None`` disables masking.
-        device: where batches are delivered; default ``cuda`` if available, else ``cpu``.
-        dtype: output dtype of the images (float32, float16, bfloat16).
-            On the CPU with workers, the batch conversion runs on one thread (the workers
-            already use the cores) and recycles its output buffers (see
-            :class:`BatchYuvScale`).
-        pin_memory: default ``True`` exactly when ``device`` is CUDA.
-        on_error: see :class:`JpegDataset` (the same on both engines).
-        transform: replaces the default per-sample transform (must output uint8
-            ``[3, H, W]`` of one size); ``crop_size`` and ``mask_ratio`` are then ignored.
-        extensions: for a folder source (default: see :class:`JpegFolder`).
-        max_pixels: refuse images with more pixels than this, checked from the header
-            before decoding (``DecodeError`` naming the file; skipped with
-            ``on_error="skip"``); ``None``: fastprep.io's default (2**28); 0: no limit.
-        strict: decode with ``strict=True`` (corrupt data libjpeg decodes past raises).
-        max_scans: refuse progressive JPEGs with more scans than this (decode bombs);
-            ``None``: fastprep.io's default. Passed to the decode only when given.
-            ``strict`` and ``max_scans`` configure the default transform: with
-            ``transform=``, set them on your decode transform instead (``ValueError``).
-        spawn_via_forkserver: run ``multiprocessing_context="spawn"`` workers from a
-            forkserver preloaded with fastprep (same isolation from the parent: no
-            inherited CUDA state or threads; the server is started once per program), so
-            they do not each import torch, torchvision and Numba -- seconds per worker and
-            epoch. ``"forkserver"`` gets the preload as well. ``False``: plain spawn.
-        jpeg_only, apply_exif_orientation: see :class:`JpegDataset` (non-JPEG files go
-            through a counted, warned full-decode fallback unless ``jpeg_only``).
-        recipe: ``"imagenet-train"`` (``DecodeRandomResizedCrop(224, flip_p=0.5)``) or
-            ``"imagenet-eval"`` (``DecodeResizeCenterCrop(256, 224)``) as the per-sample
-            transform (see :data:`RECIPES`), no mask, and by default ``color="rgb"`` with
-            ImageNet's ``mean``/``std``. Not with ``transform=``.
-        color: ``"yuv"`` (default without a recipe) or ``"rgb"``.
-        mean, std: per-channel normalisation on the [0, 1] scale, fused into the batch
-            conversion on ``device`` (:class:`BatchConvert`); ``None``: none.
-        channels_last: deliver images in ``torch.channels_last`` memory format.
-        seed: sample-keyed randomness and order (see :class:`JpegDataset`): sample ``i`` of
-            epoch ``e`` gets the same crop and mask whatever the worker count, start
-            method, rank or engine, and the epoch's order is a permutation keyed by
-            ``(seed, e)``; the two engines then deliver the same batches bit for bit.
-            ``None`` (default): each epoch draws a seed at ``iter()`` (see ``generator``);
-            the processes engine's samples draw from their worker's torch RNG. Not for a
-            ``Dataset`` source (give the dataset its own ``seed``).
-        sampler: a sampler of dataset indices; it does the shuffling (``shuffle`` is then
-            ignored). Default: an :class:`~fastprep.data.EpochSampler`. An ``EpochSampler``
-            given here keeps its rank, world size, ``shuffle`` and ``drop_last`` but takes
-            its seed from the loader (``seed``; without it, 0 when ``world_size > 1``, else
-            the epoch's drawn seed): one way to run a rank of a job without
-            ``torch.distributed``.
-        distributed: shard over the initialised ``torch.distributed`` process group: each
-            rank takes its slice of the epoch's global order as ``DistributedSampler``
-            does (``shuffle``, ``drop_last``; the order's seed: ``seed``, or 0 -- the same
-            on every rank, as it must be). Without ``seed``, each rank's samples (or
-            workers) still get rank-distinct randomness.
+        source: a folder (:class:`JpegFolder`), a sequence of JPEG paths (:class:`JpegDataset`),
+            a shard directory or URL from ``fastprep.pack --format wds`` (:class:`ShardDataset`),
+            or a ``Dataset`` of ``(uint8 [3, H, W], int)`` used as is (processes engine).
+        batch_size, shuffle: as ``DataLoader``'s.
+        num_workers: processes: ``DataLoader`` workers (default 2); threads: native decode
+            threads (default: the CPUs this process may use). 0: all in the consumer's thread.
+        crop_size, mask_ratio: the default transform's output size (int or ``(h, w)``) and
+            mask probability (0 or ``None``: no mask).
+        device: where batches arrive; default ``cuda`` if available, else ``cpu``.
+        seed: sample ``i`` of epoch ``e`` gets the same parameters whatever the workers,
+            rank or engine, and the epoch's order is keyed by ``(seed, e)``; ``None``: a
+            seed drawn per epoch (from ``generator``).
+        recipe: ``"imagenet-train"`` or ``"imagenet-eval"`` (:data:`RECIPES`): its decode
+            transform, no mask, RGB normalised with ImageNet's mean and std by default.
+        transform: your per-sample transform on the encoded file (uint8 ``[3, H, W]`` out).
+        on_error: ``"raise"`` or ``"skip"`` a bad file (see :class:`JpegDataset`).
+        decode: :class:`DecodeOptions` (``max_pixels``, ``strict``, ``max_scans``).
+        output: :class:`BatchOutput` (``color``, ``mean``, ``std``, ``dtype``, ``channels_last``).
+        engine: ``"threads"``, ``"processes"`` or ``None``: threads when the transform has a
+            native pipeline and no worker-process option is given.
+        distributed: each rank of the initialised ``torch.distributed`` group takes its
+            slice of the epoch's global order, as ``DistributedSampler`` does.
+        **options: :class:`LoaderOptions`: ``DataLoader`` keywords (``drop_last``,
+            ``sampler``, ``generator``, ``pin_memory``, ``prefetch_factor``,
+            ``persistent_workers``, ``multiprocessing_context``, ``worker_init_fn``,
+            ``spawn_via_forkserver``), the listing (``extensions``, ``jpeg_only``,
+            ``apply_exif_orientation``), and the fields of ``decode``/``output`` as flat keywords.
 
-    The loader tracks epochs: each ``iter()`` is the next epoch (0, 1, ...; ``loader.set_epoch(e)``
-    to resume at ``e``) and calls ``set_epoch`` on the sampler and the dataset before
-    its workers start -- the loop ``for epoch ...: loader.set_epoch(epoch); for batch in
-    loader: ...`` does the right thing, and calling ``sampler.set_epoch`` yourself is
-    unnecessary (it would be overridden).
-
-    It resumes mid-epoch: ``loader.state_dict()`` (a plain dict) after the last batch
-    received, ``loader.load_state_dict(state)`` before the next ``iter()``, and the rest of
-    the epoch is what an uninterrupted run would have delivered, bit for bit. With
-    ``seed`` also after changing ``num_workers``, ``batch_size``, the world size or the
-    engine (the position is a cursor in the global order); without it, in the same
-    configuration (see ``docs/engine.md`` for the processes engine's limits).
-
-    The per-sample transform must output uint8 ``[3, H, W]`` images (all of one size): the
-    conversion to ``dtype``, colour and normalisation happen once per batch on ``device``.
-    A float batch raises ``TypeError`` naming what arrived.
+    Each ``iter()`` is the next epoch (``set_epoch(e)`` to choose it). ``state_dict()`` /
+    ``load_state_dict()`` resume mid-epoch bit for bit; with ``seed`` also after changing
+    the workers, the batch size, the world size or the engine.
 
     Returns:
         A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
-        on ``device`` (``loader.loader``: the ``DataLoader`` or ``ThreadLoader``;
-        ``loader.engine``: which). By default images are YUV / 255: Y in [0, 1], U and V
-        in [0.5/255, 255.5/255]; with ``color="rgb"`` RGB / 255; then ``(x - mean) / std``.
+        on ``device``; by default YUV / 255 (RGB with ``color="rgb"``), then ``(x - mean) / std``.
     """
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     seed = check_seed(seed)
+    decode, output, rest = split_options(decode, output, options)
+    sampler = rest.get("sampler")
     if sampler is not None and distributed:
         raise ValueError("pass either sampler= or distributed=True, not both")
-    if recipe is not None:
-        color = "rgb" if color is None else color
-        if mean is None and std is None:
-            mean, std = IMAGENET_MEAN, IMAGENET_STD
-    dataset = _dataset(source, recipe, transform, seed, on_error, extensions,
-                       _SampleOptions(crop_size, mask_ratio, max_pixels, strict, max_scans, jpeg_only,
-                                      apply_exif_orientation))
-    process_only = [name for name, given in (("worker_init_fn", worker_init_fn is not None),
-                                             ("multiprocessing_context", multiprocessing_context is not None),
-                                             ("persistent_workers", bool(persistent_workers))) if given]
-    engine, pipeline = _choose_engine(engine, dataset, isinstance(source, Dataset), process_only)
+    output = _recipe_output(recipe, output)
+    dataset = _dataset(source, recipe, transform, seed, on_error, decode, rest,
+                       _DefaultTransform(crop_size, mask_ratio))
+    engine, pipeline = _choose_engine(engine, dataset, isinstance(source, Dataset), _process_only(rest))
     if num_workers is None:
-        num_workers = available_cpus() if engine == "threads" else 2
+        num_workers = usable_cpus() if engine == "threads" else 2
+    pin_memory = rest.get("pin_memory")
     if pin_memory is None:
         pin_memory = device.type == "cuda"
-    # With workers on the same CPU cores, OpenMP threads in the main process only contend
-    # with them (and spin): the CPU path converts serially then.
+    # With workers on the same CPU cores, kernel threads in the main process only contend
+    # with them: the CPU path converts on one thread then.
     threads = 1 if device.type == "cpu" and num_workers > 0 else None
-    convert = BatchConvert(color or "yuv", mean, std, dtype, channels_last=channels_last, num_threads=threads,
-                           require_uint8=True)
+    convert: BatchConvert | None = BatchConvert(output.color or "yuv", output.mean, output.std, output.dtype,
+                                                channels_last=output.channels_last, num_threads=threads,
+                                                require_uint8=True)
+    drop_last = bool(rest.get("drop_last", False))
     if sampler is None:
         sampler = _epoch_sampler(dataset, shuffle, drop_last, seed, distributed)
     elif isinstance(sampler, EpochSampler) and sampler.size != len(dataset):
@@ -284,35 +201,48 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
         # the native threads write the delivered batch, nothing converts it afterwards.
         fused = convert if device.type == "cpu" else None
         loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
-                              num_workers=num_workers, pin_memory=pin_memory, prefetch=prefetch_factor or 2,
-                              convert=fused)
+                              num_workers=num_workers, pin_memory=pin_memory,
+                              prefetch=rest.get("prefetch_factor") or 2, convert=fused)
         if fused is not None:
             convert = None
         replay = False
     else:
-        loader = _data_loader(dataset, sampler, batch_size, drop_last, num_workers, pin_memory, generator,
-                              persistent_workers, multiprocessing_context, spawn_via_forkserver,
-                              worker_init_fn, prefetch_factor)
+        loader = _data_loader(dataset, sampler, batch_size, num_workers, pin_memory, rest)
         # Samples drawing from worker processes' RNG are reproduced only by re-running them.
-        replay = user_sampler or (seed is None and num_workers > 0 and not persistent_workers)
-    control = EpochControl(engine, loader, dataset, sampler, seed=seed, generator=generator, distributed=sliced,
-                           replay=replay, batch_size=batch_size, num_workers=num_workers)
+        replay = user_sampler or (seed is None and num_workers > 0 and not rest.get("persistent_workers"))
+    control = EpochControl(engine, loader, dataset, sampler, seed=seed, generator=rest.get("generator"),
+                           distributed=sliced, replay=replay, batch_size=batch_size, num_workers=num_workers)
     return DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
 
 
-class _SampleOptions(NamedTuple):
-    """make_loader's options for the per-sample transform and the dataset."""
+def _recipe_output(recipe: str | None, output: BatchOutput) -> BatchOutput:
+    """A recipe delivers RGB normalised with ImageNet's mean and std unless told otherwise."""
+    if recipe is None:
+        return output
+    color = "rgb" if output.color is None else output.color
+    mean, std = output.mean, output.std
+    if mean is None and std is None:
+        mean, std = IMAGENET_MEAN, IMAGENET_STD
+    return dataclasses.replace(output, color=color, mean=mean, std=std)
+
+
+def _process_only(rest: dict) -> list[str]:
+    """The given options that configure worker processes (the threads engine has none)."""
+    given = (("worker_init_fn", rest.get("worker_init_fn") is not None),
+             ("multiprocessing_context", rest.get("multiprocessing_context") is not None),
+             ("persistent_workers", bool(rest.get("persistent_workers"))))
+    return [name for name, is_given in given if is_given]
+
+
+class _DefaultTransform(NamedTuple):
+    """make_loader's parameters of its default per-sample transform."""
 
     crop_size: object
     mask_ratio: object
-    max_pixels: object
-    strict: bool
-    max_scans: object
-    jpeg_only: bool
-    apply_exif_orientation: bool
 
 
-def _dataset(source, recipe, transform, seed, on_error, extensions, options: _SampleOptions):
+def _dataset(source, recipe, transform, seed, on_error, decode: DecodeOptions, rest: dict,
+             default: _DefaultTransform):
     """The dataset of ``source`` with the per-sample transform (a ``Dataset`` as is)."""
     if isinstance(source, Dataset):
         if seed is not None:
@@ -320,26 +250,27 @@ def _dataset(source, recipe, transform, seed, on_error, extensions, options: _Sa
         if recipe is not None:
             raise ValueError("recipe= builds the per-sample transform; a Dataset source brings its own")
         return source
-    decode = _decode_options(options.max_pixels, options.strict, options.max_scans)
+    transform_kwargs = decode.transform_kwargs()
     if recipe is not None:
         if recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
         if transform is not None:
             raise ValueError("pass either recipe= or transform=, not both")
-        transform = RECIPES[recipe](decode)
+        transform = RECIPES[recipe](transform_kwargs)
     elif transform is None:
-        transform = default_transform(options.crop_size, options.mask_ratio, **decode)
+        transform = default_transform(default.crop_size, default.mask_ratio, **transform_kwargs)
         if transform.mask is not None:
             warm_up_kernels()
-    elif options.strict or options.max_scans is not None:
+    elif decode.strict or decode.max_scans is not None:
         raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
                          "pass them to your decode transform")
-    kwargs = dict(max_pixels=options.max_pixels, jpeg_only=options.jpeg_only,
-                  apply_exif_orientation=options.apply_exif_orientation, seed=seed)
+    kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
+                  apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
     if is_shard_dir(source):
         return ShardDataset(source, transform=transform, on_error=on_error, **kwargs)
     if isinstance(source, (str, os.PathLike)):
-        return JpegFolder(source, transform=transform, on_error=on_error, extensions=extensions, **kwargs)
+        return JpegFolder(source, transform=transform, on_error=on_error, extensions=rest.get("extensions"),
+                          **kwargs)
     if isinstance(source, Sequence):
         return JpegDataset(source, transform=transform, on_error=on_error, **kwargs)
     raise TypeError(f"source must be a folder path, a sequence of file paths or a Dataset, "
@@ -393,17 +324,18 @@ def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed) -> EpochSampl
                         drop_last=drop_last)
 
 
-def _data_loader(dataset, sampler, batch_size, drop_last, num_workers, pin_memory, generator, persistent_workers,
-                 multiprocessing_context, spawn_via_forkserver, worker_init_fn, prefetch_factor) -> DataLoader:
+def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory: bool, rest: dict) -> DataLoader:
     """The processes engine's ``DataLoader``."""
     kwargs = {}
+    prefetch_factor = rest.get("prefetch_factor")
     if num_workers > 0:
-        kwargs.update(persistent_workers=persistent_workers,
-                      multiprocessing_context=_worker_context(multiprocessing_context, spawn_via_forkserver),
-                      worker_init_fn=worker_init_fn)
+        context = _worker_context(rest.get("multiprocessing_context"), rest.get("spawn_via_forkserver", True))
+        kwargs.update(persistent_workers=bool(rest.get("persistent_workers", False)),
+                      multiprocessing_context=context, worker_init_fn=rest.get("worker_init_fn"))
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
     # Workers reuse their shared-memory batch buffers (the prefetcher below releases them).
     collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2) if num_workers > 0 else collate_uint8
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, collate_fn=collate,
-                      pin_memory=pin_memory, drop_last=drop_last, generator=generator, **kwargs)
+                      pin_memory=pin_memory, drop_last=bool(rest.get("drop_last", False)),
+                      generator=rest.get("generator"), **kwargs)

@@ -1,0 +1,133 @@
+"""The grouped options of :func:`fastprep.data.make_loader`: how files are decoded
+(:class:`DecodeOptions`), what a batch looks like when it arrives (:class:`BatchOutput`),
+and the pass-through keywords (:class:`LoaderOptions`).
+
+The flat keywords of earlier releases (``max_pixels=``, ``color=``, ``dtype=``, ...) are
+still accepted by ``make_loader`` and fill the same groups; ``docs/loader.md`` lists
+every option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypedDict
+
+import torch
+
+__all__ = ["BatchOutput", "DecodeOptions", "LoaderOptions"]
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How each file is decoded: the limits that make bad or hostile files fail cleanly.
+
+    Attributes:
+        max_pixels: refuse images with more pixels than this, read from the header before
+            anything is decoded (``DecodeError`` naming the file; skipped with
+            ``on_error="skip"``). ``None``: fastprep.io's default (2**28); 0: no limit.
+        strict: corrupt data that libjpeg decodes past raises instead of warning.
+        max_scans: refuse progressive JPEGs with more scans than this (decode bombs);
+            ``None``: fastprep.io's default.
+
+    ``strict`` and ``max_scans`` configure the loader's own decode transform (the default
+    one or ``recipe=``); with ``transform=``, set them on your decode transform instead.
+    """
+
+    max_pixels: int | None = None
+    strict: bool = False
+    max_scans: int | None = None
+
+    def transform_kwargs(self) -> dict[str, Any]:
+        """The keywords for a fastprep decode transform: only those set, so the transform's
+        own defaults hold for the rest."""
+        kwargs: dict[str, Any] = {}
+        if self.max_pixels is not None:
+            kwargs["max_pixels"] = self.max_pixels
+        if self.strict:
+            kwargs["strict"] = True
+        if self.max_scans is not None:
+            kwargs["max_scans"] = self.max_scans
+        return kwargs
+
+
+@dataclass(frozen=True)
+class BatchOutput:
+    """What a delivered batch looks like: ``(colour(x) / 255 - mean) / std`` in ``dtype``.
+
+    Attributes:
+        color: ``"yuv"`` or ``"rgb"``; ``None``: ``"rgb"`` with a ``recipe``, else ``"yuv"``.
+        mean, std: per-channel normalisation on the [0, 1] scale, or ``None`` for none
+            (with a ``recipe`` and neither given: ImageNet's).
+        dtype: ``torch.float32``, ``torch.float16`` or ``torch.bfloat16``.
+        channels_last: deliver ``torch.channels_last`` memory format.
+
+    The conversion runs once per batch (:class:`~fastprep.data.BatchConvert`), fused into
+    the native batch decode on the CPU with the threads engine.
+    """
+
+    color: str | None = None
+    mean: float | Iterable[float] | None = None
+    std: float | Iterable[float] | None = None
+    dtype: torch.dtype = torch.float32
+    channels_last: bool = False
+
+
+class LoaderOptions(TypedDict, total=False):
+    """The keywords :func:`~fastprep.data.make_loader` passes on (see ``docs/loader.md``)."""
+
+    # to the DataLoader (processes engine) or its equivalent in the threads engine
+    drop_last: bool
+    sampler: Any
+    generator: torch.Generator | None
+    pin_memory: bool | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    multiprocessing_context: Any
+    worker_init_fn: Callable[[int], None] | None
+    spawn_via_forkserver: bool
+    # to the dataset: what a folder lists and which files take the full-decode fallback
+    extensions: str | Iterable[str] | None
+    jpeg_only: bool
+    apply_exif_orientation: bool
+    # the flat forms of DecodeOptions and BatchOutput
+    max_pixels: int | None
+    strict: bool
+    max_scans: int | None
+    color: str | None
+    mean: float | Iterable[float] | None
+    std: float | Iterable[float] | None
+    dtype: torch.dtype
+    channels_last: bool
+
+
+_DECODE_FIELDS = tuple(f.name for f in fields(DecodeOptions))
+_OUTPUT_FIELDS = tuple(f.name for f in fields(BatchOutput))
+
+
+def split_options(decode: DecodeOptions | None, output: BatchOutput | None,
+                  options: Mapping[str, Any]) -> tuple[DecodeOptions, BatchOutput, dict[str, Any]]:
+    """``(decode, output, the pass-through rest)`` from ``make_loader``'s keywords.
+
+    Raises:
+        TypeError: a keyword ``make_loader`` does not take, or a group of the wrong type.
+        ValueError: a group given both as an object and as flat keywords.
+    """
+    unknown = sorted(set(options) - set(LoaderOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"make_loader() got unexpected keyword argument(s): {', '.join(unknown)}")
+    decode = _group(DecodeOptions, "decode", decode, _DECODE_FIELDS, options)
+    output = _group(BatchOutput, "output", output, _OUTPUT_FIELDS, options)
+    rest = {k: v for k, v in options.items() if k not in _DECODE_FIELDS + _OUTPUT_FIELDS}
+    return decode, output, rest
+
+
+def _group(cls, name: str, given, names: tuple[str, ...], options: Mapping[str, Any]):
+    flat = {k: options[k] for k in names if k in options}
+    if given is None:
+        return cls(**flat)
+    if not isinstance(given, cls):
+        raise TypeError(f"{name} must be a {cls.__name__} or None, got {type(given).__name__}")
+    if flat:
+        raise ValueError(f"pass {', '.join(flat)} inside {name}={cls.__name__}(...) or as keywords, not both")
+    return given
