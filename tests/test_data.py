@@ -581,6 +581,21 @@ class TestBatchTransforms:
         with pytest.raises(ValueError, match="num_threads must be"):
             D.BatchScale(num_threads=0)
 
+    def test_old_names_are_batch_convert(self):
+        x = torch.randint(0, 256, (2, 3, 6, 5), dtype=torch.uint8)
+        for old, new in ((D.BatchYuvScale(torch.float16), D.BatchConvert("yuv", dtype=torch.float16)),
+                         (D.BatchScale(), D.BatchConvert("rgb")),
+                         (D.BatchConvertColor(), D.BatchConvert("yuv", scale=False))):
+            assert isinstance(old, D.BatchConvert)
+            assert torch.equal(old(x), new(x))
+        assert torch.equal(D.BatchScale()(x[:, :1]), x[:, :1].float() / 255)  # any shape, as before
+        with pytest.raises(ValueError, match=r"shape \(2, 1, 6, 5\)"):
+            D.BatchConvert("rgb")(x[:, :1])
+        with pytest.raises(ValueError, match="scale=False is the colour conversion alone"):
+            D.BatchConvert("rgb", scale=False)
+        with pytest.raises(ValueError, match="scale=False is the colour conversion alone"):
+            D.BatchConvert("yuv", (0.5,) * 3, (0.2,) * 3, scale=False)
+
     def test_errors(self):
         with pytest.raises(ValueError, match="num_threads must be"):
             D.BatchYuvScale(num_threads=0)

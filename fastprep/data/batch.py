@@ -63,48 +63,8 @@ def _check_dtype(dtype) -> torch.dtype:
     return dtype
 
 
-class BatchConvertColor(torch.nn.Module):
-    """RGB -> YUV of a batch ``[N, 3, H, W]`` (uint8 or float, any device) to float32.
-
-    Same formula as :class:`fastprep.transforms.ConvertColor`; no scaling, no clamping.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return batch_rgb_to_yuv(x, scale=False)
-
-
 def _check_num_threads(num_threads):
     return None if num_threads is None else F.kernel_threads(0, num_threads)
-
-
-class BatchScale(torch.nn.Module):
-    """``x / 255`` of a batch (any shape, uint8 or float, any device) as float32.
-
-    Args:
-        num_threads: threads of the CPU kernel; ``None``: :func:`fastprep.functional.kernel_threads`.
-        reuse_buffers: CPU only: recycle up to this many output buffers once no tensor
-            uses them any more (as :class:`BatchYuvScale`). 0 disables.
-    """
-
-    def __init__(self, *, num_threads: int | None = None, reuse_buffers: int = 3):
-        super().__init__()
-        self.num_threads = _check_num_threads(num_threads)
-        self._pool = _BufferPool(int(reuse_buffers))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x / 255`` as float32, same shape and device."""
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"expected a tensor, got {type(x).__name__}")
-        if x.device.type != "cpu" or x.dtype not in (torch.uint8, torch.float32):
-            return x.float() / 255
-        x = x.contiguous()
-        out = self._pool.get(tuple(x.shape))
-        if out.numel():
-            F.scale(x, out=out, num_threads=self.num_threads)
-        return out
-
-    def extra_repr(self) -> str:
-        return f"num_threads={self.num_threads}"
 
 
 class _BufferPool:
@@ -154,52 +114,6 @@ class _BufferPool:
         self.__init__(state["size"])
 
 
-class BatchYuvScale(torch.nn.Module):
-    """Fused RGB -> YUV -> ``/ 255`` of a batch ``[N, 3, H, W]`` (uint8 or float, any device).
-
-    Args:
-        dtype: output dtype: ``torch.float32`` (default), ``torch.float16`` or
-            ``torch.bfloat16`` (computed in float32, cast once).
-        num_threads: threads of the CPU kernel; ``None``: :func:`fastprep.functional.kernel_threads`.
-        reuse_buffers: CPU, float32 only: recycle up to this many output buffers once no
-            tensor uses them any more (a batch the caller still holds, or any view of it,
-            is never overwritten; see ``docs/data.md``), sparing the page faults of a
-            fresh allocation per batch. 0 disables.
-
-    Uint8 input gives Y in [0, 1] and U, V in [0.5/255, 255.5/255] (slightly above 1 for
-    saturated blue (U) or red (V): the transform is not clamped); a pixel masked to 0
-    gives ``(0, 128/255, 128/255)``. On the CPU :func:`fastprep.functional.yuv_scale` runs
-    (coefficients pre-divided by 255; agrees with ``yuv / 255`` to float32 rounding) into
-    a recycled buffer; on other devices plain torch ops.
-    """
-
-    def __init__(self, dtype: torch.dtype = torch.float32, *, num_threads: int | None = None,
-                 reuse_buffers: int = 3):
-        super().__init__()
-        self.dtype = _check_dtype(dtype)
-        self.num_threads = _check_num_threads(num_threads)
-        self._pool = _BufferPool(int(reuse_buffers))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[N, 3, H, W]`` RGB (uint8, or float on the 0-255 scale) -> YUV / 255 in ``dtype``."""
-        _check_batch(x)
-        if x.device.type != "cpu":
-            out = _yuv_torch(x, 255.0)
-            return out if self.dtype == torch.float32 else out.to(self.dtype)
-        if x.dtype not in (torch.uint8, torch.float32):
-            x = x.float()
-        x = x.contiguous()
-        n, _, h, w = x.shape
-        out = self._pool.get((n, 3, h, w)) if self.dtype == torch.float32 else torch.empty((n, 3, h, w))
-        if out.numel():
-            F.yuv_scale(x, out=out, num_threads=self.num_threads)
-        return out if self.dtype == torch.float32 else out.to(self.dtype)
-
-    def extra_repr(self) -> str:
-        return f"dtype={self.dtype}, num_threads={self.num_threads}"
-
-
-
 _COLORS = ("yuv", "rgb")
 
 
@@ -225,28 +139,41 @@ class BatchConvert(torch.nn.Module):
     RGB -> YUV transform (``"yuv"``). ``mean``/``std`` are on the [0, 1] scale, as
     torchvision's ``Normalize`` after ``ToDtype(float32, scale=True)``.
 
-    Paths: on the CPU, ``"yuv"`` without ``mean``/``std`` is :class:`BatchYuvScale` and
-    ``"rgb"`` is :func:`fastprep.functional.scale_normalize` (or
-    :func:`~fastprep.functional.scale` without ``mean``/``std``): one pass over the batch
-    into a recycled float32 buffer (as :class:`BatchYuvScale`), with ``/ 255``, ``- mean``
-    and ``/ std`` folded into one multiply-add per channel
-    (``x * (1 / (255 std)) + (-mean / std)``). Otherwise plain torch ops on ``x``'s device
+    Paths: on the CPU (uint8 or float32 input), ``"yuv"`` without ``mean``/``std`` and
+    ``"rgb"`` are one pass of a compiled kernel over the batch
+    (:func:`fastprep.functional.yuv_scale`, :func:`~fastprep.functional.scale` or
+    :func:`~fastprep.functional.scale_normalize`, with ``/ 255``, ``- mean`` and ``/ std``
+    folded into one multiply-add per channel: ``x * (1 / (255 std)) + (-mean / std)``) into
+    a recycled float32 buffer. Otherwise plain elementwise torch ops on ``x``'s device
     with the same folding. Either agrees with the three-step formula to float32 rounding.
+    Uint8 input gives, for ``"yuv"``, Y in [0, 1] and U, V in [0.5/255, 255.5/255] (not
+    clamped); a pixel masked to 0 gives ``(0, 128/255, 128/255)``.
 
     Args:
         color: ``"yuv"`` (default) or ``"rgb"``.
         mean, std: 3 values (or one for all channels) on the [0, 1] scale, or ``None``.
         dtype: float32 (default), float16 or bfloat16 (computed in float32, cast once).
+        scale: ``False``: colour only, no ``/ 255`` (``"yuv"`` without ``mean``/``std``:
+            :class:`BatchConvertColor`).
         channels_last: return ``torch.channels_last`` memory format.
-        num_threads: threads of the CPU kernel (``"yuv"`` path); ``None``:
-            :func:`fastprep.functional.kernel_threads`.
+        num_threads: threads of the CPU kernel; ``None``: :func:`fastprep.functional.kernel_threads`.
+        reuse_buffers: CPU, float32: recycle up to this many output buffers once no tensor
+            uses them any more (a batch the caller still holds, or any view of it, is never
+            overwritten; see ``docs/data.md``), sparing the page faults of a fresh
+            allocation per batch. 0 disables.
         require_uint8: raise ``TypeError`` for a batch that is not uint8 (``make_loader``
             sets it: a float batch there means the per-sample transform already converted
             it, and it would be converted again).
+
+    :class:`BatchYuvScale`, :class:`BatchScale` and :class:`BatchConvertColor` are this
+    class with its arguments fixed, under the names of earlier releases.
     """
 
+    _any_shape = False  # BatchScale: "rgb" without mean/std takes any shape
+
     def __init__(self, color: str = "yuv", mean=None, std=None, dtype: torch.dtype = torch.float32, *,
-                 channels_last: bool = False, num_threads: int | None = None, require_uint8: bool = False):
+                 scale: bool = True, channels_last: bool = False, num_threads: int | None = None,
+                 reuse_buffers: int = 3, require_uint8: bool = False):
         super().__init__()
         if color not in _COLORS:
             raise ValueError(f"color must be 'yuv' or 'rgb', got {color!r}")
@@ -257,52 +184,93 @@ class BatchConvert(torch.nn.Module):
             raise ValueError("mean and std go together: pass both or neither")
         if self.std is not None and any(v == 0 for v in self.std):
             raise ValueError(f"std must be nonzero, got {self.std}")
+        self.scale = bool(scale)
+        if not self.scale and (self.mean is not None or color != "yuv"):
+            raise ValueError("scale=False is the colour conversion alone: color='yuv' without mean/std")
         self.dtype = _check_dtype(dtype)
         self.channels_last = bool(channels_last)
         self.require_uint8 = bool(require_uint8)
         self.num_threads = _check_num_threads(num_threads)
-        self._yuv = BatchYuvScale(torch.float32, num_threads=num_threads)
-        self._pool = _BufferPool(3)
+        self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, 3, H, W]`` uint8 (or float on the 0-255 scale) -> ``[N, 3, H, W]`` ``dtype``."""
-        _check_batch(x)
+        if self._any_shape:
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"expected a tensor, got {type(x).__name__}")
+        else:
+            _check_batch(x)
         if self.require_uint8 and x.dtype != torch.uint8:
             raise TypeError(f"make_loader's per-sample transform must output uint8 images [3, H, W]; got a batch "
                             f"of {x.dtype} {tuple(x.shape)}. Leave conversion and normalisation to the loader: "
                             "drop ToDtype/Normalize from the transform and pass make_loader(color=, mean=, std=, "
                             "dtype=)")
-        if self.mean is None and self.color == "yuv":
-            out = self._yuv(x)
-        elif self.color == "rgb" and x.device.type == "cpu" and x.dtype in (torch.uint8, torch.float32):
-            x = x.contiguous()
-            # a recycled buffer only when it is what the caller gets (no cast or copy after)
-            pooled = self.dtype == torch.float32 and not self.channels_last
-            out = self._pool.get(tuple(x.shape)) if pooled else torch.empty(x.shape)
-            if out.numel():
-                if self.mean is None:
-                    F.scale(x, out=out, num_threads=self.num_threads)
-                else:
-                    F.scale_normalize(x, self.mean, self.std, out=out, num_threads=self.num_threads)
+        if not self.scale:
+            out = batch_rgb_to_yuv(x, scale=False)
+        elif (x.device.type == "cpu" and x.dtype in (torch.uint8, torch.float32)
+              and (self.color == "rgb" or self.mean is None)):
+            out = self._cpu(x.contiguous())
         else:
-            out = _yuv_torch(x, None) if self.color == "yuv" else x.float()
-            if self.mean is None:
-                out = out / 255
-            else:
-                shape = (1, 3, 1, 1)
-                gain = torch.tensor([1.0 / (255.0 * s) for s in self.std], device=out.device).view(shape)
-                bias = torch.tensor([-m / s for m, s in zip(self.mean, self.std)], device=out.device).view(shape)
-                out = torch.addcmul(bias, out, gain)
+            out = self._torch(x)
         if self.dtype != torch.float32:
             out = out.to(self.dtype)
         if self.channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         return out
 
+    def _cpu(self, x: torch.Tensor) -> torch.Tensor:
+        """The compiled kernels, into a recycled float32 buffer."""
+        out = self._pool.get(tuple(x.shape))
+        if not out.numel():
+            return out
+        if self.color == "yuv":
+            return F.yuv_scale(x, out=out, num_threads=self.num_threads)
+        if self.mean is None:
+            return F.scale(x, out=out, num_threads=self.num_threads)
+        return F.scale_normalize(x, self.mean, self.std, out=out, num_threads=self.num_threads)
+
+    def _torch(self, x: torch.Tensor) -> torch.Tensor:
+        """Plain elementwise torch ops (any device)."""
+        out = _yuv_torch(x, None) if self.color == "yuv" else x.float()
+        if self.mean is None:
+            return out / 255
+        shape = (1, 3, 1, 1)
+        gain = torch.tensor([1.0 / (255.0 * s) for s in self.std], device=out.device).view(shape)
+        bias = torch.tensor([-m / s for m, s in zip(self.mean, self.std)], device=out.device).view(shape)
+        return torch.addcmul(bias, out, gain)
+
     def extra_repr(self) -> str:
         s = f"color={self.color!r}, dtype={self.dtype}"
         if self.mean is not None:
             s += f", mean={self.mean}, std={self.std}"
+        if not self.scale:
+            s += ", scale=False"
         if self.channels_last:
             s += ", channels_last=True"
         return s
+
+
+class BatchYuvScale(BatchConvert):
+    """RGB -> YUV -> ``/ 255`` of a batch: ``BatchConvert("yuv", dtype=dtype)``."""
+
+    def __init__(self, dtype: torch.dtype = torch.float32, *, num_threads: int | None = None,
+                 reuse_buffers: int = 3):
+        super().__init__("yuv", dtype=dtype, num_threads=num_threads, reuse_buffers=reuse_buffers)
+
+
+class BatchScale(BatchConvert):
+    """``x / 255`` as float32, of a tensor of any shape: ``BatchConvert("rgb")`` without the
+    ``[N, 3, H, W]`` check."""
+
+    _any_shape = True
+
+    def __init__(self, *, num_threads: int | None = None, reuse_buffers: int = 3):
+        super().__init__("rgb", num_threads=num_threads, reuse_buffers=reuse_buffers)
+
+
+class BatchConvertColor(BatchConvert):
+    """RGB -> YUV of a batch to float32, no scaling, no clamping:
+    ``BatchConvert("yuv", scale=False)`` (the formula of :class:`fastprep.transforms.ConvertColor`)."""
+
+    def __init__(self):
+        super().__init__("yuv", scale=False)
