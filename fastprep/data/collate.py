@@ -7,7 +7,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["PooledCollate", "collate_uint8"]
+__all__ = ["PooledBatch", "PooledCollate", "collate_uint8"]
 
 
 def _empty(shape, dtype, shared: bool) -> torch.Tensor:
@@ -61,7 +61,7 @@ def collate_uint8(batch, out=None):
     return images, targets
 
 
-class _PooledBatch(NamedTuple):
+class PooledBatch(NamedTuple):
     """A batch written into a reusable buffer; ``slot`` names the buffer (-1: a one-off
     buffer) and ``owner`` is what takes it back (``owner.release(slot, event)``; ``None``:
     the loader's :class:`PooledCollate`). :class:`DevicePrefetcher` releases the slot once
@@ -71,6 +71,9 @@ class _PooledBatch(NamedTuple):
     targets: torch.Tensor
     slot: int
     owner: object = None
+
+
+_PooledBatch = PooledBatch  # the name engine.py imports until it moves to PooledBatch
 
 
 class PooledCollate:
@@ -128,7 +131,7 @@ class PooledCollate:
             return collate_uint8(batch)
         slot, out = self._acquire(info.id, batch)
         images, targets = collate_uint8(batch, out=out)
-        return _PooledBatch(images, targets, slot)
+        return PooledBatch(images, targets, slot)
 
     def _acquire(self, worker: int, batch):
         """``(slot, view of a pooled buffer)`` for ``batch``, or ``(-1, None)``: a fresh one."""

@@ -108,7 +108,7 @@ class JpegDataset(Dataset):
 
     def __init__(self, files, targets=None, transform=None, on_error: str = "raise", *,
                  max_skip_attempts: int = 100, max_pixels: int | None = None, jpeg_only: bool = False,
-                 apply_exif_orientation: bool = False, seed=None):
+                 apply_exif_orientation: bool = False, seed=None) -> None:
         if isinstance(files, (str, os.PathLike)):
             raise TypeError(f"files must be a sequence of paths, got a single path {files!r}; "
                             "use JpegFolder for a directory")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .collate import PooledCollate, _PooledBatch
+from .collate import PooledBatch, PooledCollate
 
 __all__ = ["DevicePrefetcher"]
 
@@ -162,7 +162,7 @@ class DevicePrefetcher:
 
     def _stage(self, batch):
         """``(batch on the device, transformed; its pooled buffer or None)``."""
-        pooled = batch if isinstance(batch, _PooledBatch) else None
+        pooled = batch if isinstance(batch, PooledBatch) else None
         if pooled is not None:
             batch = (pooled.images, pooled.targets)
         batch = _to_device(batch, self.device, self.non_blocking)
@@ -222,7 +222,7 @@ class DevicePrefetcher:
                 batch = next(it, _END)
                 if batch is _END:
                     break
-                if isinstance(batch, _PooledBatch) and batch.slot >= 0:
+                if isinstance(batch, PooledBatch) and batch.slot >= 0:
                     self._release(batch)
             if self.device.type == "cuda":
                 yield from self._iter_cuda(it)
