@@ -104,6 +104,31 @@ class TestDecodeBatch:
             assert torch.equal(torch.from_numpy(out["image"][k]), ds[i][0])
         assert out["index"].tolist() == [3, 0, 7]
 
+    @pytest.mark.parametrize("transform", ["default", "recipe"])
+    def test_lists_and_falls_back_as_the_dataset(self, tmp_path, transform):
+        # A PNG among the JPEGs: Ray lists it as JpegFolder does and decodes it through the
+        # same full-decode fallback, drawing the same parameters (native and per-sample paths).
+        from PIL import Image
+
+        folder = _make_folder(tmp_path)
+        Image.fromarray(photo_like(45, 52, seed=99)).save(tmp_path / "b" / "50-photo.png")
+        tf = (D.default_transform(CROP, 0.25) if transform == "default"
+              else D.RECIPES["imagenet-train"]({}))
+        ds = D.JpegFolder(folder, transform=tf, seed=SEED)
+        paths = RayLoader(folder).paths  # no Ray needed for the listing
+        assert paths == ds.files and any(p.endswith(".png") for p in paths)
+        png = next(i for i, p in enumerate(ds.files) if p.endswith(".png"))
+        indices = [0, png, 3]
+        with pytest.warns(UserWarning, match="PNG file; decoded in full by Pillow"):
+            out = DecodeBatch(tf, seed=SEED)(self._batch(folder, indices))
+        assert out["index"].tolist() == indices
+        with pytest.warns(UserWarning, match="PNG"):
+            want = [ds[i][0] for i in indices]
+        for k, w in enumerate(want):
+            assert torch.equal(torch.from_numpy(out["image"][k]), w)
+        with pytest.raises(fio.DecodeError, match="not a JPEG"):
+            DecodeBatch(tf, seed=SEED, jpeg_only=True)(self._batch(folder, indices))
+
     def test_on_error(self, tmp_path):
         folder = _make_folder(tmp_path, corrupt=True)
         files = D.JpegFolder(folder).files

@@ -38,6 +38,13 @@ def _substitute_stride(m: int) -> int:
     return step
 
 
+def check_on_error(on_error: object) -> str:
+    """``on_error`` if it is ``"raise"`` or ``"skip"``; else ``ValueError`` naming it."""
+    if on_error not in _ON_ERROR:
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    return str(on_error)
+
+
 def _skip_slot() -> int:
     info = get_worker_info()
     return 0 if info is None else min(info.id + 1, _MAX_SKIP_SLOTS - 1)
@@ -120,8 +127,7 @@ class JpegDataset(Dataset):
             if len(self.targets) != len(self.files):
                 raise ValueError(f"targets must have one entry per file: got {len(self.targets)} targets "
                                  f"for {len(self.files)} files")
-        if on_error not in _ON_ERROR:
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        check_on_error(on_error)
         if isinstance(max_skip_attempts, bool) or not isinstance(max_skip_attempts, numbers.Integral) \
                 or max_skip_attempts < 1:
             raise ValueError(f"max_skip_attempts must be a positive int, got {max_skip_attempts!r}")
@@ -273,7 +279,7 @@ class JpegDataset(Dataset):
         self.fallback_counts[_skip_slot()] += 1
         if not self._warned:
             self._warned = True
-            warnings.warn(f"fastprep: {name!r} is {reason}; decoded in full by torchvision instead of fastprep's "
+            warnings.warn(f"fastprep: {name!r} is {reason}; decoded in full by Pillow instead of fastprep's "
                           "JPEG decode (counted in dataset.fallbacks; jpeg_only=True refuses such files). "
                           "Warned once per process.", UserWarning, stacklevel=stacklevel)
 
@@ -436,7 +442,8 @@ class JpegFolder(JpegDataset):
         if self.ignored:
             listed = ", ".join(f"{n} {ext}" for ext, n in sorted(self.ignored.items()))
             warnings.warn(f"JpegFolder({self.root!r}) lists files ending in {' '.join(self.extensions)}; "
-                          f"ignored image files: {listed} (pass extensions= to include them)", UserWarning, stacklevel=2)
+                          f"ignored image files: {listed} (pass extensions= to include them)", UserWarning,
+                          stacklevel=2)
         if not samples:
             raise FileNotFoundError(f"no files ending in {self.extensions} found under {self.root!r}")
         self.samples = samples

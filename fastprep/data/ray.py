@@ -1,0 +1,389 @@
+"""fastprep's per-sample work on Ray Data actors (optional: the ``ray`` extra; also importable as
+``fastprep.ray``).
+
+The same pipeline as :func:`fastprep.data.make_loader`, with the worker side run by Ray
+Data instead of DataLoader workers, on this machine or across a cluster::
+
+    read_jpegs: rows (path, label, index) -> Ray tasks read the bytes
+      -> map_batches(DecodeBatch) on CPU actors: decode + per-sample transforms -> uint8 NCHW
+         (built-in pipelines: one native call per batch, fastprep.data.native)
+      -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchConvert (YUV / 255) on the device
+
+* **Same output.** :class:`DecodeBatch` runs the per-sample transform of
+  :func:`fastprep.data.default_transform` (or yours) on each file's bytes. With a ``seed``
+  every sample draws from the generator keyed by ``(seed, epoch, index)``, exactly as the
+  sample-keyed DataLoader path does, so the multiset of samples an epoch produces is the
+  same bit for bit whichever engine, actor or batch made them.
+* **Bad files.** ``on_error="raise"`` fails the iteration with Ray's task error carrying
+  the :class:`fastprep.io.DecodeError` raised in the actor, whose message names the file.
+  ``on_error="skip"`` *drops* the sample (Ray batches are of variable size anyway; the
+  DataLoader path substitutes another file instead) and :class:`RayLoader` counts it in
+  :attr:`RayLoader.skipped`, with the indices in :attr:`RayLoader.skipped_indices`.
+* **Faults.** Ray Data starts its map actors with ``max_restarts=-1`` and
+  ``max_task_retries=-1``: an actor process that dies is restarted and the batches it was
+  working on are re-run; a block's output is delivered once. :class:`RayLoader` checks this
+  on every epoch: it raises ``RuntimeError`` if any index arrived twice.
+
+Reading happens in Ray tasks on the nodes where they are scheduled: on a cluster the paths
+must be readable there (a shared filesystem); otherwise build the rows yourself (columns
+``bytes``, ``label``, ``index``) and apply ``map_batches(DecodeBatch, ...)`` to them.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+try:
+    import ray
+    import ray.data
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("fastprep.ray needs Ray Data: install fastprep's ray extra (from the checkout: "
+                      "pip install --no-build-isolation -e '.[ray]'), or pip install 'ray[data,train]'") from e
+
+from .. import io as fio
+from .._seeding import check_seed, keyed_default_rng, sample_key
+from .batch import BatchConvert
+from .datasets import JpegDataset, JpegFolder, check_on_error
+from .loader import default_transform
+from .native import STATUS_ERROR, STATUS_WARNING, NativePipeline
+from .prefetch import DevicePrefetcher
+
+__all__ = ["DecodeBatch", "RayLoader", "read_jpegs"]
+
+
+def _listing(source, extensions):
+    """``(paths, labels)`` for a folder (:class:`JpegFolder`'s listing: the same files, in
+    the same order, with the same classes) or a sequence of paths."""
+    if isinstance(source, (str, os.PathLike)):
+        folder = JpegFolder(source, extensions=extensions)
+        return list(folder.files), list(folder.targets)
+    if isinstance(source, JpegDataset):
+        return list(source.files), list(source.targets)
+    if isinstance(source, Sequence):
+        ds = JpegDataset(source)  # validates the sequence
+        return list(ds.files), list(ds.targets)
+    raise TypeError(f"source must be a folder path, a sequence of file paths or a JpegDataset, "
+                    f"got {type(source).__name__}")
+
+
+def _read_bytes(batch: dict) -> dict:
+    """Ray task: add a ``bytes`` column with each file's contents (unreadable: empty)."""
+    out = []
+    for path in batch["path"]:
+        try:
+            with open(path, "rb") as f:
+                out.append(f.read())
+        except OSError:
+            out.append(b"")  # decoded (and reported) as a bad file by DecodeBatch
+    batch["bytes"] = np.array(out, dtype=object)
+    return batch
+
+
+def read_jpegs(source, *, extensions=None, shuffle_seed=None,
+               num_blocks: int | None = None) -> ray.data.Dataset:
+    """A ``ray.data.Dataset`` of image files with columns ``bytes``, ``label``, ``index``, ``path``.
+
+    ``index`` is the file's position in the listing (:class:`fastprep.data.JpegFolder` order
+    for a folder, the sequence order otherwise) -- the index the DataLoader path gives the
+    same file -- and ``label`` its class index (0 for a flat folder or a list of paths).
+
+    Args:
+        source: a folder (class subfolders or flat), a sequence of paths or a
+            :class:`fastprep.data.JpegDataset`.
+        extensions: file name endings listed in a folder; default: :class:`JpegFolder`'s.
+        shuffle_seed: if not ``None``, the rows are put in the order of a random
+            permutation drawn from a ``torch.Generator`` seeded with it (done on the
+            listing, in the driver: no all-to-all shuffle stage, no bytes moved).
+        num_blocks: blocks of the listing (default: 8 files per block, at most 1000
+            blocks), i.e. the granularity of the read and decode tasks.
+    """
+    paths, labels = _listing(source, extensions)
+    items = [{"path": p, "label": int(t), "index": i} for i, (p, t) in enumerate(zip(paths, labels))]
+    if shuffle_seed is not None:
+        gen = torch.Generator().manual_seed(int(shuffle_seed))
+        items = [items[i] for i in torch.randperm(len(items), generator=gen).tolist()]
+    if num_blocks is None:
+        num_blocks = max(1, min(1000, -(-len(items) // 8)))
+    ds = ray.data.from_items(items, override_num_blocks=int(num_blocks))
+    return ds.map_batches(_read_bytes, batch_format="numpy", batch_size=None)
+
+
+class DecodeBatch:
+    """A ``map_batches`` callable class: decode + per-sample transforms -> uint8 NCHW batch.
+
+    Input batch (numpy format): ``bytes`` (object array of encoded files), ``label``,
+    ``index`` and optionally ``path`` (for error messages). Output:
+    ``{"image": uint8 [N, C, H, W], "label": int64 [N], "index": int64 [N]}``.
+
+    Args:
+        transform: per-sample callable on the encoded uint8 1-D tensor, returning uint8
+            ``[C, H, W]`` of one size; default :func:`fastprep.data.default_transform`
+            ``(crop_size, mask_ratio)``.
+        crop_size, mask_ratio: for the default transform.
+        seed: ``None``: the actor's own torch RNG, which the constructor seeds from
+            ``os.urandom`` (a fresh process starts torch's generator at a fixed seed and
+            Ray does not reseed it, so every actor would otherwise draw the same windows);
+            an int: sample-keyed draws from ``(seed, epoch, index)``, the process RNG is
+            left alone.
+        epoch: the epoch the keys use.
+        on_error: ``"raise"`` or ``"skip"`` (drop the sample).
+        num_threads: native threads per batch for the built-in pipelines (the default
+            transform and the others :class:`fastprep.data.native.NativePipeline` takes),
+            which run as one native call per batch (same output; the header read and the
+            random draws stay per sample, in Python). Other transforms run per sample.
+    """
+
+    def __init__(self, transform=None, *, crop_size=256, mask_ratio=0.25, seed=None, epoch: int = 0,
+                 on_error: str = "raise", num_threads: int = 1, jpeg_only: bool = False,
+                 apply_exif_orientation: bool = False, max_pixels: int | None = None):
+        check_on_error(on_error)
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+        self.transform = transform if transform is not None else default_transform(crop_size, mask_ratio)
+        self.num_threads = num_threads
+        self._native = NativePipeline.from_transform(self.transform)
+        # the routing of JpegDataset: which bytes take the full-decode fallback, and that fallback
+        self._routing = JpegDataset([], transform=self.transform, jpeg_only=jpeg_only,
+                                    apply_exif_orientation=apply_exif_orientation, max_pixels=max_pixels)
+        self.seed = check_seed(seed)
+        self.epoch = int(epoch)
+        self.on_error = on_error
+        if self.seed is None:
+            torch.default_generator.manual_seed(int.from_bytes(os.urandom(8), "little"))
+        # shape of an empty output batch (every sample dropped): the last image's, or the
+        # default transform's
+        size = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
+        self._shape = (3, *size) if transform is None else None
+        if self._native is not None:
+            self._shape = (self._native.channels, *self._native.size)
+
+    @staticmethod
+    def _encoded(data: bytes) -> torch.Tensor:
+        # bytes -> 1-D uint8 tensor, as fastprep.io.read_file returns (a copy: the transform may
+        # keep a reference and Ray's buffer is read-only)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+
+    def _keyed(self, fn, enc: torch.Tensor, index: int):
+        """``fn(enc)`` drawing from the sample's keyed generator (with a seed)."""
+        if self.seed is None:
+            return fn(enc)
+        with keyed_default_rng(sample_key(self.seed, self.epoch, index)):
+            return fn(enc)
+
+    def _sample(self, enc: torch.Tensor) -> torch.Tensor:
+        """One sample as :class:`JpegDataset` makes it: the transform, or the full-decode
+        fallback for bytes that need it (counted, warned once per actor)."""
+        reason = self._routing.fallback_reason(enc)
+        if reason is None:
+            return self.transform(enc)
+        image = self._routing.decode_fallback(enc, reason)
+        self._routing.count_fallback("a file of this actor's batch", reason, stacklevel=4)
+        return image
+
+    def _per_sample(self, batch: dict):
+        """``(images, positions kept, {position: error})``, one transform call per sample."""
+        images, kept, failed = [], [], {}
+        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
+            try:
+                images.append(self._keyed(self._sample, self._encoded(data), int(index)))
+            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
+                failed[k] = e
+                if self.on_error == "raise":
+                    break
+                continue
+            kept.append(k)
+        return (torch.stack(images) if images else None), kept, failed
+
+    def _batched(self, batch: dict):
+        """As :meth:`_per_sample`, with the plans drawn per sample and one native run (files
+        that need the full-decode fallback are decoded on their own)."""
+        datas, plans, planned, failed, decoded = [], [], [], {}, {}
+        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
+            enc = self._encoded(data)
+            try:
+                reason = self._routing.fallback_reason(enc)
+                if reason is not None:
+                    decoded[k] = self._keyed(self._sample, enc, int(index))
+                    continue
+                plans.append(self._keyed(self._native.plan, enc, int(index)))
+            except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
+                failed[k] = e
+                continue
+            datas.append(enc)
+            planned.append(k)
+        out = torch.empty((len(datas), *self._shape), dtype=torch.uint8)
+        rows = []
+        for j, (status, message) in enumerate(self._native.run(datas, plans, out, num_threads=self.num_threads)):
+            if status == STATUS_ERROR:
+                failed[planned[j]] = fio.DecodeError(message)
+                continue
+            if status == STATUS_WARNING:
+                warnings.warn(message, fio.DecodeWarning, stacklevel=2)
+            rows.append(j)
+        if decoded:  # the batch's order: native rows and fallback samples interleaved
+            decoded.update({planned[j]: out[j] for j in rows})
+            kept = sorted(decoded)
+            return torch.stack([decoded[k] for k in kept]), kept, failed
+        images = out if len(rows) == len(datas) else out[rows]
+        return (images if rows else None), [planned[j] for j in rows], failed
+
+    def __call__(self, batch: dict) -> dict:
+        images, kept, failed = (self._per_sample if self._native is None else self._batched)(batch)
+        if failed and self.on_error == "raise":
+            k = min(failed)  # the first bad sample of the batch, as one call per sample finds it
+            index = int(batch["index"][k])
+            paths = batch.get("path")
+            name = paths[k] if paths is not None else f"index {index}"
+            raise fio.DecodeError(f"cannot decode {name!r} (index {index}): {failed[k]}") from failed[k]
+        if images is not None:
+            image = images.numpy()
+            self._shape = image.shape[1:]
+        else:
+            image = np.zeros((0, *(self._shape or (3, 1, 1))), dtype=np.uint8)
+        labels = [int(batch["label"][k]) for k in kept]
+        indices = [int(batch["index"][k]) for k in kept]
+        return {"image": image, "label": np.asarray(labels, dtype=np.int64),
+                "index": np.asarray(indices, dtype=np.int64)}
+
+
+class RayLoader:
+    """:func:`fastprep.data.make_loader`'s output, with the per-sample work on Ray Data actors.
+
+    Iterating yields ``(images [N, 3, H, W] dtype (YUV / 255), targets int64 [N])`` on
+    ``device``: Ray's ``iter_torch_batches`` -> :class:`fastprep.data.DevicePrefetcher` ->
+    :class:`fastprep.data.BatchConvert` ``("yuv", dtype=dtype)``, as :func:`make_loader`
+    delivers by default.
+    Each ``iter()`` is one epoch: epoch ``e`` (0, 1, ... unless :meth:`set_epoch` says
+    otherwise) shuffles with ``(shuffle_seed, e)`` and, with ``seed``, keys the samples' draws
+    on ``(seed, e, index)``. Call ``ray.init(...)`` first (any address); otherwise Ray
+    starts a local instance on first use.
+
+    Args:
+        source: a folder, a sequence of paths or a :class:`fastprep.data.JpegDataset`.
+        batch_size: rows per delivered batch (the last one may be smaller).
+        crop_size, mask_ratio, transform: the per-sample pipeline (see :class:`DecodeBatch`).
+        seed: sample-keyed randomness (``None``: each actor's own RNG).
+        shuffle: shuffle the file order each epoch.
+        shuffle_seed: base seed of the shuffle (default: ``seed``, or 0).
+        on_error: ``"raise"`` or ``"skip"`` (see the module doc).
+        device, dtype: as :func:`make_loader`.
+        concurrency: number of decode actors; ``None`` (default): as many as the Ray
+            cluster has CPUs for (its CPUs divided by ``num_cpus``, at least 1), read when an
+            epoch starts, so a 2-CPU laptop gets 2 actors and a cluster all of its cores.
+        num_cpus: CPUs reserved per actor; for the built-in pipelines also the native
+            threads of each batch (its integer part, at least 1).
+        map_batch_size: rows per ``map_batches`` call (per actor task).
+        drop_last: drop a last batch smaller than ``batch_size`` (its samples then count
+            as neither delivered nor skipped: :attr:`skipped` is only exact without it).
+        extensions: for a folder source (default: :class:`JpegFolder`'s listing).
+        jpeg_only, apply_exif_orientation, max_pixels: as :class:`fastprep.data.JpegDataset`'s:
+            non-JPEG files (PNG, ...) and, when asked, EXIF-rotated JPEGs go through the
+            same full-decode fallback as the DataLoader path, drawing the same parameters.
+    """
+
+    def __init__(self, source, *, batch_size: int = 64, crop_size=256, mask_ratio=0.25, transform=None,
+                 seed=None, shuffle: bool = True, shuffle_seed=None, on_error: str = "raise", device=None,
+                 dtype: torch.dtype = torch.float32, concurrency: int | None = None, num_cpus: float = 1,
+                 map_batch_size: int = 16, drop_last: bool = False, extensions=None, jpeg_only: bool = False,
+                 apply_exif_orientation: bool = False, max_pixels: int | None = None):
+        check_on_error(on_error)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.paths, self.labels = _listing(source, extensions)
+        self.batch_size = batch_size
+        self.crop_size, self.mask_ratio, self.transform = crop_size, mask_ratio, transform
+        self.seed = check_seed(seed)
+        self.shuffle = bool(shuffle)
+        self.shuffle_seed = check_seed(shuffle_seed, "shuffle_seed")
+        self.on_error = on_error
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = dtype
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ValueError(f"concurrency must be a positive int or None (the cluster's CPUs), got {concurrency!r}")
+        if not num_cpus > 0:
+            raise ValueError(f"num_cpus must be > 0, got {num_cpus!r}")
+        self.concurrency = concurrency
+        self.num_cpus = num_cpus
+        self.map_batch_size = int(map_batch_size)
+        self.drop_last = bool(drop_last)
+        self.extensions = extensions
+        self.decode_kwargs = dict(jpeg_only=bool(jpeg_only), apply_exif_orientation=bool(apply_exif_orientation),
+                                  max_pixels=max_pixels)
+        self.epoch = 0
+        self.skipped_indices: list[int] = []
+        # make_loader's default batch conversion (YUV / 255), one thread on the CPU
+        self._batch_transform = BatchConvert("yuv", None, None, dtype, require_uint8=True,
+                                             num_threads=1 if self.device.type == "cpu" else None)
+
+    def __len__(self) -> int:
+        """Batches per epoch if no file is skipped."""
+        n = len(self.paths)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    @property
+    def skipped(self) -> int:
+        """Samples dropped by ``on_error="skip"`` in the last complete epoch."""
+        return len(self.skipped_indices)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` run epoch ``epoch`` (later ones continue from it)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self.epoch = epoch
+
+    def dataset(self, epoch: int) -> ray.data.Dataset:
+        """The decoded ``ray.data.Dataset`` of ``epoch`` (columns ``image``, ``label``, ``index``)."""
+        shuffle_seed = None
+        if self.shuffle:
+            base = self.shuffle_seed if self.shuffle_seed is not None else (self.seed or 0)
+            shuffle_seed = sample_key(base, epoch, 2**64 - 1)
+        # one block per map batch: enough blocks to keep every actor busy
+        blocks = max(1, min(1000, -(-len(self.paths) // self.map_batch_size)))
+        rows = read_jpegs(JpegDataset(self.paths, self.labels), shuffle_seed=shuffle_seed, num_blocks=blocks)
+        return rows.map_batches(
+            DecodeBatch, batch_format="numpy", batch_size=self.map_batch_size,
+            fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
+                                       mask_ratio=self.mask_ratio, seed=self.seed, epoch=epoch,
+                                       on_error=self.on_error, num_threads=max(1, int(self.num_cpus)),
+                                       **self.decode_kwargs),
+            compute=ray.data.ActorPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
+
+    def actors(self) -> int:
+        """Decode actors an epoch starts: ``concurrency``, or the cluster's CPUs over ``num_cpus``
+        (Ray is started first if it is not running, as Ray Data itself would)."""
+        if self.concurrency is not None:
+            return self.concurrency
+        if not ray.is_initialized():
+            ray.init()
+        cpus = ray.cluster_resources().get("CPU", 1)
+        return max(1, int(cpus // self.num_cpus))
+
+    def _batches(self, ds, epoch):
+        seen = torch.zeros(len(self.paths), dtype=torch.int32)
+        pin = self.device.type == "cuda"
+        for batch in ds.iter_torch_batches(batch_size=self.batch_size, device="cpu", pin_memory=pin,
+                                           drop_last=self.drop_last):
+            idx = batch["index"]
+            seen.index_add_(0, idx, torch.ones_like(idx, dtype=torch.int32))
+            yield batch["image"], batch["label"]
+        if int(seen.max()) > 1:
+            dup = torch.nonzero(seen > 1).flatten().tolist()
+            raise RuntimeError(f"epoch {epoch}: Ray delivered samples more than once: indices {dup[:10]}")
+        if not self.drop_last:
+            self.skipped_indices = torch.nonzero(seen == 0).flatten().tolist()
+
+    def __iter__(self):
+        epoch = self.epoch
+        self.epoch = epoch + 1
+        ds = self.dataset(epoch)
+        yield from DevicePrefetcher(self._batches(ds, epoch), self.device, batch_transform=self._batch_transform)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(files={len(self.paths)}, batch_size={self.batch_size}, "
+                f"seed={self.seed}, concurrency={self.concurrency}, on_error={self.on_error!r})")
