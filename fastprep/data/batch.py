@@ -86,7 +86,7 @@ class _BufferPool:
 
     def __init__(self, size: int):
         self.size = size
-        self._buffers = []  # [pooled array, weak reference to its current lease or None]
+        self._buffers: list[list] = []  # [pooled array, weak reference to its current lease or None]
         self._lock = threading.Lock()
 
     def get(self, shape) -> torch.Tensor:

@@ -18,7 +18,15 @@ def _empty(shape, dtype, shared: bool) -> torch.Tensor:
         numel *= s
     itemsize = torch.empty((), dtype=dtype).element_size()
     storage = torch.UntypedStorage._new_shared(numel * itemsize)
-    return torch.empty((), dtype=dtype).set_(storage, 0, shape)
+    return torch.empty((), dtype=dtype).set_(storage, 0, tuple(shape), _contiguous_strides(shape))
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for s in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(s), 1)
+    return tuple(reversed(strides))
 
 
 def collate_uint8(batch, out=None):
@@ -107,7 +115,7 @@ class PooledCollate:
         self.busy = torch.zeros(n, dtype=torch.uint8).share_memory_()
         #: buffers allocated per worker (fresh ones included), for tests and diagnostics
         self.allocations = torch.zeros(max(int(num_workers), 1), dtype=torch.int64).share_memory_()
-        self._buffers = {}
+        self._buffers: dict[int, torch.Tensor] = {}
 
     def __getstate__(self):
         state = self.__dict__.copy()

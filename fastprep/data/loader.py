@@ -7,7 +7,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -196,6 +196,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
         raise ValueError(f"sampler is an EpochSampler of size {sampler.size}; the dataset has {len(dataset)} samples")
     user_sampler = not isinstance(sampler, EpochSampler)
     sliced = distributed or (not user_sampler and sampler.world_size > 1)
+    loader: ThreadLoader | DataLoader
     if engine == "threads":
         # On the CPU the conversion is fused into the batch run (bit for bit BatchConvert's):
         # the native threads write the delivered batch, nothing converts it afterwards.
@@ -326,7 +327,7 @@ def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed) -> EpochSampl
 
 def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory: bool, rest: dict) -> DataLoader:
     """The processes engine's ``DataLoader``."""
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     prefetch_factor = rest.get("prefetch_factor")
     if num_workers > 0:
         context = _worker_context(rest.get("multiprocessing_context"), rest.get("spawn_via_forkserver", True))

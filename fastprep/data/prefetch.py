@@ -96,14 +96,15 @@ class DevicePrefetcher:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.batch_transform = batch_transform
         self.non_blocking = bool(non_blocking)
-        self._resume = None  # a loaded state, for the next iter()
-        self._running = None  # [epoch, batches delivered, samples delivered] of the epoch in progress
+        self._resume: dict | None = None  # a loaded state, for the next iter()
+        # [epoch, batches delivered, samples delivered] of the epoch in progress
+        self._running: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.loader)
 
     @property
-    def engine(self) -> str:
+    def engine(self) -> str | None:
         """``"threads"`` or ``"processes"`` for :func:`make_loader`'s loaders, else ``None``."""
         return getattr(self.epochs, "engine", None)
 

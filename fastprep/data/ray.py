@@ -202,6 +202,8 @@ class DecodeBatch:
     def _batched(self, batch: dict):
         """As :meth:`_per_sample`, with the plans drawn per sample and one native run (files
         that need the full-decode fallback are decoded on their own)."""
+        native, shape = self._native, self._shape
+        assert native is not None and shape is not None  # __call__ takes this path only with a native pipeline
         datas, plans, planned, failed, decoded = [], [], [], {}, {}
         for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
             enc = self._encoded(data)
@@ -210,15 +212,15 @@ class DecodeBatch:
                 if reason is not None:
                     decoded[k] = self._keyed(self._sample, enc, int(index))
                     continue
-                plans.append(self._keyed(self._native.plan, enc, int(index)))
+                plans.append(self._keyed(native.plan, enc, int(index)))
             except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
                 failed[k] = e
                 continue
             datas.append(enc)
             planned.append(k)
-        out = torch.empty((len(datas), *self._shape), dtype=torch.uint8)
+        out = torch.empty((len(datas), *shape), dtype=torch.uint8)
         rows = []
-        for j, (status, message) in enumerate(self._native.run(datas, plans, out, num_threads=self.num_threads)):
+        for j, (status, message) in enumerate(native.run(datas, plans, out, num_threads=self.num_threads)):
             if status == STATUS_ERROR:
                 failed[planned[j]] = fio.DecodeError(message)
                 continue

@@ -19,6 +19,7 @@ import re
 import stat
 import tarfile
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ class _Storage:
     def __init__(self, root: str):
         self.root = root
         self.remote = _has_scheme(root)
-        self._fs = None  # (pid, filesystem, root path inside it)
+        self._fs: tuple[int, Any, str] | None = None  # (pid, filesystem, root path inside it)
 
     def __getstate__(self):
         return {"root": self.root, "remote": self.remote, "_fs": None}
@@ -97,7 +98,8 @@ class _Storage:
                 raise ImportError(f"reading shards from {self.root!r} needs fsspec (pip install fsspec)") from e
             fs, root = fsspec.core.url_to_fs(self.root)
             self._fs = (os.getpid(), fs, root.rstrip("/"))
-        return self._fs[1], f"{self._fs[2]}/{name}"
+        _, fs, root = self._fs
+        return fs, f"{root}/{name}"
 
     def size(self, name: str) -> int:
         """Size in bytes of a regular file; ``FileNotFoundError`` naming its path when missing."""
@@ -226,8 +228,15 @@ def scan_shard(fileobj, shard: str) -> dict:
         ValueError: not a tar file, a sample without a ``cls`` member or with one that is
             not an integer, or a key split over non-adjacent members.
     """
-    keys, exts, offsets, sizes, targets = [], [], [], [], []
-    seen, current, image, cls = set(), None, None, None
+    keys: list[str] = []
+    exts: list[str] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    targets: list[int] = []
+    seen: set[str] = set()
+    current: str | None = None
+    image: tuple[str, int, int] | None = None
+    cls: int | None = None
 
     def flush():
         if current is None:
@@ -253,7 +262,7 @@ def scan_shard(fileobj, shard: str) -> dict:
                 if not m.isfile():
                     continue
                 key, ext = split_member_name(m.name)
-                if key is None:
+                if key is None or ext is None:
                     continue
                 if key != current:
                     flush()
