@@ -136,6 +136,9 @@ class DecodeBatch:
             transform and the others :class:`fastprep.data.native.NativePipeline` takes),
             which run as one native call per batch (same output; the header read and the
             random draws stay per sample, in Python). Other transforms run per sample.
+        jpeg_only, apply_exif_orientation, max_pixels: as :class:`~fastprep.data.JpegDataset`'s:
+            which files take the full-decode fallback (non-JPEGs; EXIF-rotated JPEGs when
+            asked), or are refused.
     """
 
     def __init__(self, transform=None, *, crop_size=256, mask_ratio=0.25, seed=None, epoch: int = 0,
@@ -282,17 +285,17 @@ class RayLoader:
         map_batch_size: rows per ``map_batches`` call (per actor task).
         drop_last: drop a last batch smaller than ``batch_size`` (its samples then count
             as neither delivered nor skipped: :attr:`skipped` is only exact without it).
-        extensions: for a folder source (default: :class:`JpegFolder`'s listing).
-        jpeg_only, apply_exif_orientation, max_pixels: as :class:`fastprep.data.JpegDataset`'s:
-            non-JPEG files (PNG, ...) and, when asked, EXIF-rotated JPEGs go through the
-            same full-decode fallback as the DataLoader path, drawing the same parameters.
+        extensions: for a folder source (default: :class:`JpegFolder`'s listing). Non-JPEG
+            files (PNG, ...) go through the same full-decode fallback as
+            :class:`~fastprep.data.JpegDataset`, drawing the same parameters
+            (:class:`DecodeBatch` takes the dataset's ``jpeg_only``,
+            ``apply_exif_orientation`` and ``max_pixels`` too).
     """
 
     def __init__(self, source, *, batch_size: int = 64, crop_size=256, mask_ratio=0.25, transform=None,
                  seed=None, shuffle: bool = True, shuffle_seed=None, on_error: str = "raise", device=None,
                  dtype: torch.dtype = torch.float32, concurrency: int | None = None, num_cpus: float = 1,
-                 map_batch_size: int = 16, drop_last: bool = False, extensions=None, jpeg_only: bool = False,
-                 apply_exif_orientation: bool = False, max_pixels: int | None = None):
+                 map_batch_size: int = 16, drop_last: bool = False, extensions=None):
         check_on_error(on_error)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -315,8 +318,6 @@ class RayLoader:
         self.map_batch_size = int(map_batch_size)
         self.drop_last = bool(drop_last)
         self.extensions = extensions
-        self.decode_kwargs = dict(jpeg_only=bool(jpeg_only), apply_exif_orientation=bool(apply_exif_orientation),
-                                  max_pixels=max_pixels)
         self.epoch = 0
         self.skipped_indices: list[int] = []
         # make_loader's default batch conversion (YUV / 255), one thread on the CPU
@@ -352,8 +353,7 @@ class RayLoader:
             DecodeBatch, batch_format="numpy", batch_size=self.map_batch_size,
             fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
                                        mask_ratio=self.mask_ratio, seed=self.seed, epoch=epoch,
-                                       on_error=self.on_error, num_threads=max(1, int(self.num_cpus)),
-                                       **self.decode_kwargs),
+                                       on_error=self.on_error, num_threads=max(1, int(self.num_cpus))),
             compute=ray.data.ActorPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
 
     def actors(self) -> int:
