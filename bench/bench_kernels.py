@@ -93,7 +93,7 @@ def measure(groups, runs, images, block=50):
     """
     times = {name: [] for methods in groups.values() for name in methods}
     calls = [(name, fn) for methods in groups.values() for name, fn in methods.items()]
-    for name, fn in calls:  # warm-up: compile, caches, allocator
+    for _, fn in calls:  # warm-up: compile, caches, allocator
         for img in images[:5]:
             fn(img)
     done = 0
@@ -202,7 +202,7 @@ def busy_cores_rows(runs, default_threads):
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, ncpu - 1))]
     try:
         time.sleep(0.5)
-        for name, x, fn in cases:  # warm-up
+        for _, x, fn in cases:  # warm-up
             fn(x)
         times = {name: [] for name, _, _ in cases}
         for _ in range(max(4, runs // 200)):  # alternate in blocks, as measure() does

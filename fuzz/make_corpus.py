@@ -152,7 +152,8 @@ def packed_seeds():
 
     for k, (name, sampling) in enumerate(RESTART_SAMPLINGS.items()):
         for height, width in PACKED_SIZES:
-            yield f"{name}-packed-{height}x{width}", transcode_jpeg(_sampled(synthetic_rgb(height, width, seed=200 + k), sampling))
+            rgb = synthetic_rgb(height, width, seed=200 + k)
+            yield f"{name}-packed-{height}x{width}", transcode_jpeg(_sampled(rgb, sampling))
     rgb = synthetic_rgb(48, 64, seed=300)
     yield "420-progressive-packed-48x64", transcode_jpeg(PIL_ENCODINGS["420-progressive"](rgb))
     yield "420-arith-progressive-packed-48x64", transcode_jpeg(CJPEG_ENCODINGS["420-arith-progressive"](rgb))

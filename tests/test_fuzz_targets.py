@@ -62,7 +62,7 @@ def test_corpus_covers_the_encodings(corpus):
         assert any("incomplete-progressive" in n for n in names)
         # restart markers every 1..8 MCUs in every sampling, and packed files
         restart = {}
-        for p, i in zip(corpus, infos):
+        for i in infos:
             restart.setdefault(i.sampling_factors, set()).add(i.restart_interval)
         for sampling in ("1x1", "2x1", "2x2", "1x2", "4x1", "4x2", "1x4"):
             factors = ((int(sampling[0]), int(sampling[2])), (1, 1), (1, 1))
@@ -131,7 +131,7 @@ class TestOracles:
         import warnings
 
         def warns():
-            warnings.warn("something else", RuntimeWarning)
+            warnings.warn("something else", RuntimeWarning, stacklevel=1)
             return torch.zeros(1)
 
         with pytest.raises(_harness.Finding, match="RuntimeWarning"):
@@ -148,7 +148,8 @@ class TestOracles:
 
         for params in (bytes(16), bytes(range(16)), bytes(range(100, 116))):
             target.test_one_input(params + self._photo())  # the real decoder agrees
-            with pytest.raises(_harness.Finding, match=r"scale \d differs from the full decode sliced: 1 values, max 4"):
+            differs = r"scale \d differs from the full decode sliced: 1 values, max 4"
+            with pytest.raises(_harness.Finding, match=differs):
                 target.test_one_input(params + self._photo(), decode_roi=wrong)
 
     def test_transcode_oracle_reports_changed_pixels(self):
