@@ -33,6 +33,7 @@ except ImportError:
 sys.path.insert(0, FUZZ_DIR)
 import _blind  # noqa: E402
 import _harness  # noqa: E402
+import _jpegs  # noqa: E402
 import make_corpus  # noqa: E402
 
 
@@ -156,7 +157,7 @@ class TestOracles:
         target = importlib.import_module("fuzz_transcode")
 
         def lossy(data, **kwargs):
-            return make_corpus._pil(fio.decode_jpeg(data).permute(1, 2, 0).numpy(), quality=90)
+            return _jpegs.pil_jpeg(fio.decode_jpeg(data).permute(1, 2, 0).numpy(), quality=90)
 
         with pytest.raises(_harness.Finding, match="transcoded file decodes differently"):
             target.check(self._photo(), fio.ImageReadMode.RGB, 0, True, True, bytes(8), transcode=lossy)
@@ -176,7 +177,7 @@ class TestOracles:
 
         def brighter(data, **kwargs):
             rgb = fio.decode_jpeg(data).permute(1, 2, 0).numpy()
-            return fio.transcode_jpeg(make_corpus._pil(rgb // 2 + 100, quality=95), **kwargs)
+            return fio.transcode_jpeg(_jpegs.pil_jpeg(rgb // 2 + 100, quality=95), **kwargs)
 
         with pytest.raises(_harness.Finding, match="differs between the original and the packed file"):
             target.check(self._photo(), fio.ImageReadMode.RGB, "auto", 5, transcode=brighter)
@@ -212,7 +213,7 @@ class TestBlindMode:
         assert changed >= len(restart) // 2, f"{mutator.__name__} changed {changed} of {len(restart)}"
 
     def test_marker_mutations_do_what_they_say(self):
-        jpeg = make_corpus._cjpeg(make_corpus.synthetic_rgb(17, 33, 0), "-sample", "2x1", "-restart", "1B")
+        jpeg = _jpegs.cjpeg(make_corpus.synthetic_rgb(17, 33, 0), "-sample", "2x1", "-restart", "1B")
         rng = random.Random(3)
 
         def segment(data, marker):
