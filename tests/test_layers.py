@@ -11,16 +11,20 @@ none is on floor 1). The tests check that
 - no module uses a private name (``_x``) of another, public fastprep module, by
   ``from M import _x`` or by ``M._x`` on an imported module (a private module such as
   ``fastprep._threads`` exists to be shared; a private name of a public module is that
-  module's own business: add a public name, or move the helper to a private module).
+  module's own business: add a public name, or move the helper to a private module);
+- nor does the checkout's tooling (``bench/``, ``fuzz/``, ``ci/``, ``examples/``).
 """
 
 import ast
 import functools
+from pathlib import Path
 
 from test_import_cycles import from_module, import_graph, modules
 
 ROOT = "fastprep"
 MAX_FLOORS = 9
+#: The checkout's tooling, which must use public names (and private modules) only.
+TOOLING = ("bench", "fuzz", "ci", "examples")
 
 #: Layers from the bottom up: ``{layer: rooms}``. A room may import rooms of its own layer
 #: and of the layers listed before it. A new top-level module or subpackage gets a layer here.
@@ -177,6 +181,18 @@ def all_private_uses() -> set[tuple[str, str, str]]:
     return found
 
 
+def tooling_private_uses() -> set[tuple[str, str, str]]:
+    """:func:`private_uses` of the checkout's scripts (``bench/``, ``fuzz/``...), by path."""
+    checkout = Path(__file__).resolve().parent.parent
+    mods = modules()
+    found = set()
+    for folder in TOOLING:
+        for path in sorted((checkout / folder).glob("*.py")):
+            where = str(path.relative_to(checkout))
+            found |= private_uses(path.read_text(encoding="utf-8"), where, False, mods)
+    return found
+
+
 def test_room_graph_and_floors():
     rooms = {"a": {"b", "c"}, "b": {"c"}, "c": set()}
     assert floors(rooms) == {"a": 3, "b": 2, "c": 1}
@@ -238,3 +254,9 @@ def test_no_private_names_of_public_modules_used_elsewhere():
         "to a private module such as fastprep/_threads.py):\n" + "\n".join(
             f"{user} uses {owner}.{name}" for user, owner, name in new)
     assert not gone, "no longer used, remove from KNOWN_PRIVATE_USES:\n" + "\n".join(map(str, gone))
+
+
+def test_tooling_uses_public_names_only():
+    found = sorted(tooling_private_uses())
+    assert not found, "scripts using private names of public modules:\n" + "\n".join(
+        f"{user} uses {owner}.{name}" for user, owner, name in found)
