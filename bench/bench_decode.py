@@ -31,6 +31,7 @@ average is printed before and after.
 """
 
 import argparse
+import functools
 import io
 import json
 import platform
@@ -41,12 +42,17 @@ import numpy as np
 import torch
 
 import fastprep.io as fio
-from fastprep import _platform
+from fastprep import _C, _ops, _platform
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 
+def _as_bytes_tensor(data: bytes) -> torch.Tensor:
+    """The encoded file as the uint8 tensor the decoders take (made once, outside the timing)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
 def make_methods(data: bytes, info):
-    tensor = fio._as_tensor(data)
+    tensor = _as_bytes_tensor(data)
     methods = {
         "fastprep decode_jpeg_roi": lambda t, l, h, w: fio.decode_jpeg_roi(tensor, t, l, h, w),
         "fastprep decode_jpeg + slice": lambda t, l, h, w: fio.decode_jpeg(tensor)[:, t:t + h, l:l + w].contiguous(),
@@ -172,14 +178,14 @@ def bench_packed(height: int, width: int, window: int, runs: int, block: int = 2
     ref = fio.decode_jpeg(data)
     methods = {}
     for label, blob in variants.items():
-        tensor = fio._as_tensor(blob)
-        methods[label] = (lambda tensor: lambda t, l, h, w: fio.decode_jpeg_roi(tensor, t, l, h, w))(tensor)
+        tensor = _as_bytes_tensor(blob)
+        methods[label] = functools.partial(fio.decode_jpeg_roi, tensor)
         for t, l, h, w in windows[:20]:  # exactness on the same windows
             if not torch.equal(methods[label](t, l, h, w), ref[:, t:t + h, l:l + w]):
                 raise AssertionError(f"{label}: not equal to the original's full decode")
-    taken0 = fio._C.restart_stats()[0]
+    taken0 = _C.restart_stats()[0]
     times = _timed_turns(methods, windows, block)
-    taken = fio._C.restart_stats()[0] - taken0
+    taken = _C.restart_stats()[0] - taken0
     base = statistics.median(times["original (no restart markers)"])
     rows = []
     for label, ts in times.items():
@@ -234,8 +240,10 @@ def bench_real(path: str, data: bytes, packed: bytes, runs: int, block: int, win
     windows = [(int(torch.randint(margin, h - window - margin + 1, (1,), generator=g)),
                 int(torch.randint(margin, w - window - margin + 1, (1,), generator=g)), window, window)
                for _ in range(runs)]
-    cuts = [fio._as_tensor(_jpegtran_cut(plain, t - margin, l - margin, cut)) for t, l, _, _ in windows[:distinct_cuts]]
-    tensors = {name: fio._as_tensor(blob) for name, blob in (("original", data), ("plain", plain), ("packed", packed))}
+    cuts = [_as_bytes_tensor(_jpegtran_cut(plain, t - margin, l - margin, cut))
+            for t, l, _, _ in windows[:distinct_cuts]]
+    tensors = {name: _as_bytes_tensor(blob)
+               for name, blob in (("original", data), ("plain", plain), ("packed", packed))}
     methods = {
         "packed, no interval index (scan), decode_jpeg_roi": lambda t, l, hh, ww: fio.decode_jpeg_roi(
             tensors["plain"], t, l, hh, ww, max_pixels=0),
@@ -253,12 +261,12 @@ def bench_real(path: str, data: bytes, packed: bytes, runs: int, block: int, win
 
     methods[f"{cut}x{cut} jpegtran -crop cut, decode_jpeg (whole cut)"] = decode_cut
     full = fio.decode_jpeg(tensors["packed"], max_pixels=0)
-    used0 = fio._C.interval_index_stats()[0]
+    used0 = _C.interval_index_stats()[0]
     for t, l, hh, ww in windows[:20]:  # exactness on the same windows
         for name in [m for m in methods if "decode_jpeg_roi" in m]:
             if not torch.equal(methods[name](t, l, hh, ww), full[:, t:t + hh, l:l + ww]):
                 raise AssertionError(f"{name}: not equal to the full decode")
-    if fio._C.interval_index_stats()[0] - used0 != 20:
+    if _C.interval_index_stats()[0] - used0 != 20:
         raise AssertionError("the packed file's interval index was not used")
     times = _timed_turns(methods, windows, block)
     base = statistics.median(times["packed, interval index, decode_jpeg_roi"])
@@ -348,7 +356,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     print(_platform.describe())
     results = {"machine": {"cpu": platform.processor() or platform.machine(), "describe": _platform.describe(),
-                           "torch": torch.__version__, "libjpeg_turbo": fio._ops.libjpeg_turbo_version},
+                           "torch": torch.__version__, "libjpeg_turbo": _ops.libjpeg_turbo_version},
                "tables": [], "packed": []}
     if args.real:
         from fastprep.pack.shards import parse_size

@@ -93,7 +93,7 @@ def measure(groups, runs, images, block=50):
     """
     times = {name: [] for methods in groups.values() for name in methods}
     calls = [(name, fn) for methods in groups.values() for name, fn in methods.items()]
-    for name, fn in calls:  # warm-up: compile, caches, allocator
+    for _, fn in calls:  # warm-up: compile, caches, allocator
         for img in images[:5]:
             fn(img)
     done = 0
@@ -116,7 +116,8 @@ def roi_decode_time(runs):
     except Exception as exc:  # the io extension is optional for this benchmark
         print(f"(decode_jpeg_roi not measured: {exc})", file=sys.stderr)
         return None
-    data = fio._as_tensor(encode_jpeg(photo_like(533, 800, seed=1), quality=90, subsampling="4:2:0"))
+    jpeg = encode_jpeg(photo_like(533, 800, seed=1), quality=90, subsampling="4:2:0")
+    data = torch.frombuffer(bytearray(jpeg), dtype=torch.uint8)
     rng = np.random.default_rng(0)
     windows = [(int(rng.integers(0, 533 - H)), int(rng.integers(0, 800 - W))) for _ in range(64)]
     for t, l in windows[:5]:
@@ -176,18 +177,19 @@ def code_path():
 
 def busy_cores_rows(runs, default_threads):
     """Mean per-call time with a busy-loop process on every other usable CPU."""
-    from fastprep._kernels import _color
+    from fastprep._kernels import _color, _mask
 
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     img = torch.from_numpy(np.ascontiguousarray(photo_like(H, W, seed=3).transpose(2, 0, 1)))
     batch = img.expand(64, 3, H, W).contiguous()
-    buf, buf64 = F._scratch_mask(H, W)
+    buf = np.empty((H, ((W + 63) // 64) * 64), dtype=np.uint8)  # mask rows padded to whole uint64 words
+    buf64 = buf.view(np.uint64)
     out = np.empty((1, 3, H, W), np.float32)
-    m = F._mask_kernels().probability_numerator(RATIO)
+    m = _mask.probability_numerator(RATIO)
 
     def openmp_before(x):
         # the kernels' previous path: mask, then OpenMP with torch.get_num_threads() threads
-        F._mask_kernels().random_dilated_mask(np.uint64(1), m, H, W, buf64)
+        _mask.random_dilated_mask(np.uint64(1), m, H, W, buf64)
         _color.mask_yuv(x.numpy()[None], buf, out, 0.0, 1.0 / 255.0, torch.get_num_threads())
 
     cases = [
@@ -202,7 +204,7 @@ def busy_cores_rows(runs, default_threads):
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, ncpu - 1))]
     try:
         time.sleep(0.5)
-        for name, x, fn in cases:  # warm-up
+        for _, x, fn in cases:  # warm-up
             fn(x)
         times = {name: [] for name, _, _ in cases}
         for _ in range(max(4, runs // 200)):  # alternate in blocks, as measure() does

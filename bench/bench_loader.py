@@ -38,7 +38,6 @@ import time
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torch.utils.data import default_collate
 
 try:
     import fastprep  # noqa: F401
@@ -204,7 +203,7 @@ def run(args):
             "epochs": rs,
         }
     fast = results["fastprep"]["samples_per_s"]
-    for name, r in results.items():
+    for r in results.values():
         r["fastprep_speedup"] = fast / r["samples_per_s"]
     return {
         "config": {"workers": args.workers, "batch_size": args.batch_size, "samples_per_epoch": args.samples,
@@ -222,7 +221,8 @@ def run(args):
 
 
 def table(report) -> str:
-    lines = ["| pipeline | samples/s | fastprep speed-up | CPU ms/sample (workers + main) | bytes/sample across workers |",
+    lines = ["| pipeline | samples/s | fastprep speed-up | CPU ms/sample (workers + main) "
+             "| bytes/sample across workers |",
              "|---|---:|---:|---:|---:|"]
     for name, r in report["results"].items():
         lines.append(f"| {name} | {r['samples_per_s']:.0f} | {r['fastprep_speedup']:.2f}x | "

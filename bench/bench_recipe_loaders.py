@@ -400,7 +400,7 @@ def run(args, dali_version):
             "main_cpu_ms_per_sample": statistics.median(x["main_cpu_s"] / x["samples"] * 1e3 for x in rs),
             "epochs": rs, "warmup": runs[name]["warmup"],
         }
-    for name, r in results.items():
+    for r in results.values():
         ref = TV_FLOAT if r["output"] == FLOAT_OUT else TV_UINT8
         r["reference"] = ref
         r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]

@@ -19,7 +19,8 @@ from fastprep._kernels import _color  # Cython kernels built into the wheel
 
 venv = os.path.realpath(sys.argv[1])
 for mod in (fastprep, _color):
-    assert os.path.realpath(mod.__file__).startswith(venv + os.sep), f"{mod.__name__} from {mod.__file__}, not the wheel"
+    where = os.path.realpath(mod.__file__)
+    assert where.startswith(venv + os.sep), f"{mod.__name__} from {mod.__file__}, not the wheel"
 so = [f for f in os.listdir(os.path.dirname(fastprep.__file__)) if f.startswith("_C") and f.endswith(".so")]
 assert so, "the wheel has no compiled op"
 

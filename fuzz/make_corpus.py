@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
-from PIL import Image
+
+from _jpegs import cjpeg, cmyk_jpeg, pil_jpeg
 
 #: Bytes in front of each seed's JPEG that the targets consume as parameters.
 PARAM_BYTES = 16
@@ -52,65 +50,34 @@ def synthetic_rgb(height: int, width: int, seed: int) -> np.ndarray:
     return np.clip(base, 0, 255).astype(np.uint8)
 
 
-def _pil(arr, **kwargs) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "JPEG", **kwargs)
-    return buf.getvalue()
-
-
-def _cmyk(rgb) -> bytes:
-    k = (rgb.min(axis=2) // 2).astype(np.uint8)
-    cmyk = np.concatenate([255 - rgb - k[..., None], k[..., None]], axis=2).astype(np.uint8)
-    img = Image.frombytes("CMYK", (rgb.shape[1], rgb.shape[0]), np.ascontiguousarray(cmyk).tobytes())
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=90)
-    return buf.getvalue()
-
-
-def _cjpeg(rgb, *args, gray=False, scans=None) -> bytes:
-    tool = shutil.which("cjpeg")
-    h, w, _ = rgb.shape
-    if gray:
-        src = b"P5\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb[..., 1]).tobytes()
-    else:
-        src = b"P6\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb).tobytes()
-    with tempfile.TemporaryDirectory() as tmp:
-        if scans is not None:
-            path = os.path.join(tmp, "scans.txt")
-            with open(path, "w") as f:
-                f.write(scans)
-            args = (*args, "-scans", path)
-        return subprocess.run([tool, *args], input=src, capture_output=True, check=True).stdout
-
-
 PIL_ENCODINGS = {
-    "444": lambda a: _pil(a, quality=90, subsampling="4:4:4"),
-    "422": lambda a: _pil(a, quality=75, subsampling="4:2:2"),
-    "420": lambda a: _pil(a, quality=90, subsampling="4:2:0"),
-    "420-q20-optimize": lambda a: _pil(a, quality=20, subsampling="4:2:0", optimize=True),
-    "420-progressive": lambda a: _pil(a, quality=90, subsampling="4:2:0", progressive=True),
-    "422-progressive": lambda a: _pil(a, quality=85, subsampling="4:2:2", progressive=True),
-    "444-progressive": lambda a: _pil(a, quality=95, subsampling="4:4:4", progressive=True),
-    "420-restart-blocks": lambda a: _pil(a, quality=90, subsampling="4:2:0", restart_marker_blocks=1),
-    "422-restart-rows": lambda a: _pil(a, quality=90, subsampling="4:2:2", restart_marker_rows=1),
-    "gray": lambda a: _pil(np.ascontiguousarray(a[..., 1]), quality=90),
-    "gray-progressive": lambda a: _pil(np.ascontiguousarray(a[..., 0]), quality=90, progressive=True),
-    "cmyk": _cmyk,
+    "444": lambda a: pil_jpeg(a, quality=90, subsampling="4:4:4"),
+    "422": lambda a: pil_jpeg(a, quality=75, subsampling="4:2:2"),
+    "420": lambda a: pil_jpeg(a, quality=90, subsampling="4:2:0"),
+    "420-q20-optimize": lambda a: pil_jpeg(a, quality=20, subsampling="4:2:0", optimize=True),
+    "420-progressive": lambda a: pil_jpeg(a, quality=90, subsampling="4:2:0", progressive=True),
+    "422-progressive": lambda a: pil_jpeg(a, quality=85, subsampling="4:2:2", progressive=True),
+    "444-progressive": lambda a: pil_jpeg(a, quality=95, subsampling="4:4:4", progressive=True),
+    "420-restart-blocks": lambda a: pil_jpeg(a, quality=90, subsampling="4:2:0", restart_marker_blocks=1),
+    "422-restart-rows": lambda a: pil_jpeg(a, quality=90, subsampling="4:2:2", restart_marker_rows=1),
+    "gray": lambda a: pil_jpeg(np.ascontiguousarray(a[..., 1]), quality=90),
+    "gray-progressive": lambda a: pil_jpeg(np.ascontiguousarray(a[..., 0]), quality=90, progressive=True),
+    "cmyk": cmyk_jpeg,
 }
 
 CJPEG_ENCODINGS = {
-    "440": lambda a: _cjpeg(a, "-quality", "90", "-sample", "1x2,1x1,1x1"),
-    "411": lambda a: _cjpeg(a, "-quality", "90", "-sample", "4x1,1x1,1x1"),
-    "420-arithmetic": lambda a: _cjpeg(a, "-quality", "90", "-arithmetic", "-sample", "2x2,1x1,1x1"),
-    "420-arith-restart": lambda a: _cjpeg(a, "-arithmetic", "-restart", "1B"),
-    "420-arith-progressive": lambda a: _cjpeg(a, "-quality", "90", "-arithmetic", "-progressive"),
-    "gray-arith-progressive": lambda a: _cjpeg(a, "-arithmetic", "-progressive", gray=True),
-    "444-rgb": lambda a: _cjpeg(a, "-rgb", "-quality", "90"),
-    "420-incomplete-progressive": lambda a: _cjpeg(a, "-quality", "90", "-sample", "2x2,1x1,1x1",
+    "440": lambda a: cjpeg(a, "-quality", "90", "-sample", "1x2,1x1,1x1"),
+    "411": lambda a: cjpeg(a, "-quality", "90", "-sample", "4x1,1x1,1x1"),
+    "420-arithmetic": lambda a: cjpeg(a, "-quality", "90", "-arithmetic", "-sample", "2x2,1x1,1x1"),
+    "420-arith-restart": lambda a: cjpeg(a, "-arithmetic", "-restart", "1B"),
+    "420-arith-progressive": lambda a: cjpeg(a, "-quality", "90", "-arithmetic", "-progressive"),
+    "gray-arith-progressive": lambda a: cjpeg(a, "-arithmetic", "-progressive", gray=True),
+    "444-rgb": lambda a: cjpeg(a, "-rgb", "-quality", "90"),
+    "420-incomplete-progressive": lambda a: cjpeg(a, "-quality", "90", "-sample", "2x2,1x1,1x1",
                                                   scans=_INCOMPLETE_SCANS_COLOR),
-    "420-arith-incomplete-progressive": lambda a: _cjpeg(a, "-arithmetic", "-sample", "2x2,1x1,1x1",
+    "420-arith-incomplete-progressive": lambda a: cjpeg(a, "-arithmetic", "-sample", "2x2,1x1,1x1",
                                                         scans=_INCOMPLETE_SCANS_COLOR),
-    "gray-arith-incomplete-progressive": lambda a: _cjpeg(a, "-arithmetic", gray=True,
+    "gray-arith-incomplete-progressive": lambda a: cjpeg(a, "-arithmetic", gray=True,
                                                          scans=_INCOMPLETE_SCANS_GRAY),
 }
 
@@ -130,8 +97,8 @@ PACKED_SIZES = [(17, 33), (48, 64)]
 
 def _sampled(rgb, sampling, *args) -> bytes:
     if sampling is None:
-        return _cjpeg(rgb, "-quality", "85", *args, gray=True)
-    return _cjpeg(rgb, "-quality", "85", "-sample", sampling, *args)
+        return cjpeg(rgb, "-quality", "85", *args, gray=True)
+    return cjpeg(rgb, "-quality", "85", "-sample", sampling, *args)
 
 
 def restart_seeds():
@@ -152,7 +119,8 @@ def packed_seeds():
 
     for k, (name, sampling) in enumerate(RESTART_SAMPLINGS.items()):
         for height, width in PACKED_SIZES:
-            yield f"{name}-packed-{height}x{width}", transcode_jpeg(_sampled(synthetic_rgb(height, width, seed=200 + k), sampling))
+            rgb = synthetic_rgb(height, width, seed=200 + k)
+            yield f"{name}-packed-{height}x{width}", transcode_jpeg(_sampled(rgb, sampling))
     rgb = synthetic_rgb(48, 64, seed=300)
     yield "420-progressive-packed-48x64", transcode_jpeg(PIL_ENCODINGS["420-progressive"](rgb))
     yield "420-arith-progressive-packed-48x64", transcode_jpeg(CJPEG_ENCODINGS["420-arith-progressive"](rgb))

@@ -1,16 +1,19 @@
 """Shared test data: JPEGs encoded by the tests themselves (Pillow, and libjpeg-turbo's
-cjpeg/jpegtran for encodings Pillow cannot write)."""
+cjpeg/jpegtran for encodings Pillow cannot write), built by ``fuzz/_jpegs.py``, which the
+fuzz seed corpus uses too."""
 
-import io
 import os
 import shutil
-import subprocess
+import sys
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from fastprep.bench.synthetic import photo_like
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz"))
+import _jpegs  # noqa: E402  (fuzz/ holds the builder shared with the seed corpus)
+from _jpegs import cmyk_jpeg, pil_jpeg  # noqa: E402,F401  (tests import them from here)
 
 
 def _need_tool(name):
@@ -23,22 +26,14 @@ def _need_tool(name):
     return path
 
 
-def pil_jpeg(arr, **kwargs) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "JPEG", **kwargs)
-    return buf.getvalue()
-
-
-def cjpeg(rgb, *args) -> bytes:
-    tool = _need_tool("cjpeg")
-    h, w, _ = rgb.shape
-    ppm = b"P6\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb).tobytes()
-    return subprocess.run([tool, *args], input=ppm, capture_output=True, check=True).stdout
+def cjpeg(rgb, *args, gray: bool = False, scans: str | None = None) -> bytes:
+    """:func:`_jpegs.cjpeg`; skips the test when cjpeg is missing (fails it in CI)."""
+    return _jpegs.cjpeg(rgb, *args, gray=gray, scans=scans, tool=_need_tool("cjpeg"))
 
 
 def jpegtran(data, *args) -> bytes:
-    tool = _need_tool("jpegtran")
-    return subprocess.run([tool, *args], input=data, capture_output=True, check=True).stdout
+    """:func:`_jpegs.jpegtran`; skips the test when jpegtran is missing (fails it in CI)."""
+    return _jpegs.jpegtran(data, *args, tool=_need_tool("jpegtran"))
 
 
 # name -> (builder(rgb) -> bytes). Sizes are chosen by the caller.
@@ -57,18 +52,8 @@ ENCODINGS = {
     "420-arith-progressive": lambda a: cjpeg(a, "-quality", "90", "-arithmetic", "-progressive"),
     "gray": lambda a: pil_jpeg(np.ascontiguousarray(a[..., 1]), quality=90),
     "gray-progressive": lambda a: pil_jpeg(np.ascontiguousarray(a[..., 0]), quality=90, progressive=True),
-    "cmyk": lambda a: _cmyk(a),
+    "cmyk": cmyk_jpeg,
 }
-
-
-def _cmyk(rgb) -> bytes:
-    # Real black ink (Pillow's own RGB->CMYK conversion leaves K at 0).
-    k = (rgb.min(axis=2) // 2).astype(np.uint8)
-    cmyk = np.concatenate([255 - rgb - k[..., None], k[..., None]], axis=2).astype(np.uint8)
-    img = Image.frombytes("CMYK", (rgb.shape[1], rgb.shape[0]), np.ascontiguousarray(cmyk).tobytes())
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=90)
-    return buf.getvalue()
 
 
 _cache = {}

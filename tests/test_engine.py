@@ -17,7 +17,6 @@ import threading
 import time
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DistributedSampler
@@ -27,7 +26,7 @@ from fastprep import io as fio
 from fastprep._seeding import epoch_permutation, keyed_thread_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.data.order import rank_slice
-from fastprep.transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.transforms import DecodeCenterCrop
 
 from conftest import make_jpeg
 from test_decode_errors import warning_flip
@@ -162,7 +161,6 @@ class TestEpochSampler:
         order = epoch_permutation(4, 2, N).tolist()
         for consumed in range(0, -(-N // old)):
             cursor = consumed * old
-            seen = set(order[:cursor])
             rest = [i for r in range(new) for i in rank_slice(torch.tensor(order), cursor, r, new, False)]
             pad = -(N - cursor) % new
             assert len(rest) == N - cursor + pad  # padded to whole rounds

@@ -33,6 +33,7 @@ except ImportError:
 sys.path.insert(0, FUZZ_DIR)
 import _blind  # noqa: E402
 import _harness  # noqa: E402
+import _jpegs  # noqa: E402
 import make_corpus  # noqa: E402
 
 
@@ -62,7 +63,7 @@ def test_corpus_covers_the_encodings(corpus):
         assert any("incomplete-progressive" in n for n in names)
         # restart markers every 1..8 MCUs in every sampling, and packed files
         restart = {}
-        for p, i in zip(corpus, infos):
+        for i in infos:
             restart.setdefault(i.sampling_factors, set()).add(i.restart_interval)
         for sampling in ("1x1", "2x1", "2x2", "1x2", "4x1", "4x2", "1x4"):
             factors = ((int(sampling[0]), int(sampling[2])), (1, 1), (1, 1))
@@ -131,7 +132,7 @@ class TestOracles:
         import warnings
 
         def warns():
-            warnings.warn("something else", RuntimeWarning)
+            warnings.warn("something else", RuntimeWarning, stacklevel=1)
             return torch.zeros(1)
 
         with pytest.raises(_harness.Finding, match="RuntimeWarning"):
@@ -148,14 +149,15 @@ class TestOracles:
 
         for params in (bytes(16), bytes(range(16)), bytes(range(100, 116))):
             target.test_one_input(params + self._photo())  # the real decoder agrees
-            with pytest.raises(_harness.Finding, match=r"scale \d differs from the full decode sliced: 1 values, max 4"):
+            differs = r"scale \d differs from the full decode sliced: 1 values, max 4"
+            with pytest.raises(_harness.Finding, match=differs):
                 target.test_one_input(params + self._photo(), decode_roi=wrong)
 
     def test_transcode_oracle_reports_changed_pixels(self):
         target = importlib.import_module("fuzz_transcode")
 
         def lossy(data, **kwargs):
-            return make_corpus._pil(fio.decode_jpeg(data).permute(1, 2, 0).numpy(), quality=90)
+            return _jpegs.pil_jpeg(fio.decode_jpeg(data).permute(1, 2, 0).numpy(), quality=90)
 
         with pytest.raises(_harness.Finding, match="transcoded file decodes differently"):
             target.check(self._photo(), fio.ImageReadMode.RGB, 0, True, True, bytes(8), transcode=lossy)
@@ -175,7 +177,7 @@ class TestOracles:
 
         def brighter(data, **kwargs):
             rgb = fio.decode_jpeg(data).permute(1, 2, 0).numpy()
-            return fio.transcode_jpeg(make_corpus._pil(rgb // 2 + 100, quality=95), **kwargs)
+            return fio.transcode_jpeg(_jpegs.pil_jpeg(rgb // 2 + 100, quality=95), **kwargs)
 
         with pytest.raises(_harness.Finding, match="differs between the original and the packed file"):
             target.check(self._photo(), fio.ImageReadMode.RGB, "auto", 5, transcode=brighter)
@@ -211,7 +213,7 @@ class TestBlindMode:
         assert changed >= len(restart) // 2, f"{mutator.__name__} changed {changed} of {len(restart)}"
 
     def test_marker_mutations_do_what_they_say(self):
-        jpeg = make_corpus._cjpeg(make_corpus.synthetic_rgb(17, 33, 0), "-sample", "2x1", "-restart", "1B")
+        jpeg = _jpegs.cjpeg(make_corpus.synthetic_rgb(17, 33, 0), "-sample", "2x1", "-restart", "1B")
         rng = random.Random(3)
 
         def segment(data, marker):

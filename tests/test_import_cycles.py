@@ -20,7 +20,18 @@ PACKAGE = Path(fastprep.__file__).resolve().parent
 KNOWN_EDGES: set[tuple[str, str]] = set()
 
 
-def _modules() -> dict[str, tuple[Path | None, bool]]:
+def from_module(node: ast.ImportFrom, package: str) -> str:
+    """The absolute name of the module in ``from <module> import ...`` written in a module
+    of ``package`` (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def modules() -> dict[str, tuple[Path | None, bool]]:
+    """``{module name: (source path or None for a compiled module, is a package)}``."""
     mods: dict[str, tuple[Path | None, bool]] = {}
     for path in PACKAGE.rglob("*"):
         if "__pycache__" in path.parts or not path.is_file():
@@ -38,7 +49,7 @@ def _modules() -> dict[str, tuple[Path | None, bool]]:
 
 def import_graph() -> dict[str, set[str]]:
     """``{module: modules of the package it imports}``."""
-    mods = _modules()
+    mods = modules()
     root = PACKAGE.name
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, (path, is_pkg) in mods.items():
@@ -52,12 +63,7 @@ def import_graph() -> dict[str, set[str]]:
                     # `import a.b.c` runs a, a.b and a.b.c; the deepest is what the code uses
                     targets.append(alias.name)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[:len(base) - (node.level - 1)]
-                    module = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    module = node.module or ""
+                module = from_module(node, package)
                 for alias in node.names:
                     sub = f"{module}.{alias.name}"
                     targets.append(sub if sub in mods else module)
@@ -101,7 +107,7 @@ def test_graph_sees_function_level_and_relative_imports():
     assert "fastprep.io" in graph["fastprep"]  # `from . import io` in __init__
     assert "fastprep._C" in graph["fastprep.io"]  # a compiled module is a node
     assert "fastprep.bench.cli" in graph["fastprep.bench.__main__"]
-    # a function-level import is an edge too (fastprep.bench.cli imports profiling inside run())
+    # a function-level import is an edge too (fastprep.bench.cli imports profiling inside functions)
     assert "fastprep.bench.profiling" in graph["fastprep.bench.cli"]
 
 

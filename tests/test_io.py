@@ -274,22 +274,14 @@ def incomplete_progressive(script, sample, arithmetic, h=45, w=67, seed=6):
     """A cjpeg-encoded progressive JPEG whose scans follow `script` (sample=None: gray)."""
     key = ("incomplete", script, sample, arithmetic, h, w, seed)
     if key not in _scaled_cache:
-        import tempfile
-
         from fastprep.bench.synthetic import photo_like
 
         rgb = photo_like(h, w, seed)
         args = ["-quality", "90"] + (["-arithmetic"] if arithmetic else [])
-        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-            f.write(script)
-            f.flush()
-            if sample is None:
-                tool = _need_tool("cjpeg")
-                pgm = b"P5\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(rgb[..., 1]).tobytes()
-                out = subprocess.run([tool, *args, "-scans", f.name], input=pgm, capture_output=True,
-                                     check=True).stdout
-            else:
-                out = cjpeg(rgb, *args, "-sample", sample, "-scans", f.name)
+        if sample is None:
+            out = cjpeg(rgb, *args, gray=True, scans=script)
+        else:
+            out = cjpeg(rgb, *args, "-sample", sample, scans=script)
         _scaled_cache[key] = out
     return _scaled_cache[key]
 

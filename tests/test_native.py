@@ -16,7 +16,7 @@ from conftest import make_jpeg
 from fastprep import _C
 from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.data import BatchConvert, default_transform
-from fastprep.data.native import STATUS_ERROR, STATUS_OK, STATUS_WARNING, NativePipeline, Plan
+from fastprep.data.native import STATUS_ERROR, STATUS_OK, STATUS_WARNING, NativePipeline
 from fastprep.transforms import (
     DecodeCenterCrop,
     DecodeRandomCrop,

@@ -6,7 +6,6 @@ import io
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -66,10 +65,7 @@ def cut_after_each_scan(data: bytes) -> list:
 
 
 def cjpeg_scans(rgb, script: str, *args) -> bytes:
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-        f.write(script)
-        f.flush()
-        return cjpeg(rgb, *args, "-scans", f.name)
+    return cjpeg(rgb, *args, scans=script)
 
 
 # Progressive encodings beyond conftest's: other samplings and restart markers in the scans.

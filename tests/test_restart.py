@@ -12,7 +12,7 @@ import torch
 import fastprep.io as fio
 from fastprep import _C
 from fastprep.bench.synthetic import photo_like
-from conftest import cjpeg, jpegtran, pil_jpeg
+from conftest import cjpeg, cmyk_jpeg, jpegtran, pil_jpeg
 
 H, W = 61, 190  # 190 px = 24 8-px MCUs, 12 16-px MCUs, 6 32-px MCUs: divisible by 1, 2, 3, 4, 6
 
@@ -22,18 +22,7 @@ def _pil(subsampling, **restart):
 
 
 def _cmyk(**restart):
-    from PIL import Image
-    import io
-
-    def build(rgb):
-        k = (rgb.min(axis=2) // 2).astype(np.uint8)
-        cmyk = np.concatenate([255 - rgb - k[..., None], k[..., None]], axis=2).astype(np.uint8)
-        img = Image.frombytes("CMYK", (rgb.shape[1], rgb.shape[0]), np.ascontiguousarray(cmyk).tobytes())
-        buf = io.BytesIO()
-        img.save(buf, "JPEG", quality=90, **restart)
-        return buf.getvalue()
-
-    return build
+    return lambda a: cmyk_jpeg(a, **restart)
 
 
 # name -> (builder(rgb) -> bytes, fast path expected)

@@ -4,6 +4,9 @@ Run ``python -m fastprep.bench`` for the table (reference, reference-optimized, 
 fastprep-ycbcr x DataLoader workers, fed to a toy CNN or a simulated accelerator),
 ``python -m fastprep.bench diagnose`` for the caching ladder, and ``--help`` for options.
 
+This package is the installed benchmark users run; the checkout's top-level ``bench/`` holds
+the developer benchmark scripts (``python bench/bench_<name>.py``), which are not installed.
+
 Modules: :mod:`~fastprep.bench.cli` (command line), :mod:`~fastprep.bench.config`
 (:class:`~fastprep.bench.config.BenchConfig`, the settings every runner takes),
 :mod:`~fastprep.bench.dataset` (built-in cached JPEGs, user folders checked file by file),

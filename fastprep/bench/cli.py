@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
 
 from fastprep._platform import describe
 
@@ -18,8 +21,13 @@ from . import report
 from .config import (BUILTIN_SIZES, DEFAULTS, LARGE_DEFAULTS, LARGE_QUICK, ON_ERROR, QUICK, BenchConfig,
                      trainer_line, usable_cores)
 from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset, mean_megapixels
-from .pipelines import PIPELINES
+from .pipelines import PIPELINES, Pipeline
 from .recipes import RECIPE_PIPELINES, RECIPES, get_recipe_pipeline
+from .runner import ConfigResult, measure, one_line_error, slack_batches
+from .trainer import Trainer
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["build_diagnose_parser", "build_parser", "config_from_args", "load_data", "main", "run", "run_diagnose"]
 
@@ -37,7 +45,7 @@ def _int_list(text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def _pipeline_list(text: str) -> list[str]:
+def _pipeline_list(text: str) -> list[str] | None:
     names = [v.strip() for v in text.split(",") if v.strip()]
     if names == ["all"]:
         return None
@@ -83,7 +91,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
-                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs the ray extra: pip install --no-build-isolation -e '.[ray]')")
+                        "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs the ray "
+                        "extra: pip install --no-build-isolation -e '.[ray]')")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
                    help=f"comma-separated, from: {', '.join(PIPELINES)} (default all)")
     g.add_argument("--batch-size", type=_positive(int), default=None,
@@ -162,10 +171,11 @@ def config_from_args(args: argparse.Namespace, argv: list[str], diagnose: bool =
     Raises:
         ValueError: a setting is out of range.
     """
+    workers: tuple[int, ...]
     if diagnose:
         workers = (args.workers if args.workers is not None else usable_cores(),)
     else:
-        workers = args.workers if args.workers is not None else list(dict.fromkeys([0, 1, usable_cores()]))
+        workers = tuple(args.workers if args.workers is not None else dict.fromkeys([0, 1, usable_cores()]))
     return BenchConfig(
         data=args.data, num_images=args.num_images, pipelines=args.pipelines, workers=workers,
         batch_size=args.batch_size, crop_size=args.crop_size, mask_ratio=args.mask_ratio, seed=args.seed,
@@ -188,7 +198,7 @@ def _stop_ray() -> None:
         ray.shutdown()
 
 
-def _ray_reason(pipe) -> str | None:
+def _ray_reason(pipe: Pipeline) -> str | None:
     """Why ``pipe`` cannot run on the Ray engine, or ``None``."""
     if not pipe.ray_capable:
         return "no Ray Data engine for this pipeline (--engine ray runs the seed recipe's fastprep pipelines)"
@@ -206,13 +216,13 @@ def load_data(cfg: BenchConfig) -> BenchData:
         BenchDataError: no usable file, or a bad one with ``cfg.on_error == "raise"``.
     """
     if not cfg.data:
-        return builtin_dataset(cfg.num_images, cfg.builtin_spec(), progress=cfg.progress)
+        return builtin_dataset(cfg.counts.num_images, cfg.builtin_spec(), progress=cfg.progress)
     if cfg.quick:
         note = cfg.fit_quick(mean_megapixels(cfg.data))
         if note:
             print(note, flush=True)
     checks: dict = {}
-    for name in cfg.pipelines:
+    for name in cfg.pipeline_names:
         pipe = get_recipe_pipeline(name, cfg.recipe)
         if not pipe.unavailable():
             checks.setdefault(pipe.check_key, (pipe.check, []))[1].append(name)
@@ -234,7 +244,7 @@ def _print_skipped(data: BenchData) -> None:
         print(f"  ... and {n - MAX_LISTED} more (all of them in --json)")
 
 
-def _header(cfg: BenchConfig, data: BenchData, trainer) -> None:
+def _header(cfg: BenchConfig, data: BenchData, trainer: Trainer) -> None:
     _print_skipped(data)
     print(f"Data: {data.description}")
     print(trainer_line(cfg, trainer), flush=True)
@@ -250,19 +260,19 @@ def _data_settings(data: BenchData) -> dict:
             "skipped_files": [{"path": p, "reason": why} for p, why in data.skipped]}
 
 
-def run(cfg: BenchConfig) -> int:
-    """The throughput table for ``cfg.pipelines`` x ``cfg.workers``; returns the exit status.
+class _Planned(NamedTuple):
+    """One configuration of the table: a pipeline at a worker count, and why it does not run."""
 
-    Raises:
-        BenchDataError: see :func:`load_data`.
-    """
-    import torch
-    from tqdm import tqdm
+    pipe: Pipeline
+    workers: int
+    reason: str | None
 
-    from .profiling import itt_available, profile_pipelines
-    from .runner import ConfigResult, measure, one_line_error, slack_batches
 
-    started = time.perf_counter()
+def _announce(cfg: BenchConfig) -> bool:
+    """Print the platform and which profiling options this build ignores; returns whether
+    ITT ranges are emitted."""
+    from .profiling import itt_available
+
     print(describe(), flush=True)
     if cfg.check_syncs and not (cfg.device.startswith("cuda") or (cfg.device == "auto"
                                                                   and torch.cuda.is_available())):
@@ -270,82 +280,117 @@ def run(cfg: BenchConfig) -> int:
     itt = cfg.itt and itt_available()
     if cfg.itt and not itt:
         print("--itt: torch.profiler.itt is not available in this build; ignored", flush=True)
+    return itt
 
-    data = load_data(cfg)
-    num_classes = _num_classes(data)
-    probe = cfg.make_trainer(num_classes)
-    device_name = "sim" if probe.simulated else str(probe.device)
-    cfg.set_threads(probe)
-    _header(cfg, data, probe)
-    capacity = cfg.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
-    print(f"Measuring {cfg.steps} steps after {cfg.warmup} warm-up steps, batch {cfg.batch_size}, crop "
-          f"{cfg.crop_size}, " + (f"mask ratio {cfg.mask_ratio}" if cfg.recipe == "seed" else f"recipe {cfg.recipe}")
-          + (", engine ray (workers = Ray actors)" if cfg.engine == "ray" else "") + f", workers {', '.join(map(str, cfg.workers))}", flush=True)
 
-    configs = []
-    for name in cfg.pipelines:
+def _print_plan(cfg: BenchConfig) -> None:
+    counts = cfg.counts
+    what = f"mask ratio {cfg.mask_ratio}" if cfg.recipe == "seed" else f"recipe {cfg.recipe}"
+    engine = ", engine ray (workers = Ray actors)" if cfg.engine == "ray" else ""
+    print(f"Measuring {counts.steps} steps after {counts.warmup} warm-up steps, batch {counts.batch_size}, crop "
+          f"{cfg.crop_size}, {what}{engine}, workers {', '.join(map(str, cfg.workers))}", flush=True)
+
+
+def _schedule(cfg: BenchConfig) -> list[_Planned]:
+    """Every pipeline x worker count in table order, each with the reason it cannot run."""
+    planned: list[_Planned] = []
+    for name in cfg.pipeline_names:
         pipe = get_recipe_pipeline(name, cfg.recipe)
         reason = pipe.unavailable()
         if not reason and cfg.engine == "ray":
             reason = _ray_reason(pipe)
         if reason:
             print(f"Skipping {name}: {reason}", flush=True)
-        configs.extend((pipe, w, reason) for w in cfg.workers)
+        planned.extend(_Planned(pipe, w, reason) for w in cfg.workers)
+    return planned
 
-    files = {}  # per pipeline: the files it reads (prepared once, before anything is timed)
-    for pipe, _, reason in configs:
+
+def _prepare_files(planned: list[_Planned], data: BenchData, progress: bool) -> dict[str, list[str] | Exception]:
+    """Per runnable pipeline, the files it reads (prepared once, before anything is timed),
+    or the exception preparing them raised."""
+    files: dict[str, list[str] | Exception] = {}
+    for pipe, _, reason in planned:
         if not reason and pipe.name not in files:
             try:
-                files[pipe.name] = pipe.prepare_files(data.files, progress=cfg.progress)
-            except Exception as e:  # noqa: BLE001 - reported per configuration below
+                files[pipe.name] = pipe.prepare_files(data.files, progress=progress)
+            except Exception as e:  # noqa: BLE001 - reported per configuration
                 files[pipe.name] = e
-    total = sum(cfg.warmup + cfg.steps for _, _, r in configs if not r)
+    return files
+
+
+def _measure_one(cfg: BenchConfig, item: _Planned, files: list[str], data: BenchData, device: torch.device,
+                 num_classes: int, res: ConfigResult, bar: tqdm) -> bool:
+    """Measure one configuration into ``res``; returns ``False`` when it failed (reported
+    on one line, the bar advanced past its steps)."""
+    counts = cfg.counts
+    bar.set_description(f"{item.pipe.name}, {item.workers} workers")
+    pcfg = cfg.pipeline_config(item.workers, device)
+    trainer = cfg.make_trainer(num_classes)
+    torch.manual_seed(cfg.seed)
+    length = (counts.warmup + counts.steps + slack_batches(item.workers)) * counts.batch_size
+    make = item.pipe.ray_loader if cfg.engine == "ray" else item.pipe.loader
+    done_before = bar.n
+    try:
+        measure(lambda: make(files, data.targets, length, pcfg), trainer, steps=counts.steps, warmup=counts.warmup,
+                result=res, crop=cfg.crop_size, on_step=bar.update, bounds=cfg.output_bounds,
+                check_syncs=cfg.check_syncs)
+        if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
+            res.worker_cpu_cores = None
+    except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
+        res.error = one_line_error(e)
+        bar.clear()
+        print(f"{item.pipe.name} with {item.workers} workers failed: {res.error}", file=sys.stderr, flush=True)
+        bar.update(counts.warmup + counts.steps - (bar.n - done_before))
+        return False
+    return True
+
+
+def _measure_all(cfg: BenchConfig, planned: list[_Planned], data: BenchData, device: torch.device,
+                 num_classes: int) -> tuple[list[dict], bool]:
+    """Run every configuration in turn; returns the result dicts and whether one failed.
+
+    With ``on_error="raise"`` the configurations after the first failure are recorded as
+    not run."""
+    from tqdm import tqdm
+
+    counts = cfg.counts
+    files = _prepare_files(planned, data, cfg.progress)
+    total = sum(counts.warmup + counts.steps for item in planned if not item.reason)
     bar = tqdm(total=total, unit="step", disable=not cfg.progress, leave=False, dynamic_ncols=True)
     results = []
     failed = False
-    for pipe, w, reason in configs:
-        res = ConfigResult(pipe.name, w, cfg.batch_size, cfg.steps, cfg.warmup)
-        pfiles = files.get(pipe.name)
-        if isinstance(pfiles, Exception) and not (failed and cfg.on_error == "raise"):
-            failed = True
-            res.error = f"preparing the files failed: {one_line_error(pfiles)}"
-            print(f"{pipe.name} with {w} workers failed: {res.error}", file=sys.stderr, flush=True)
-            bar.update(cfg.warmup + cfg.steps)
-            results.append(res.as_dict())
-            continue
-        if reason or (failed and cfg.on_error == "raise"):
-            res.skipped = reason or "not run: an earlier configuration failed (--on-error raise)"
-            results.append(res.as_dict())
-            continue
-        bar.set_description(f"{pipe.name}, {w} workers")
-        pcfg = cfg.pipeline_config(w, probe.device)
-        trainer = cfg.make_trainer(num_classes)
-        torch.manual_seed(cfg.seed)
-        length = (cfg.warmup + cfg.steps + slack_batches(w)) * cfg.batch_size
-        done_before = bar.n
-        try:
-            make = pipe.ray_loader if cfg.engine == "ray" else pipe.loader
-            measure(lambda: make(pfiles, data.targets, length, pcfg), trainer, steps=cfg.steps,
-                    warmup=cfg.warmup, result=res, crop=cfg.crop_size, on_step=bar.update, bounds=cfg.output_bounds,
-                    check_syncs=cfg.check_syncs)
-            if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
-                res.worker_cpu_cores = None
-        except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
-            failed = True
-            res.error = one_line_error(e)
-            bar.clear()
-            print(f"{pipe.name} with {w} workers failed: {res.error}", file=sys.stderr, flush=True)
-            bar.update(cfg.warmup + cfg.steps - (bar.n - done_before))
+    for item in planned:
+        res = ConfigResult(item.pipe.name, item.workers, counts.batch_size, counts.steps, counts.warmup)
+        if item.reason or (failed and cfg.on_error == "raise"):
+            res.skipped = item.reason or "not run: an earlier configuration failed (--on-error raise)"
+        else:
+            prepared = files[item.pipe.name]
+            if isinstance(prepared, Exception):
+                failed = True
+                res.error = f"preparing the files failed: {one_line_error(prepared)}"
+                print(f"{item.pipe.name} with {item.workers} workers failed: {res.error}", file=sys.stderr,
+                      flush=True)
+                bar.update(counts.warmup + counts.steps)
+            elif not _measure_one(cfg, item, prepared, data, device, num_classes, res, bar):
+                failed = True
         results.append(res.as_dict())
     bar.close()
     if cfg.engine == "ray":
         _stop_ray()
+    return results, failed
 
+
+def _add_speedups(results: list[dict]) -> None:
+    """Each result's throughput over the reference pipeline's at the same worker count."""
     refs = {r["workers"]: r["samples_per_s"] for r in results if r["pipeline"] == "reference" and r["samples_per_s"]}
     for r in results:
         if r["samples_per_s"] and r["workers"] in refs:
             r["speedup_vs_reference"] = r["samples_per_s"] / refs[r["workers"]]
 
+
+def _print_results(results: list[dict], capacity: float | None) -> tuple[str, dict[str, dict]]:
+    """Print the table, the diagnosis and the best-vs-best line; returns the diagnosis and
+    the best result per pipeline."""
     print()
     print(report.format_table(results))
     print()
@@ -357,25 +402,36 @@ def run(cfg: BenchConfig) -> int:
         print("Best vs best reference: " + ", ".join(
             f"{p} {r['samples_per_s'] / ref:.2f}x ({report.workers_text(r['workers'])})" for p, r in best.items()
             if p != "reference"))
+    return diag, best
 
-    if (cfg.profile_dir or itt) and best:
-        runnable = [get_recipe_pipeline(p, cfg.recipe) for p in best]
-        print(f"Profiling {', '.join(p.name for p in runnable)} ({cfg.profile_steps} labelled steps each, 0 workers)"
-              + (", emitting ITT ranges" if itt else ""), flush=True)
-        for path in profile_pipelines(runnable, data, cfg.pipeline_config(0, probe.device),
-                                      lambda: cfg.make_trainer(num_classes), steps=cfg.profile_steps,
-                                      directory=cfg.profile_dir, itt=itt, seed=cfg.seed):
-            print(f"Profile trace: {path}")
 
-    elapsed = time.perf_counter() - started
-    out = {
+def _profile(cfg: BenchConfig, names: list[str], data: BenchData, device: torch.device, num_classes: int,
+             itt: bool) -> None:
+    """``--profile`` / ``--itt``: a labelled pass per pipeline that ran, with 0 workers."""
+    from .profiling import profile_pipelines
+
+    runnable = [get_recipe_pipeline(p, cfg.recipe) for p in names]
+    print(f"Profiling {', '.join(p.name for p in runnable)} ({cfg.profile_steps} labelled steps each, 0 workers)"
+          + (", emitting ITT ranges" if itt else ""), flush=True)
+    for path in profile_pipelines(runnable, data, cfg.pipeline_config(0, device),
+                                  lambda: cfg.make_trainer(num_classes), steps=cfg.profile_steps,
+                                  directory=cfg.profile_dir, itt=itt, seed=cfg.seed):
+        print(f"Profile trace: {path}")
+
+
+def _run_json(cfg: BenchConfig, data: BenchData, probe: Trainer, results: list[dict], diag: str,
+              capacity: float | None, elapsed: float) -> dict:
+    """The ``--json`` document of a run."""
+    counts = cfg.counts
+    device_name = "sim" if probe.simulated else str(probe.device)
+    return {
         "command": cfg.command,
         "platform": describe(),
         "settings": {**_data_settings(data),
                      "recipe": cfg.recipe, "builtin_size": cfg.builtin_size, "engine": cfg.engine,
-                     "batch_size": cfg.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
-                     "steps": cfg.steps, "warmup": cfg.warmup, "workers": list(cfg.workers),
-                     "pipelines": list(cfg.pipelines), "device": device_name, "on_error": cfg.on_error,
+                     "batch_size": counts.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
+                     "steps": counts.steps, "warmup": counts.warmup, "workers": list(cfg.workers),
+                     "pipelines": list(cfg.pipeline_names), "device": device_name, "on_error": cfg.on_error,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,
                      "accelerator_capacity_samples_per_s": capacity, "seed": cfg.seed,
                      "mp_context": cfg.mp_context, "quick": cfg.quick,
@@ -385,16 +441,47 @@ def run(cfg: BenchConfig) -> int:
         "diagnosis": diag,
         "elapsed_s": elapsed,
     }
+
+
+def _write_plot(cfg: BenchConfig, data: BenchData, probe: Trainer, results: list[dict], any_ran: bool,
+                capacity: float | None) -> None:
+    if not cfg.plot_path:
+        return
+    if any_ran:
+        report.plot_results(cfg.plot_path, results, capacity_samples_per_s=capacity,
+                            title=f"{data.description}; {trainer_line(cfg, probe).split(' (')[0]}")
+        print(f"Plot: {cfg.plot_path}")
+    else:
+        print("Plot: not written, no configuration ran")
+
+
+def run(cfg: BenchConfig) -> int:
+    """The throughput table for ``cfg.pipelines`` x ``cfg.workers``; returns the exit status.
+
+    Raises:
+        BenchDataError: see :func:`load_data`.
+    """
+    started = time.perf_counter()
+    itt = _announce(cfg)
+    data = load_data(cfg)
+    num_classes = _num_classes(data)
+    probe = cfg.make_trainer(num_classes)
+    cfg.set_threads(probe)
+    _header(cfg, data, probe)
+    capacity = cfg.counts.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
+    _print_plan(cfg)
+
+    results, failed = _measure_all(cfg, _schedule(cfg), data, probe.device, num_classes)
+    _add_speedups(results)
+    diag, best = _print_results(results, capacity)
+    if (cfg.profile_dir or itt) and best:
+        _profile(cfg, list(best), data, probe.device, num_classes, itt)
+
+    elapsed = time.perf_counter() - started
     if cfg.json_path:
-        report.write_json(cfg.json_path, out)
+        report.write_json(cfg.json_path, _run_json(cfg, data, probe, results, diag, capacity, elapsed))
         print(f"JSON: {cfg.json_path}")
-    if cfg.plot_path:
-        if best:
-            report.plot_results(cfg.plot_path, results, capacity_samples_per_s=capacity,
-                                title=f"{data.description}; {trainer_line(cfg, probe).split(' (')[0]}")
-            print(f"Plot: {cfg.plot_path}")
-        else:
-            print("Plot: not written, no configuration ran")
+    _write_plot(cfg, data, probe, results, bool(best), capacity)
     print(f"Total time {elapsed:.0f} s")
     return 1 if failed else 0
 
@@ -435,8 +522,6 @@ def run_diagnose(cfg: BenchConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 all ran, 1 a configuration failed, 2 bad
     arguments or unusable data)."""
-    import torch
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "diagnose":
         parser = build_diagnose_parser()
@@ -448,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
-                parser.error("--plot needs matplotlib: pip install matplotlib (or the bench extra: pip install --no-build-isolation -e '.[bench]')")
+                parser.error("--plot needs matplotlib: pip install matplotlib (or the bench extra: pip install "
+                             "--no-build-isolation -e '.[bench]')")
     try:
         cfg = config_from_args(args, argv, diagnose)
     except ValueError as e:

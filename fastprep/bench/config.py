@@ -11,16 +11,20 @@ reads ``argparse`` objects. Build one directly to drive the benchmark from Pytho
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from .._threads import usable_cpus
 from .pipelines import PipelineConfig
 from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry
-from .trainer import ASSUMED_GPU_TFLOPS, make_trainer, train_step_flops
+from .trainer import ASSUMED_GPU_TFLOPS, Trainer, make_trainer, train_step_flops
+
+if TYPE_CHECKING:
+    from .dataset import BuiltinSpec
 
 __all__ = ["BUILTIN_SIZES", "DEFAULTS", "LARGE_DEFAULTS", "LARGE_QUICK", "ON_ERROR", "QUICK", "QUICK_FLOOR",
-           "QUICK_MEGAPIXELS", "BenchConfig", "presets", "trainer_line", "usable_cores"]
+           "QUICK_MEGAPIXELS", "BenchConfig", "Counts", "presets", "trainer_line", "usable_cores"]
 
 QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
 DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
@@ -46,7 +50,7 @@ ON_ERROR = ("skip", "raise")
 ENGINES = ("dataloader", "ray")
 
 
-def presets(quick: bool = False, builtin_size: str | None = None) -> dict:
+def presets(quick: bool = False, builtin_size: str | None = None) -> dict[str, int]:
     """``{"num_images", "steps", "warmup"}`` defaults for a run (``--quick``, ``--builtin-size``)."""
     if builtin_size == "12mp":
         return LARGE_QUICK if quick else LARGE_DEFAULTS
@@ -54,6 +58,21 @@ def presets(quick: bool = False, builtin_size: str | None = None) -> dict:
 
 
 usable_cores = usable_cpus  # CPUs this process may run on
+
+
+class Counts(NamedTuple):
+    """A run's counts once :class:`BenchConfig` has filled the presets in (never ``None``)."""
+
+    num_images: int
+    batch_size: int
+    steps: int
+    warmup: int
+
+
+def _filled(name: str, value: int | None) -> int:
+    if value is None:  # BenchConfig.__post_init__ fills every count
+        raise AssertionError(f"BenchConfig.{name} was not filled in")
+    return value
 
 
 @dataclass
@@ -160,6 +179,19 @@ class BenchConfig:
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
 
+    @property
+    def counts(self) -> Counts:
+        """``num_images``, ``batch_size``, ``steps`` and ``warmup`` as filled in by the presets."""
+        return Counts(_filled("num_images", self.num_images), _filled("batch_size", self.batch_size),
+                      _filled("steps", self.steps), _filled("warmup", self.warmup))
+
+    @property
+    def pipeline_names(self) -> tuple[str, ...]:
+        """``pipelines`` as filled in (every registered pipeline of the recipe when it was ``None``)."""
+        if self.pipelines is None:
+            raise AssertionError("BenchConfig.pipelines was not filled in")
+        return self.pipelines
+
     def fit_quick(self, megapixels: float) -> str | None:
         """Lower ``--quick``'s counts for a ``--data`` folder whose images average ``megapixels``.
 
@@ -174,20 +206,22 @@ class BenchConfig:
         if not (self.quick and self.data) or megapixels <= 0:
             return None
         budget = QUICK_MEGAPIXELS / megapixels  # images per configuration
-        if self.batch_size * (self.steps + self.warmup) <= budget:
+        num_images, batch_size, steps, warmup = self.counts
+        if batch_size * (steps + warmup) <= budget:
             return None
         before = {name: getattr(self, name) for name in self._preset_fields}
         fit = self._preset_fields
         if "warmup" in fit:
-            self.warmup = min(self.warmup, QUICK_FLOOR["warmup"])
+            warmup = min(warmup, QUICK_FLOOR["warmup"])
         if "batch_size" in fit:
-            steps = self.steps if "steps" not in fit else QUICK_FLOOR["steps"]
-            per_batch = int(budget // (steps + self.warmup))
-            self.batch_size = max(QUICK_FLOOR["batch_size"], min(self.batch_size, per_batch))
+            planned_steps = steps if "steps" not in fit else QUICK_FLOOR["steps"]
+            per_batch = int(budget // (planned_steps + warmup))
+            batch_size = max(QUICK_FLOOR["batch_size"], min(batch_size, per_batch))
         if "steps" in fit:
-            self.steps = max(QUICK_FLOOR["steps"], min(self.steps, int(budget // self.batch_size) - self.warmup))
+            steps = max(QUICK_FLOOR["steps"], min(steps, int(budget // batch_size) - warmup))
         if "num_images" in fit:
-            self.num_images = min(self.num_images, max(QUICK_FLOOR["num_images"], 2 * self.batch_size))
+            num_images = min(num_images, max(QUICK_FLOOR["num_images"], 2 * batch_size))
+        self.num_images, self.batch_size, self.steps, self.warmup = num_images, batch_size, steps, warmup
         labels = {"num_images": "images", "batch_size": "batch size", "steps": "measured steps",
                   "warmup": "warm-up steps"}
         changed = [f"{label} {before[name]} -> {getattr(self, name)}" for name, label in labels.items()
@@ -198,7 +232,7 @@ class BenchConfig:
                 f" (about {QUICK_MEGAPIXELS} MP per configuration; pass --num-images, --batch-size, --steps or "
                 "--warmup to choose yourself, or drop --quick)")
 
-    def builtin_spec(self):
+    def builtin_spec(self) -> BuiltinSpec:
         """The :class:`~fastprep.bench.dataset.BuiltinSpec` of the built-in data: 800x533 for
         the seed recipe, :data:`BUILTIN_SIZES` ``[builtin_size]`` for the ImageNet recipes."""
         from .dataset import BuiltinSpec
@@ -209,35 +243,36 @@ class BenchConfig:
         return BuiltinSpec(height=height, width=width)
 
     @property
-    def output_bounds(self):
+    def output_bounds(self) -> tuple[tuple[float, float], ...] | None:
         """Per-channel bounds of the pipelines' output (``None``: the YUV default)."""
         return None if self.recipe == "seed" else normalized_bounds()
 
-    def make_trainer(self, num_classes: int = 10):
+    def make_trainer(self, num_classes: int = 10) -> Trainer:
         """A fresh trainer for one configuration (see :func:`~fastprep.bench.trainer.make_trainer`)."""
-        return make_trainer(self.device, self.step_ms, self.batch_size, self.crop_size, num_classes)
+        return make_trainer(self.device, self.step_ms, self.counts.batch_size, self.crop_size, num_classes)
 
     def pipeline_config(self, workers: int, device: torch.device, labelled: bool = False) -> PipelineConfig:
         """The :class:`PipelineConfig` for ``workers`` DataLoader workers feeding ``device``."""
-        return PipelineConfig(crop_size=self.crop_size, mask_ratio=self.mask_ratio, batch_size=self.batch_size,
+        return PipelineConfig(crop_size=self.crop_size, mask_ratio=self.mask_ratio, batch_size=self.counts.batch_size,
                               num_workers=workers, device=device, seed=self.seed,
                               multiprocessing_context=None if labelled else self.mp_context, labelled=labelled)
 
-    def set_threads(self, trainer) -> None:
+    def set_threads(self, trainer: Trainer) -> None:
         """Set torch's threads in this process for ``trainer`` (see :attr:`threads`)."""
         threads = self.threads if self.threads is not None else (1 if trainer.simulated else None)
         if threads is not None:
             torch.set_num_threads(threads)
 
 
-def trainer_line(cfg: BenchConfig, trainer) -> str:
+def trainer_line(cfg: BenchConfig, trainer: Trainer) -> str:
     """One line describing what consumes the batches (for the report header)."""
     if trainer.simulated:
-        gflop = train_step_flops(cfg.batch_size, cfg.crop_size) / 1e9
+        batch_size = cfg.counts.batch_size
+        gflop = train_step_flops(batch_size, cfg.crop_size) / 1e9
         how = ("set by --step-ms" if cfg.step_ms is not None else
-               f"toy CNN at batch {cfg.batch_size}, {cfg.crop_size}x{cfg.crop_size}: {gflop:.0f} GFLOP per "
+               f"toy CNN at batch {batch_size}, {cfg.crop_size}x{cfg.crop_size}: {gflop:.0f} GFLOP per "
                f"training step at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s, a mid-range GPU in fp32")
-        cap = cfg.batch_size / trainer.step_s if trainer.step_s > 0 else float("inf")
+        cap = batch_size / trainer.step_s if trainer.step_s > 0 else float("inf")
         return (f"Trainer: simulated accelerator, {trainer.step_s * 1e3:.0f} ms/step ({how}); it can take at most "
                 f"{cap:.0f} samples/s")
     return f"Trainer: ToyNet on {trainer.device} (CrossEntropy, SGD momentum 0.9)"

@@ -21,8 +21,8 @@ from pathlib import Path
 from .._threads import usable_cpus
 from .synthetic import encode_jpeg, photo_like
 
-__all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file", "mean_megapixels",
-           "folder_dataset", "packed_copy"]
+__all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file",
+           "mean_megapixels", "folder_dataset", "packed_copy"]
 
 #: Bumped whenever the generator's output changes, so stale caches are not reused.
 GENERATOR_VERSION = 1
@@ -274,7 +274,9 @@ def folder_dataset(root: str | os.PathLike, num_images: int | None = None, *, ch
     if not candidates:
         raise BenchDataError(f"no image files (*.jpg, *.jpeg, ...) found in {str(root)!r}")
     want = len(candidates) if num_images is None else num_images
-    files, targets, skipped = [], [], []
+    files: list[str] = []
+    targets: list[int] = []
+    skipped: list[tuple[str, str]] = []
     bar = tqdm(total=min(want, len(candidates)), desc=f"checking files in {root}", unit="file",
                disable=not progress, leave=False)
     chunk = max(16, 4 * usable_cpus())

@@ -163,7 +163,8 @@ def explain(name: str, rungs: list[dict], tolerance: float = NOISE_TOLERANCE) ->
     for j, k in inversions(rungs, tolerance):
         a, b = rungs[j]["samples_per_s"], rungs[k]["samples_per_s"]
         lines.append(f"warning: {name}: ({k + 1}) {rungs[k]['rung']} is still faster than ({j + 1}) "
-                     f"{rungs[j]['rung']} after re-measuring ({b:.0f} vs {a:.0f} samples/s, +{100 * (b / a - 1):.0f}%): "
+                     f"{rungs[j]['rung']} after re-measuring ({b:.0f} vs {a:.0f} samples/s, "
+                     f"+{100 * (b / a - 1):.0f}%): "
                      f"the ladder is not monotonic, so its attribution below is unreliable; use more --steps or "
                      f"a quieter machine.")
     loss = biggest_loss(rungs)
@@ -220,14 +221,15 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
     cfg.set_threads(probe)
     pipes = []
     skipped = []
-    for name in cfg.pipelines:
+    steps, warmup = cfg.counts.steps, cfg.counts.warmup
+    for name in cfg.pipeline_names:
         pipe = get_recipe_pipeline(name, cfg.recipe)
         reason = pipe.unavailable()
         if reason:
             skipped.append(f"{name}: skipped, {reason}")
         else:
             pipes.append(pipe)
-    bar = tqdm(total=len(pipes) * len(RUNGS) * (cfg.steps + cfg.warmup), unit="step", leave=False,
+    bar = tqdm(total=len(pipes) * len(RUNGS) * (steps + warmup), unit="step", leave=False,
                disable=not cfg.progress, dynamic_ncols=True)
     ladders = {}
     for pipe in pipes:
@@ -235,7 +237,7 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
         pdata = dataclasses.replace(data, files=pipe.prepare_files(data.files, progress=cfg.progress))
         ladders[pipe.name] = ladder(
             pipe, pdata, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
-            steps=cfg.steps, warmup=cfg.warmup, crop=cfg.crop_size, on_step=bar.update,
+            steps=steps, warmup=warmup, crop=cfg.crop_size, on_step=bar.update,
             bounds=cfg.output_bounds)
     bar.close()
     lines = [line for name, rungs in ladders.items() for line in explain(name, rungs)] + skipped

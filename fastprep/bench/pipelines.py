@@ -178,6 +178,9 @@ class ScipyRandomMask(torch.nn.Module):
 class MatmulConvertColor(torch.nn.Module):
     """RGB -> YUV (BT.601 full range) of ``[3, H, W]`` by a 3x3 matmul, float32."""
 
+    matrix: torch.Tensor
+    offset: torch.Tensor
+
     def __init__(self):
         super().__init__()
         self.register_buffer("matrix", torch.tensor(YUV_MATRIX, dtype=torch.float32), persistent=False)
@@ -587,7 +590,8 @@ class FastprepYCbCr(Pipeline):
 
 class FastprepPacked(Fastprep):
     name = "fastprep-packed"
-    summary = "as fastprep, on copies made by fastprep.pack (restart markers: the ROI decode skips what the crop misses)"
+    summary = ("as fastprep, on copies made by fastprep.pack (restart markers: the ROI decode skips what the crop "
+               "misses)")
 
     def prepare_files(self, files, *, progress=True):
         from .dataset import packed_copy

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.profiler import record_function
 
+from .trainer import Trainer
+
 __all__ = ["Labelled", "LabelledCompose", "itt_available", "itt_ranges", "label_of", "profile_pipelines"]
 
 
@@ -130,7 +132,7 @@ def _labelled_steps(pipe, data, cfg, trainer, steps: int, warmup: int = 1) -> No
         del it
 
 
-def profile_pipelines(pipelines, data, cfg, make_trainer: Callable[[], object], *, steps: int,
+def profile_pipelines(pipelines, data, cfg, make_trainer: Callable[[], Trainer], *, steps: int,
                       directory: str | os.PathLike | None = None, itt: bool = False, seed: int = 0) -> list[str]:
     """``--profile DIR`` / ``--itt``: per pipeline, ``steps`` steps with ``num_workers=0`` and
     every piece labelled (read_file, each transform, collate, h2d_copy, batch_transform,

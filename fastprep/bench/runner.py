@@ -25,7 +25,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -142,7 +142,7 @@ def check_batch(images, targets, batch_size: int, crop: int, device: torch.devic
                              f"[{blo:.6f}, {bhi:.6f}] ({what[1]})")
 
 
-def measure(make_iterable: Callable[[], object], trainer, *, steps: int, warmup: int, result: ConfigResult,
+def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmup: int, result: ConfigResult,
             crop: int | None = None, on_step: Callable[[], None] | None = None,
             check_syncs: bool = False, bounds=None) -> ConfigResult:
     """Run ``warmup + steps`` steps of ``trainer`` on batches from ``make_iterable()`` and

@@ -13,7 +13,7 @@ import time
 import torch
 from torch import nn
 
-__all__ = ["ASSUMED_GPU_TFLOPS", "RealTrainer", "SimulatedAccelerator", "ToyNet", "default_step_ms",
+__all__ = ["ASSUMED_GPU_TFLOPS", "RealTrainer", "SimulatedAccelerator", "ToyNet", "Trainer", "default_step_ms",
            "make_trainer", "train_step_flops"]
 
 #: Effective fp32 throughput assumed for "a mid-range GPU" running the toy CNN with cuDNN
@@ -57,13 +57,15 @@ def default_step_ms(batch_size: int = 64, size: int = 256) -> float:
     return max(1.0, round(train_step_flops(batch_size, size) / (ASSUMED_GPU_TFLOPS * 1e12) * 1e3))
 
 
-class _Trainer:
+class Trainer:
     """Interface: ``step`` consumes a batch; ``begin_window``/``end_window`` bracket the
     measured steps: ``begin_window`` waits for the warm-up work to finish, ``end_window``
     waits for all submitted work and returns ``(busy_seconds, end_time)``."""
 
     device: torch.device
     simulated = False
+    #: The simulated device's time per step in seconds (0 for a real device: it has none).
+    step_s = 0.0
 
     def step(self, images: torch.Tensor, targets: torch.Tensor) -> None:
         raise NotImplementedError
@@ -78,7 +80,7 @@ class _Trainer:
         return {}
 
 
-class SimulatedAccelerator(_Trainer):
+class SimulatedAccelerator(Trainer):
     """A device that needs ``step_ms`` per batch and runs asynchronously, like a GPU.
 
     ``step`` submits a batch and returns at once when the device is idle; when the device
@@ -128,7 +130,7 @@ class SimulatedAccelerator(_Trainer):
         return busy, end
 
 
-class RealTrainer(_Trainer):
+class RealTrainer(Trainer):
     """:class:`ToyNet` trained with CrossEntropy and SGD (momentum 0.9) on ``device``.
 
     Loss and accuracy accumulate on the device: no ``.item()``, no host synchronisation in
@@ -194,7 +196,7 @@ class RealTrainer(_Trainer):
 
 
 def make_trainer(device: str, step_ms: float | None, batch_size: int, size: int,
-                 num_classes: int = 10) -> _Trainer:
+                 num_classes: int = 10) -> Trainer:
     """``device``: ``"sim"`` (simulated accelerator), ``"cpu"``, ``"cuda[:i]"`` or ``"auto"``
     (CUDA when available, else simulated); ``num_classes``: outputs of the real model."""
     if device == "auto":
