@@ -19,7 +19,7 @@ import ast
 import functools
 from pathlib import Path
 
-from test_import_cycles import from_module, import_graph, modules
+from test_import_cycles import PACKAGE, from_module, import_graph, modules
 
 ROOT = "fastprep"
 MAX_FLOORS = 9
@@ -259,3 +259,44 @@ def test_tooling_uses_public_names_only():
     found = sorted(tooling_private_uses())
     assert not found, "scripts using private names of public modules:\n" + "\n".join(
         f"{user} uses {owner}.{name}" for user, owner, name in found)
+
+
+# ------------------------------------------------------------------ function size
+
+MAX_FUNCTION_LINES = 100
+MAX_PARAMETERS = 16
+
+
+def oversized_functions(source: str, name: str = "<source>") -> list[str]:
+    """Functions of ``source`` longer than :data:`MAX_FUNCTION_LINES` lines (decorators
+    excluded, docstring included) or with more than :data:`MAX_PARAMETERS` parameters
+    (``self``/``cls`` not counted, ``*args``/``**kwargs`` one each)."""
+    out = []
+    for node in ast.walk(ast.parse(source, name)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = node.end_lineno - node.lineno + 1
+        a = node.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+        count = len(params) + (a.vararg is not None) + (a.kwarg is not None)
+        if params and params[0].arg in ("self", "cls"):
+            count -= 1
+        if lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS:
+            out.append(f"{name}:{node.lineno} {node.name}: {lines} lines, {count} parameters")
+    return out
+
+
+def test_oversized_functions_detector():
+    params = ", ".join(f"p{i}" for i in range(16))
+    assert oversized_functions(f"def f(self, {params}):\n    pass\n") == []
+    assert oversized_functions(f"def f({params}, *rest):\n    pass\n") == ["<source>:1 f: 2 lines, 17 parameters"]
+    body = "".join("    x = 1\n" for _ in range(99))
+    assert oversized_functions("def g():\n" + body) == []
+    assert oversized_functions("def g():\n" + body + "    x = 2\n") == ["<source>:1 g: 101 lines, 0 parameters"]
+
+
+def test_functions_are_short_and_take_few_parameters():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found += oversized_functions(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))
+    assert not found, "split these functions or group their parameters:\n" + "\n".join(found)
