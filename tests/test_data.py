@@ -631,7 +631,7 @@ class TestDevicePrefetcher:
     def test_every_batch_once_in_order_and_break(self, kwargs):
         pf = D.DevicePrefetcher(_range_loader(**kwargs), "cpu")
         _check_epoch(pf)
-        for k, (_, t) in enumerate(pf):  # early break, then a full epoch again
+        for k, _ in enumerate(pf):  # early break, then a full epoch again
             if k == 1:
                 break
         _check_epoch(pf)

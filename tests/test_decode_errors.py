@@ -360,7 +360,8 @@ class TestBadArguments:
 
     def test_unsupported_mode_for_color_space(self):
         cmyk = make_jpeg("cmyk", 16, 16)
-        expect = r"^a (CMYK|YCCK) JPEG cannot be decoded to YCbCr; use mode='RGB' \(converted\) or mode='UNCHANGED' \(the 4 CMYK channels\)$"
+        expect = (r"^a (CMYK|YCCK) JPEG cannot be decoded to YCbCr; use mode='RGB' \(converted\) or "
+                  r"mode='UNCHANGED' \(the 4 CMYK channels\)$")
         with pytest.raises(fio.DecodeError, match=expect):
             fio.decode_jpeg(cmyk, "YCbCr")
         with pytest.raises(fio.DecodeError, match=expect):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-ray = pytest.importorskip("ray", reason="Ray Data not installed (the ray extra: pip install --no-build-isolation -e '.[ray]')")
+ray = pytest.importorskip(
+    "ray", reason="Ray Data not installed (the ray extra: pip install --no-build-isolation -e '.[ray]')")
 pytest.importorskip("ray.data")
 
 import fastprep.data as D  # noqa: E402

@@ -505,8 +505,11 @@ class TestBadInput:
 
     def test_scan_finds_other_counts(self, copy):
         (copy / "shard-000000.idx.json").unlink()
-        _edit_json(copy / MANIFEST_NAME, lambda m: (m["shards"][0].update(num_samples=m["shards"][0]["num_samples"] + 1),
-                                                   m.update(num_samples=m["num_samples"] + 1)))
+        def one_more(m):
+            m["shards"][0]["num_samples"] += 1
+            m["num_samples"] += 1
+
+        _edit_json(copy / MANIFEST_NAME, one_more)
         with pytest.raises(ValueError, match="holds .* samples, the manifest records"):
             D.ShardDataset(copy)
         (copy / "shard-000001.tar").write_bytes(b"\x01" * 2048)
