@@ -33,11 +33,12 @@ import contextlib
 import numbers
 import threading
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "check_seed",
-           "ORDER_DOMAIN", "WORKERS_DOMAIN"]
+           "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: the SplitMix64 increment
@@ -59,6 +60,19 @@ def check_seed(seed, name: str = "seed"):
     if not 0 <= int(seed) <= _MASK64:
         raise ValueError(f"{name} must be in [0, 2**64), got {seed}")
     return int(seed)
+
+
+def draw_seed(generator: torch.Generator | None, seed: int | None) -> np.uint64:
+    """The seed of one random kernel call: ``seed`` (any int, taken modulo 2**64) when
+    given, else one 63-bit draw from ``generator`` (torch's default generator when ``None``).
+    """
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+        return np.uint64(int(seed) & _MASK64)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return np.uint64(int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64, generator=generator)))
 
 
 def sample_key(seed: int, epoch: int, index: int) -> int:
