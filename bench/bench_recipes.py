@@ -55,10 +55,10 @@ import torchvision.io
 from torchvision.transforms import v2
 
 import fastprep.io as fio
-from fastprep import _platform, decode_transforms
+from fastprep import _platform
 from fastprep.bench.synthetic import photo_like
 from fastprep.resize import resize
-from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
+from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop, plan_scaled_window
 
 
 def make_jpegs(height, width, count):
@@ -202,9 +202,6 @@ def psnr(a, b) -> float:
 
 def quality(args):
     """PSNR of DCT-scaled recipes against v2 on the full decode, per DCT scale."""
-    if not decode_transforms._IO_HAS_SCALE:
-        print("this fastprep.io has no DCT-scaled decode: nothing to compare")
-        return {}
     ours, ref = DecodeRandomResizedCrop(224), v2.RandomResizedCrop(224)
     per_scale, examples = {}, {}
     for hw, count, seeds in (((375, 500), args.images, 50), ((3000, 4000), 2, 25)):
@@ -213,7 +210,7 @@ def quality(args):
             for seed in range(seeds):
                 torch.manual_seed(seed)
                 window = ours.get_params(*hw)
-                num = decode_transforms.plan_scaled_window(*hw, window, (224, 224))[0]
+                num = plan_scaled_window(*hw, window, (224, 224))[0]
                 torch.manual_seed(seed)
                 a = ours(data)
                 torch.manual_seed(seed)
@@ -263,8 +260,7 @@ def main(argv=None):
         quality(args)
         return
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, Pillow {PIL.__version__}, "
-          f"one thread; DCT-scaled decode available: "
-          f"{'yes' if decode_transforms._IO_HAS_SCALE else 'no'}")
+          f"one thread")
     dali, dali_line = (None, "DALI rows skipped: --no-dali") if args.no_dali else dali_status()
     print(dali_line)
     results = {}

@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._ops import MODE_GRAY, MODE_RGB, MODE_UNCHANGED, MODE_YCBCR
-
 __all__ = [
+    "MODE_NAMES",
     "ON_ERROR",
     "as_int",
     "dct_scale_num",
@@ -27,19 +26,21 @@ __all__ = [
     "fill_scalar",
     "fill_values",
     "float_dtype",
+    "gray_level",
     "is_int",
     "max_pixels",
     "max_scans",
+    "mode_name",
     "nonneg_int",
     "on_error",
     "optional_max_pixels",
+    "optional_max_scans",
     "out_dtype",
     "padding_ltrb",
     "per_channel",
     "probability",
     "range_pair",
     "ratio",
-    "read_mode",
     "resize_size",
     "size_pair",
 ]
@@ -52,8 +53,8 @@ Buffer = torch.Tensor | bytes | bytearray | memoryview | np.ndarray
 #: What a dataset does with a file it cannot read or decode.
 ON_ERROR = ("raise", "skip")
 
-#: ``fastprep.io.ImageReadMode`` member names and the values the ops take.
-_MODES = {"UNCHANGED": MODE_UNCHANGED, "GRAY": MODE_GRAY, "RGB": MODE_RGB, "YCbCr": MODE_YCBCR}
+#: The member names of ``fastprep.io.ImageReadMode``.
+MODE_NAMES = ("UNCHANGED", "GRAY", "RGB", "YCbCr")
 _MODE_HELP = "mode must be one of UNCHANGED, GRAY, RGB, YCbCr"
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -110,6 +111,23 @@ def max_scans(value: Any) -> int:
     if value < 0:
         raise ValueError(f"max_scans must be >= 0 (0 = no limit), got {value}")
     return value
+
+
+def optional_max_scans(value: Any) -> int | None:
+    """A decode transform's ``max_scans``: ``None`` (the decode's default) or an int >= 0."""
+    if value is None:
+        return None
+    value = as_int("max_scans", value)
+    if value < 0:
+        raise ValueError(f"max_scans must be >= 0, got {value}")
+    return value
+
+
+def gray_level(fill: Any) -> int:
+    """A decode transform's padding ``fill``: an int in [0, 255]."""
+    if not is_int(fill) or not 0 <= fill <= 255:
+        raise ValueError(f"fill must be an int in [0, 255], got {fill!r}")
+    return int(fill)
 
 
 def on_error(value: Any) -> str:
@@ -294,18 +312,18 @@ def out_dtype(dtype: Any, is_tensor: bool) -> None:
 # ------------------------------------------------------------------------- decode input
 
 
-def read_mode(mode: Any) -> int:
+def mode_name(mode: Any) -> str:
     """A decode mode (``fastprep.io.ImageReadMode``, its name in any case, or an enum with
-    such a name, e.g. torchvision's) as the value the ops take."""
+    such a name, e.g. torchvision's) as the name of its ``ImageReadMode`` member."""
     if isinstance(mode, str):
         key = mode.upper()
-        for name, value in _MODES.items():
+        for name in MODE_NAMES:
             if name.upper() == key:
-                return value
+                return name
         raise ValueError(f"{_MODE_HELP}, got {mode!r}")
     member = getattr(mode, "name", None)  # fastprep's and torchvision's ImageReadMode
-    if isinstance(member, str) and member in _MODES:
-        return _MODES[member]
+    if isinstance(member, str) and member in MODE_NAMES:
+        return member
     raise ValueError(f"{_MODE_HELP}, got {mode!r}")
 
 

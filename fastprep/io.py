@@ -138,11 +138,15 @@ class JpegInfo:
 # The checks live in fastprep._checks; these aliases keep the old private names working for
 # code that has not moved to it yet.
 _as_tensor = _checks.encoded_tensor
-_mode = _checks.read_mode
 _int = _checks.as_int
 _max_pixels = _checks.max_pixels
 _max_scans = _checks.max_scans
 _scale_num = _checks.dct_scale_num
+
+
+def _mode(mode: str | ImageReadMode) -> int:
+    """The op's value of a decode mode (see :func:`fastprep._checks.mode_name`)."""
+    return int(ImageReadMode[_checks.mode_name(mode)])
 
 
 def scaled_size(height: int, width: int, scale: Scale) -> tuple[int, int]:
@@ -237,7 +241,7 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
         uint8 tensor ``[C, H, W]``; ``(H, W) = scaled_size(height, width, scale)``. Contiguous,
         or with ``channels_last`` a permuted view of a contiguous ``[H, W, C]`` tensor.
     """
-    return _call_op(torch.ops.fastprep.decode_jpeg, _checks.encoded_tensor(data), _checks.read_mode(mode),
+    return _call_op(torch.ops.fastprep.decode_jpeg, _checks.encoded_tensor(data), _mode(mode),
                     _checks.max_pixels(max_pixels), bool(strict), _checks.dct_scale_num(scale),
                     _checks.max_scans(max_scans), bool(channels_last))
 
@@ -281,7 +285,7 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
     """
     return _call_op(torch.ops.fastprep.decode_jpeg_roi, _checks.encoded_tensor(data), _checks.as_int("top", top),
                     _checks.as_int("left", left), _checks.as_int("height", height), _checks.as_int("width", width),
-                    _checks.read_mode(mode), _checks.max_pixels(max_pixels), bool(strict),
+                    _mode(mode), _checks.max_pixels(max_pixels), bool(strict),
                     _checks.dct_scale_num(scale), _checks.max_scans(max_scans), bool(channels_last))
 
 
