@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import numbers
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,7 +53,7 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def check_seed(seed, name: str = "seed"):
+def check_seed(seed: Any, name: str = "seed") -> int | None:
     """``None`` or an int in ``[0, 2**64)``; raise ``TypeError``/``ValueError`` otherwise."""
     if seed is None:
         return None
@@ -124,7 +126,7 @@ def epoch_permutation(seed: int, epoch: int, size: int) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def keyed_default_rng(key: int):
+def keyed_default_rng(key: int) -> Iterator[None]:
     """Run the body with torch's default CPU generator seeded by ``key``, then restore it.
 
     Only the CPU default generator is touched (CUDA generators are not: the per-sample
@@ -154,11 +156,11 @@ _RANDOM_FUNCTIONS = frozenset([
 class _PrivateGenerator(TorchFunctionMode):
     """Hands ``generator`` to every random torch call that would use the default one."""
 
-    def __init__(self, generator: torch.Generator):
+    def __init__(self, generator: torch.Generator) -> None:
         super().__init__()
         self.generator = generator
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = {} if kwargs is None else kwargs
         if func in _RANDOM_FUNCTIONS and kwargs.get("generator") is None:
             kwargs = {**kwargs, "generator": self.generator}
@@ -169,7 +171,7 @@ _thread_state = threading.local()
 
 
 @contextlib.contextmanager
-def keyed_thread_rng(key: int):
+def keyed_thread_rng(key: int) -> Iterator[None]:
     """Run the body with the torch random calls *of this thread* drawing from a private
     CPU generator seeded by ``key``; torch's default generator is neither read nor changed.
 

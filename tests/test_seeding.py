@@ -7,7 +7,6 @@ main process, independent of any DataLoader.
 """
 
 import hashlib
-import os
 
 import numpy as np
 import pytest
