@@ -53,7 +53,7 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def check_seed(seed: Any, name: str = "seed") -> int | None:
+def check_seed(seed: Any, name: str = "seed"):
     """``None`` or an int in ``[0, 2**64)``; raise ``TypeError``/``ValueError`` otherwise."""
     if seed is None:
         return None

@@ -186,7 +186,7 @@ def test_eval_recipe_bit_exact_with_v2_without_dct_scaling():
     from torchvision.transforms import v2
 
     import fastprep.io as fio
-    from fastprep.decode_transforms import DecodeResize, DecodeResizeCenterCrop
+    from fastprep.transforms import DecodeResize, DecodeResizeCenterCrop
 
     for h, w in ((375, 500), (500, 333), (213, 171), (120, 640)):
         data = torch.frombuffer(bytearray(make_jpeg("420", h, w, seed=h)), dtype=torch.uint8)
