@@ -55,10 +55,10 @@ import torchvision.io
 from torchvision.transforms import v2
 
 import fastprep.io as fio
-from fastprep import _platform, decode_transforms
+from fastprep import _platform
 from fastprep.bench.synthetic import photo_like
 from fastprep.resize import resize
-from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
+from fastprep.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop, plan_scaled_window
 
 
 def make_jpegs(height, width, count):
@@ -210,7 +210,7 @@ def quality(args):
             for seed in range(seeds):
                 torch.manual_seed(seed)
                 window = ours.get_params(*hw)
-                num = decode_transforms.plan_scaled_window(*hw, window, (224, 224))[0]
+                num = plan_scaled_window(*hw, window, (224, 224))[0]
                 torch.manual_seed(seed)
                 a = ours(data)
                 torch.manual_seed(seed)

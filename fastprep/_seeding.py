@@ -32,12 +32,15 @@ from __future__ import annotations
 import contextlib
 import numbers
 import threading
+from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "check_seed",
-           "ORDER_DOMAIN", "WORKERS_DOMAIN"]
+           "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: the SplitMix64 increment
@@ -50,7 +53,7 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def check_seed(seed, name: str = "seed"):
+def check_seed(seed: Any, name: str = "seed"):
     """``None`` or an int in ``[0, 2**64)``; raise ``TypeError``/``ValueError`` otherwise."""
     if seed is None:
         return None
@@ -59,6 +62,19 @@ def check_seed(seed, name: str = "seed"):
     if not 0 <= int(seed) <= _MASK64:
         raise ValueError(f"{name} must be in [0, 2**64), got {seed}")
     return int(seed)
+
+
+def draw_seed(generator: torch.Generator | None, seed: int | None) -> np.uint64:
+    """The seed of one random kernel call: ``seed`` (any int, taken modulo 2**64) when
+    given, else one 63-bit draw from ``generator`` (torch's default generator when ``None``).
+    """
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+        return np.uint64(int(seed) & _MASK64)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return np.uint64(int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64, generator=generator)))
 
 
 def sample_key(seed: int, epoch: int, index: int) -> int:
@@ -110,7 +126,7 @@ def epoch_permutation(seed: int, epoch: int, size: int) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def keyed_default_rng(key: int):
+def keyed_default_rng(key: int) -> Iterator[None]:
     """Run the body with torch's default CPU generator seeded by ``key``, then restore it.
 
     Only the CPU default generator is touched (CUDA generators are not: the per-sample
@@ -140,11 +156,11 @@ _RANDOM_FUNCTIONS = frozenset([
 class _PrivateGenerator(TorchFunctionMode):
     """Hands ``generator`` to every random torch call that would use the default one."""
 
-    def __init__(self, generator: torch.Generator):
+    def __init__(self, generator: torch.Generator) -> None:
         super().__init__()
         self.generator = generator
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = {} if kwargs is None else kwargs
         if func in _RANDOM_FUNCTIONS and kwargs.get("generator") is None:
             kwargs = {**kwargs, "generator": self.generator}
@@ -155,7 +171,7 @@ _thread_state = threading.local()
 
 
 @contextlib.contextmanager
-def keyed_thread_rng(key: int):
+def keyed_thread_rng(key: int) -> Iterator[None]:
     """Run the body with the torch random calls *of this thread* drawing from a private
     CPU generator seeded by ``key``; torch's default generator is neither read nor changed.
 

@@ -26,13 +26,17 @@ ITU-T T.871 (JFIF 1.02) section 7:
 computed in float32 with no clamping.
 """
 
-import math
-import numbers
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from ._kernels import _color
+from . import _checks
+from ._kernels import _color  # type: ignore[attr-defined, unused-ignore]
+from ._seeding import draw_seed
 from ._threads import PARALLEL_MIN_ELEMENTS, TASK_ELEMENTS, kernel_threads, run_tasks, spans
 
 __all__ = [
@@ -64,11 +68,21 @@ _TORCH_DTYPE = {
     np.dtype(np.bool_): torch.bool,
 }
 _OUT_DTYPES = (_F32,)
-_TORCH_DTYPES = {dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES, _OUT_DTYPES)}
+_TORCH_DTYPES: dict[tuple[np.dtype, ...], frozenset[torch.dtype]] = {
+    dts: frozenset(_TORCH_DTYPE[d] for d in dts) for dts in (_SUPPORTED, _MASK_DTYPES, _OUT_DTYPES)
+}
 _mask_module = None
 
+#: An image: the kernels return the container type they are given.
+ImageT = TypeVar("ImageT", torch.Tensor, np.ndarray)
+MaskT = TypeVar("MaskT", torch.Tensor, np.ndarray)
+#: A fill value: one number for every channel, or one per channel.
+Fill = float | Sequence[float] | np.ndarray | torch.Tensor
+#: ``(array (N, C, H, W), the caller's shape, is_tensor)`` of a validated image.
+_Validated = tuple[np.ndarray, tuple[int, ...], bool]
 
-def _mask_kernels():
+
+def _mask_kernels() -> Any:
     # Imported on first use: Numba's import and cache load cost ~0.5 s that
     # `import fastprep` should not pay when masks are never drawn.
     global _mask_module
@@ -81,38 +95,21 @@ def _mask_kernels():
 
 # ----------------------------------------------------------------------------- checks
 
-
-def _check_ratio(ratio):
-    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
-        raise TypeError(f"ratio must be a real number in [0, 1], got {ratio!r} ({type(ratio).__name__})")
-    if not 0.0 <= float(ratio) <= 1.0:  # also rejects NaN
-        raise ValueError(f"ratio must be in [0, 1], got {ratio}")
-    return float(ratio)
-
-
-def _check_size(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
+# The checks live in fastprep._checks and the seed draw in fastprep._seeding; these aliases
+# keep the old private names working for code that has not moved yet.
+_check_ratio = _checks.ratio
+_draw_seed = draw_seed
+_fill_values = _checks.fill_values
+_fill_scalar = _checks.fill_scalar
+_per_channel = _checks.per_channel
+_check_out_dtype = _checks.out_dtype
 
 
-def _draw_seed(generator, seed):
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
-        return np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    return np.uint64(int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64, generator=generator)))
-
-
-def _to_numpy(img, name="img", dtypes=_SUPPORTED):
+def _to_numpy(img: Any, name: str = "img", dtypes: tuple[np.dtype, ...] = _SUPPORTED) -> tuple[np.ndarray, bool]:
     """(numpy view, is_tensor) of a CPU tensor or ndarray whose dtype is in ``dtypes``."""
     if isinstance(img, torch.Tensor):
         if img.dtype not in _TORCH_DTYPES[dtypes]:
-            raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
+            raise TypeError(f"{name} must be {_dtype_names(dtypes)}, got {img.dtype}")
         if not img.is_cpu:
             raise ValueError(f"{name} must be on the CPU, got device {img.device}")
         if img.requires_grad:
@@ -122,16 +119,16 @@ def _to_numpy(img, name="img", dtypes=_SUPPORTED):
         return img.numpy(), True
     if isinstance(img, np.ndarray):
         if img.dtype not in dtypes:
-            raise TypeError(f"{name} must be {_describe(dtypes)}, got {img.dtype}")
+            raise TypeError(f"{name} must be {_dtype_names(dtypes)}, got {img.dtype}")
         return img, False
     raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(img).__name__}")
 
 
-def _describe(dtypes):
+def _dtype_names(dtypes: tuple[np.dtype, ...]) -> str:
     return " or ".join(str(d) for d in dtypes)
 
 
-def _image4d(img, channels=None, name="img"):
+def _image4d(img: Any, channels: int | None = None, name: str = "img") -> _Validated:
     """Validate an image; return (contiguous uint8/float32 array (N, C, H, W), shape, is_tensor)."""
     arr, is_tensor = _to_numpy(img, name)
     if arr.ndim not in (3, 4):
@@ -146,7 +143,7 @@ def _image4d(img, channels=None, name="img"):
     return (arr.reshape((1,) + shape) if arr.ndim == 3 else arr), shape, is_tensor
 
 
-def _new(shape, dtype, is_tensor):
+def _new(shape: tuple[int, ...], dtype: np.dtype, is_tensor: bool) -> tuple[Any, np.ndarray]:
     """Output of the caller's type and its numpy view."""
     if is_tensor:
         t = torch.empty(shape, dtype=_TORCH_DTYPE[dtype])
@@ -155,32 +152,7 @@ def _new(shape, dtype, is_tensor):
     return a, a
 
 
-def _fill_values(fill, dtype, channels):
-    """Per-channel fill values as a 1-D array of ``dtype``: a scalar for every channel, or
-    a sequence with one value per channel."""
-    if isinstance(fill, (np.ndarray, torch.Tensor)) and fill.ndim == 0:
-        fill = fill.item()
-    if isinstance(fill, (list, tuple, np.ndarray, torch.Tensor)):
-        values = [v.item() if hasattr(v, "item") else v for v in (fill.tolist() if hasattr(fill, "tolist") else fill)]
-        if len(values) != channels:
-            raise ValueError(f"fill must be a scalar or have one value per channel ({channels}), got {len(values)} values")
-        return np.array([_fill_scalar(v, dtype) for v in values], dtype=dtype)
-    return np.full(channels, _fill_scalar(fill, dtype), dtype=dtype)
-
-
-def _fill_scalar(fill, dtype):
-    if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
-        raise TypeError(f"fill must be a real number, got {fill!r} ({type(fill).__name__})")
-    if dtype == np.uint8:
-        if not (float(fill).is_integer() and 0 <= fill <= 255):
-            raise ValueError(f"fill must be an integer in [0, 255] for uint8 images, got {fill}")
-        return np.uint8(int(fill))
-    if not math.isfinite(float(fill)):
-        raise ValueError(f"fill must be finite, got {fill}")
-    return np.float32(fill)
-
-
-def _scratch_mask(height, width):
+def _scratch_mask(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """uint8 (H, 64 * ceil(W / 64)) buffer for a mask plus its uint64 view."""
     buf = np.empty((height, ((width + 63) // 64) * 64), dtype=np.uint8)
     return buf, buf.view(np.uint64)
@@ -189,7 +161,8 @@ def _scratch_mask(height, width):
 # ------------------------------------------------------------------------------ masks
 
 
-def random_mask(height, width, ratio, generator=None, *, seed=None):
+def random_mask(height: int, width: int, ratio: float, generator: torch.Generator | None = None, *,
+                seed: int | None = None) -> torch.Tensor:
     """Draw a random boolean mask, each pixel True with probability ``ratio``.
 
     The mask is not dilated; :func:`apply_random_mask` equals
@@ -206,10 +179,10 @@ def random_mask(height, width, ratio, generator=None, *, seed=None):
     Returns:
         torch.Tensor: ``(height, width)`` bool.
     """
-    height = _check_size(height, "height")
-    width = _check_size(width, "width")
-    m = _mask_kernels().probability_numerator(_check_ratio(ratio))
-    s = _draw_seed(generator, seed)
+    height = _checks.nonneg_int(height, "height")
+    width = _checks.nonneg_int(width, "width")
+    m = _mask_kernels().probability_numerator(_checks.ratio(ratio))
+    s = draw_seed(generator, seed)
     K = _mask_kernels()
     words = K.random_bits(s, m, height, width)
     buf, buf64 = _scratch_mask(height, width)
@@ -217,7 +190,7 @@ def random_mask(height, width, ratio, generator=None, *, seed=None):
     return torch.from_numpy(buf[:, :width].view(np.bool_).copy())
 
 
-def dilate4(mask):
+def dilate4(mask: MaskT) -> MaskT:
     """Dilate a mask with the 4-neighbour cross ``[[0,1,0],[1,1,1],[0,1,0]]``.
 
     Outside the image counts as False (zero padding), so the result equals
@@ -239,20 +212,20 @@ def dilate4(mask):
     out = np.empty(src.shape, dtype=np.uint8)
     if out.size:
         K = _mask_kernels()
-        for i in range(src.shape[0]):
+        for i in range(batch):
             K.dilate4(src[i], out[i])
-    out = out.view(arr.dtype).reshape(shape)
-    return torch.from_numpy(out) if is_tensor else out
+    result = out.view(arr.dtype).reshape(shape)
+    return torch.from_numpy(result) if is_tensor else result  # type: ignore[return-value]
 
 
-def _mask2d(mask, height, width):
+def _mask2d(mask: Any, height: int, width: int) -> np.ndarray:
     arr, _ = _to_numpy(mask, "mask", _MASK_DTYPES)
     if arr.shape != (height, width):
         raise ValueError(f"mask must have shape (H, W) = {(height, width)}, got shape {tuple(arr.shape)}")
     return np.ascontiguousarray(arr).view(np.uint8)
 
 
-def apply_mask(img, mask, fill=0):
+def apply_mask(img: ImageT, mask: torch.Tensor | np.ndarray, fill: Fill = 0) -> ImageT:
     """Set every channel of ``img`` to ``fill`` where ``mask`` is True.
 
     The mask is used as given (dilate it first with :func:`dilate4` for RandomMask
@@ -270,14 +243,15 @@ def apply_mask(img, mask, fill=0):
     """
     arr, shape, is_tensor = _image4d(img)
     m = _mask2d(mask, shape[-2], shape[-1])
-    f = _fill_values(fill, arr.dtype, arr.shape[1])
+    f = _checks.fill_values(fill, arr.dtype, arr.shape[1])
     out, out_np = _new(shape, arr.dtype, is_tensor)
     if arr.size:
         _mask_kernels().apply_mask(arr, m, f, out_np.reshape(arr.shape))
     return out
 
 
-def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
+def apply_random_mask(img: ImageT, ratio: float, fill: Fill = 0, generator: torch.Generator | None = None, *,
+                      seed: int | None = None) -> ImageT:
     """RandomMask: draw a mask (probability ``ratio``), dilate it with the cross, fill it.
 
     One compiled pass: random bits 64 pixels at a time, dilation on the packed bits, then
@@ -298,9 +272,9 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
         Same type, shape and dtype as ``img``.
     """
     arr, shape, is_tensor = _image4d(img)
-    m = _mask_kernels().probability_numerator(_check_ratio(ratio))
-    f = _fill_values(fill, arr.dtype, arr.shape[1])
-    s = _draw_seed(generator, seed)
+    m = _mask_kernels().probability_numerator(_checks.ratio(ratio))
+    f = _checks.fill_values(fill, arr.dtype, arr.shape[1])
+    s = draw_seed(generator, seed)
     out, out_np = _new(shape, arr.dtype, is_tensor)
     if arr.size:
         buf, buf64 = _scratch_mask(shape[-2], shape[-1])
@@ -311,7 +285,8 @@ def apply_random_mask(img, ratio, fill=0, generator=None, *, seed=None):
 # ----------------------------------------------------------------------------- colour
 
 
-def _yuv(validated, gain, out_dtype=None, mask_args=None, num_threads=None, out=None):
+def _yuv(validated: _Validated, gain: float, out_dtype: Any = None, mask_args: tuple | None = None,
+         num_threads: int | None = None, out: Any = None) -> Any:
     arr, shape, is_tensor = validated
     if out is None:
         out, out_np = _new(shape, _F32, is_tensor)
@@ -319,31 +294,41 @@ def _yuv(validated, gain, out_dtype=None, mask_args=None, num_threads=None, out=
         out_np = _check_out(out, arr, shape, is_tensor)
     threads = kernel_threads(out_np.size, num_threads)
     if arr.size and mask_args is None:
-        n = arr.shape[0]
-        src, dst = arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1)
-        tasks, bounds = spans(src.shape[2], TASK_ELEMENTS // (3 * n))
-
-        def task(i):
-            a, b = bounds(i)
-            _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain, 1)
-
-        run_tasks(task, tasks, threads)
-    elif arr.size:
-        m, f, s = mask_args
-        buf, buf64 = _scratch_mask(shape[-2], shape[-1])
-        _mask_kernels().random_dilated_mask(s, m, shape[-2], shape[-1], buf64)
-        dst = out_np.reshape(arr.shape)
-        tasks, bounds = spans(arr.shape[2], TASK_ELEMENTS // (3 * arr.shape[0] * arr.shape[3]))
-
-        def task(i):
-            a, b = bounds(i)
-            _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain, 1)
-
-        run_tasks(task, tasks, threads)
+        _yuv_plain(arr, out_np, gain, threads)
+    elif arr.size and mask_args is not None:
+        _yuv_masked(arr, out_np.reshape(arr.shape), gain, mask_args, threads)
     return _cast(out, out_dtype, is_tensor)
 
 
-def _check_out(out, arr, shape, is_tensor):
+def _yuv_plain(arr: np.ndarray, out_np: np.ndarray, gain: float, threads: int) -> None:
+    n = arr.shape[0]
+    src, dst = arr.reshape(n, 3, -1), out_np.reshape(n, 3, -1)
+    tasks, bounds = spans(src.shape[2], TASK_ELEMENTS // (3 * n))
+
+    def task(i: int) -> None:
+        a, b = bounds(i)
+        _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain, 1)
+
+    run_tasks(task, tasks, threads)
+
+
+def _yuv_masked(arr: np.ndarray, dst: np.ndarray, gain: float, mask_args: tuple, threads: int) -> None:
+    """``_yuv_plain`` with the pixels of a random dilated mask (``mask_args = (probability
+    numerator, fill, seed)``) replaced by the YUV of the fill; ``arr`` is (N, 3, H, W)."""
+    m, f, s = mask_args
+    height, width = arr.shape[2], arr.shape[3]
+    buf, buf64 = _scratch_mask(height, width)
+    _mask_kernels().random_dilated_mask(s, m, height, width, buf64)
+    tasks, bounds = spans(height, TASK_ELEMENTS // (3 * arr.shape[0] * width))
+
+    def task(i: int) -> None:
+        a, b = bounds(i)
+        _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain, 1)
+
+    run_tasks(task, tasks, threads)
+
+
+def _check_out(out: Any, arr: np.ndarray, shape: tuple[int, ...], is_tensor: bool) -> np.ndarray:
     """The numpy view of a caller's ``out``: same container type, float32, C-contiguous,
     ``shape``, not overlapping the input."""
     kind = torch.Tensor if is_tensor else np.ndarray
@@ -359,28 +344,13 @@ def _check_out(out, arr, shape, is_tensor):
     return out_np
 
 
-def _cast(out, dtype, is_tensor):
+def _cast(out: Any, dtype: Any, is_tensor: bool) -> Any:
     if dtype is None or dtype is torch.float32 or (not is_tensor and np.dtype(dtype) == np.float32):
         return out
     return out.to(dtype) if is_tensor else out.astype(dtype)
 
 
-def _check_out_dtype(dtype, is_tensor):
-    if dtype is None:
-        return
-    if is_tensor and dtype in (torch.float32, torch.float16, torch.bfloat16):
-        return
-    if not is_tensor and not isinstance(dtype, torch.dtype):
-        try:
-            if np.dtype(dtype) in (np.float32, np.float16):
-                return
-        except TypeError:
-            pass
-    allowed = "torch.float32, torch.float16 or torch.bfloat16" if is_tensor else "numpy.float32 or numpy.float16"
-    raise TypeError(f"dtype must be {allowed}, got {dtype!r}")
-
-
-def rgb_to_yuv(img, *, num_threads=None, out=None):
+def rgb_to_yuv(img: ImageT, *, num_threads: int | None = None, out: ImageT | None = None) -> ImageT:
     """Convert RGB to YUV (JPEG/JFIF YCbCr, BT.601 full range; ITU-T T.871 section 7).
 
     ``Y = 0.299 R + 0.587 G + 0.114 B``, ``U = -0.16874 R - 0.33126 G + 0.5 B + 128``,
@@ -402,7 +372,7 @@ def rgb_to_yuv(img, *, num_threads=None, out=None):
     return _yuv(_image4d(img, channels=3), 1.0, num_threads=num_threads, out=out)
 
 
-def scale(img, *, num_threads=None, out=None):
+def scale(img: ImageT, *, num_threads: int | None = None, out: ImageT | None = None) -> ImageT:
     """Scale to [0, 1]: ``img / 255`` in float32 (a true division, as in torch).
 
     Args:
@@ -425,7 +395,7 @@ def scale(img, *, num_threads=None, out=None):
     dst = out_np.reshape(-1)
     tasks, bounds = spans(src.size, TASK_ELEMENTS)
 
-    def task(i):
+    def task(i: int) -> None:
         a, b = bounds(i)
         _color.scale(src[a:b], dst[a:b], 1)
 
@@ -433,23 +403,8 @@ def scale(img, *, num_threads=None, out=None):
     return out
 
 
-def _per_channel(values, name, channels):
-    if isinstance(values, numbers.Real) and not isinstance(values, bool):
-        values = (values,) * channels
-    try:
-        if isinstance(values, (str, bytes)):
-            raise TypeError
-        out = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number or one number per channel, got {values!r}") from None
-    if len(out) != channels:
-        raise ValueError(f"{name} must have one value per channel ({channels}), got {len(out)}")
-    if not all(math.isfinite(v) for v in out):
-        raise ValueError(f"{name} must be finite, got {out}")
-    return out
-
-
-def scale_normalize(img, mean, std, *, num_threads=None, out=None):
+def scale_normalize(img: ImageT, mean: float | Sequence[float], std: float | Sequence[float], *,
+                    num_threads: int | None = None, out: ImageT | None = None) -> ImageT:
     """``(img / 255 - mean) / std`` per channel in one pass, float32: what
     ``torchvision.transforms.v2.ToDtype(torch.float32, scale=True)`` followed by
     ``v2.Normalize(mean, std)`` computes, without the intermediate float image.
@@ -476,7 +431,7 @@ def scale_normalize(img, mean, std, *, num_threads=None, out=None):
     channels = arr.shape[1]
     if not 1 <= channels <= 4:
         raise ValueError(f"img must have 1 to 4 channels at dim -3, got shape {tuple(shape)}")
-    mean, std = _per_channel(mean, "mean", channels), _per_channel(std, "std", channels)
+    mean, std = _checks.per_channel(mean, "mean", channels), _checks.per_channel(std, "std", channels)
     if any(v == 0 for v in std):
         raise ValueError(f"std must be nonzero, got {std}")
     gain = [1.0 / (255.0 * v) for v in std]
@@ -490,7 +445,7 @@ def scale_normalize(img, mean, std, *, num_threads=None, out=None):
         src, dst = arr.reshape(n, channels, -1), out_np.reshape(n, channels, -1)
         tasks, bounds = spans(src.shape[2], TASK_ELEMENTS // (channels * n))
 
-        def task(i):
+        def task(i: int) -> None:
             a, b = bounds(i)
             _color.affine(src[:, :, a:b], dst[:, :, a:b], gain, bias)
 
@@ -498,7 +453,8 @@ def scale_normalize(img, mean, std, *, num_threads=None, out=None):
     return out
 
 
-def yuv_scale(img, dtype=None, *, num_threads=None, out=None):
+def yuv_scale(img: ImageT, dtype: Any = None, *, num_threads: int | None = None,
+              out: ImageT | None = None) -> ImageT:
     """``scale(rgb_to_yuv(img))`` in one pass (coefficients pre-divided by 255).
 
     Agrees with the two-step result to float32 rounding (< 1e-6).
@@ -518,13 +474,14 @@ def yuv_scale(img, dtype=None, *, num_threads=None, out=None):
         Same type and shape as ``img``; Y in [0, 1], U and V in [0.5/255, 255.5/255].
     """
     validated = _image4d(img, channels=3)
-    _check_out_dtype(dtype, validated[2])
+    _checks.out_dtype(dtype, validated[2])
     if out is not None and _cast(out, dtype, validated[2]) is not out:
         raise ValueError(f"out is float32: dtype must be None or float32 with out, got {dtype!r}")
     return _yuv(validated, 1.0 / 255.0, dtype, num_threads=num_threads, out=out)
 
 
-def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None, num_threads=None):
+def mask_yuv_scale(img: ImageT, ratio: float, generator: torch.Generator | None = None, *, fill: float = 0,
+                   seed: int | None = None, num_threads: int | None = None) -> ImageT:
     """``yuv_scale(apply_random_mask(img, ratio, fill))`` fused: each output written once.
 
     The mask is the one :func:`apply_random_mask` draws for the same seed; a masked
@@ -546,7 +503,7 @@ def mask_yuv_scale(img, ratio, generator=None, *, fill=0, seed=None, num_threads
         Same type and shape as ``img``, float32.
     """
     validated = _image4d(img, channels=3)
-    m = _mask_kernels().probability_numerator(_check_ratio(ratio))
-    f = _fill_scalar(fill, validated[0].dtype)
-    s = _draw_seed(generator, seed)
+    m = _mask_kernels().probability_numerator(_checks.ratio(ratio))
+    f = _checks.fill_scalar(fill, validated[0].dtype)
+    s = draw_seed(generator, seed)
     return _yuv(validated, 1.0 / 255.0, None, (m, f, s), num_threads)

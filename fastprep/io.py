@@ -19,16 +19,17 @@ every scan, so any truncation raises). Nothing is ever printed to stderr.
 from __future__ import annotations
 
 import enum
-import operator
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Union
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from . import _C, _ops
+from . import _C, _checks
+from ._ops import MODE_GRAY, MODE_RGB, MODE_UNCHANGED, MODE_YCBCR
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -57,12 +58,11 @@ DEFAULT_MAX_PIXELS = 1 << 28
 DEFAULT_MAX_SCANS = 64
 
 #: Type of the ``scale`` argument: ``None`` (full size), ``(num, 8)`` or ``num`` (eighths).
-Scale = Union[None, int, tuple]
+Scale = None | int | tuple
 
 _ERROR_PREFIX = "fastprep.DecodeError: "
-_INT64_MAX = (1 << 63) - 1
 
-Buffer = Union[torch.Tensor, bytes, bytearray, memoryview, np.ndarray]
+Buffer = _checks.Buffer
 
 
 class DecodeError(RuntimeError):
@@ -86,10 +86,10 @@ class ImageReadMode(enum.IntEnum):
       It differs from decoding to RGB then converting by rounding and by RGB clamping.
     """
 
-    UNCHANGED = _ops.MODE_UNCHANGED
-    GRAY = _ops.MODE_GRAY
-    RGB = _ops.MODE_RGB
-    YCbCr = _ops.MODE_YCBCR
+    UNCHANGED = MODE_UNCHANGED
+    GRAY = MODE_GRAY
+    RGB = MODE_RGB
+    YCbCr = MODE_YCBCR
 
 
 _COLOR_SPACES = {0: "UNKNOWN", 1: "GRAY", 2: "RGB", 3: "YCbCr", 4: "CMYK", 5: "YCCK"}
@@ -135,99 +135,18 @@ class JpegInfo:
         return scaled_size(self.height, self.width, scale)
 
 
-def _as_tensor(data: Buffer) -> torch.Tensor:
-    """Encoded bytes as a contiguous uint8 1-D CPU tensor, without a copy when possible."""
-    if isinstance(data, torch.Tensor):
-        if data.dtype != torch.uint8:
-            raise TypeError(f"data tensor must be uint8, got {data.dtype}")
-        if data.dim() != 1:
-            raise ValueError(f"data tensor must be 1-D, got shape {tuple(data.shape)}")
-        if data.device.type != "cpu":
-            raise ValueError(f"data tensor must be on the CPU, got {data.device}")
-        return data.contiguous()
-    if isinstance(data, np.ndarray):
-        if data.dtype != np.uint8:
-            raise TypeError(f"data array must be uint8, got {data.dtype}")
-        if data.ndim != 1:
-            raise ValueError(f"data array must be 1-D, got shape {data.shape}")
-        if data.flags.writeable and data.flags.c_contiguous:
-            return torch.from_numpy(data)
-        return torch.from_numpy(np.array(data, copy=True))
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        view = memoryview(data)
-        if not view.c_contiguous:
-            raise ValueError(f"data memoryview must be C-contiguous, got strides {view.strides}")
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        if view.nbytes == 0:
-            return torch.empty(0, dtype=torch.uint8)
-        if view.readonly:
-            out = torch.empty(view.nbytes, dtype=torch.uint8)
-            out.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
-            return out
-        return torch.frombuffer(view, dtype=torch.uint8)
-    if isinstance(data, (str, os.PathLike)):
-        raise TypeError("data must be encoded bytes, got a path; use fastprep.io.read_file(path) first")
-    raise TypeError(
-        f"data must be a uint8 tensor, bytes, bytearray, memoryview or numpy uint8 array, got {type(data).__name__}"
-    )
+# The checks live in fastprep._checks; these aliases keep the old private names working for
+# code that has not moved to it yet.
+_as_tensor = _checks.encoded_tensor
+_int = _checks.as_int
+_max_pixels = _checks.max_pixels
+_max_scans = _checks.max_scans
+_scale_num = _checks.dct_scale_num
 
 
-def _mode(mode) -> int:
-    if isinstance(mode, ImageReadMode):
-        return int(mode)
-    if isinstance(mode, str):
-        key = mode.upper()
-        for m in ImageReadMode:
-            if m.name.upper() == key:
-                return int(m)
-        raise ValueError(f"mode must be one of UNCHANGED, GRAY, RGB, YCbCr, got {mode!r}")
-    name = getattr(mode, "name", None)  # torchvision.io.ImageReadMode and similar enums
-    if isinstance(name, str) and name in ImageReadMode.__members__:
-        return int(ImageReadMode[name])
-    raise ValueError(f"mode must be one of UNCHANGED, GRAY, RGB, YCbCr, got {mode!r}")
-
-
-def _int(name: str, value) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
-    if not -_INT64_MAX <= value <= _INT64_MAX:
-        raise ValueError(f"{name} is out of range, got {value}")
-    return value
-
-
-def _max_pixels(max_pixels) -> int:
-    max_pixels = _int("max_pixels", max_pixels)
-    if max_pixels < 0:
-        raise ValueError(f"max_pixels must be >= 0 (0 = no limit), got {max_pixels}")
-    return max_pixels
-
-
-def _scale_num(scale) -> int:
-    """``scale`` as the numerator over 8: None -> 8, (num, 8) or num -> num, (1, 2) -> 4."""
-    if scale is None:
-        return 8
-    if isinstance(scale, tuple):
-        if len(scale) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in scale):
-            raise ValueError(f"scale must be None, an int num or a (num, 8) tuple of ints, got {scale!r}")
-        num, denom = scale
-        if denom <= 0 or (8 * num) % denom or not 1 <= 8 * num // denom <= 8:
-            raise ValueError(f"scale must be num/8 with 1 <= num <= 8, such as (1, 8), (3, 8) or (1, 2); got {scale!r}")
-        return 8 * num // denom
-    if isinstance(scale, bool):
-        raise TypeError(f"scale must be None, an int num or a (num, 8) tuple, got {scale!r}")
-    try:
-        num = operator.index(scale)
-    except TypeError:
-        raise TypeError(f"scale must be None, an int num or a (num, 8) tuple, got {type(scale).__name__} "
-                        f"{scale!r}") from None
-    if not 1 <= num <= 8:
-        raise ValueError(f"scale as an int is num in num/8 and must be in [1, 8], got {num}")
-    return num
+def _mode(mode: str | ImageReadMode) -> int:
+    """The op's value of a decode mode (see :func:`fastprep._checks.mode_name`)."""
+    return int(ImageReadMode[_checks.mode_name(mode)])
 
 
 def scaled_size(height: int, width: int, scale: Scale) -> tuple[int, int]:
@@ -241,21 +160,16 @@ def scaled_size(height: int, width: int, scale: Scale) -> tuple[int, int]:
     Returns:
         ``(ceil(height * num / 8), ceil(width * num / 8))``.
     """
-    num = _scale_num(scale)
-    height, width = _int("height", height), _int("width", width)
+    num = _checks.dct_scale_num(scale)
+    height, width = _checks.as_int("height", height), _checks.as_int("width", width)
     if height < 0 or width < 0:
         raise ValueError(f"height and width must be >= 0, got {height}x{width}")
     return (height * num + 7) // 8, (width * num + 7) // 8
 
 
-def _max_scans(max_scans) -> int:
-    max_scans = _int("max_scans", max_scans)
-    if max_scans < 0:
-        raise ValueError(f"max_scans must be >= 0 (0 = no limit), got {max_scans}")
-    return max_scans
-
-
-def _run(op, *args):
+def _call_op(op: Callable[..., Any], *args: Any) -> Any:
+    """``op(*args)``, with libjpeg's errors as :class:`DecodeError` and its warnings as
+    :class:`DecodeWarning`."""
     try:
         out = op(*args)
     except RuntimeError as e:
@@ -268,6 +182,9 @@ def _run(op, *args):
     if warning is not None:
         warnings.warn(warning, DecodeWarning, stacklevel=3)
     return out
+
+
+_run = _call_op  # old name, still called by jpeg_info
 
 
 def read_file(path: str | os.PathLike) -> torch.Tensor:
@@ -324,8 +241,9 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
         uint8 tensor ``[C, H, W]``; ``(H, W) = scaled_size(height, width, scale)``. Contiguous,
         or with ``channels_last`` a permuted view of a contiguous ``[H, W, C]`` tensor.
     """
-    return _run(torch.ops.fastprep.decode_jpeg, _as_tensor(data), _mode(mode), _max_pixels(max_pixels),
-                bool(strict), _scale_num(scale), _max_scans(max_scans), bool(channels_last))
+    return _call_op(torch.ops.fastprep.decode_jpeg, _checks.encoded_tensor(data), _mode(mode),
+                    _checks.max_pixels(max_pixels), bool(strict), _checks.dct_scale_num(scale),
+                    _checks.max_scans(max_scans), bool(channels_last))
 
 
 def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
@@ -365,9 +283,10 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
             over ``max_pixels``/``max_scans`` (every scan is decoded whatever the window).
         ValueError: a window that is empty or does not fit in the (scaled) image.
     """
-    return _run(torch.ops.fastprep.decode_jpeg_roi, _as_tensor(data), _int("top", top), _int("left", left),
-                _int("height", height), _int("width", width), _mode(mode), _max_pixels(max_pixels),
-                bool(strict), _scale_num(scale), _max_scans(max_scans), bool(channels_last))
+    return _call_op(torch.ops.fastprep.decode_jpeg_roi, _checks.encoded_tensor(data), _checks.as_int("top", top),
+                    _checks.as_int("left", left), _checks.as_int("height", height), _checks.as_int("width", width),
+                    _mode(mode), _checks.max_pixels(max_pixels), bool(strict),
+                    _checks.dct_scale_num(scale), _checks.max_scans(max_scans), bool(channels_last))
 
 
 def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimize: bool = True,
@@ -420,9 +339,9 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
             raise ValueError(f"restart_interval must be 'auto' or an int >= 0, got {restart_interval!r}")
         interval = -1
     else:
-        interval = _int("restart_interval", restart_interval)
+        interval = _checks.as_int("restart_interval", restart_interval)
         if not 0 <= interval <= 65535:
             raise ValueError(f"restart_interval must be in [0, 65535] MCUs or 'auto', got {interval}")
-    out = _run(torch.ops.fastprep.transcode_jpeg, _as_tensor(data), interval, bool(optimize),
-               bool(keep_metadata), _max_pixels(max_pixels), bool(interval_index))
+    out = _call_op(torch.ops.fastprep.transcode_jpeg, _checks.encoded_tensor(data), interval, bool(optimize),
+                   bool(keep_metadata), _checks.max_pixels(max_pixels), bool(interval_index))
     return out.numpy().tobytes()

@@ -14,6 +14,9 @@ inputs use torch's kernel directly. Two additions that v2 cannot make:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -23,7 +26,7 @@ from ._interleave import planar3_to_interleaved
 __all__ = ["resize", "resize_window"]
 
 
-def _op_input(image: torch.Tensor):
+def _op_input(image: torch.Tensor) -> torch.Tensor | None:
     """``image`` as the channels-last ``[C, H, W]`` view that ``fastprep::resize_aa`` reads
     (1, 3 or 4 channels; planar input is interleaved first), or ``None`` for other channel
     counts."""
@@ -39,7 +42,7 @@ def _op_input(image: torch.Tensor):
     return image.permute(1, 2, 0).contiguous().permute(2, 0, 1)
 
 
-def _check_image(image) -> torch.Tensor:
+def _check_image(image: Any) -> torch.Tensor:
     if not isinstance(image, torch.Tensor) or image.dtype != torch.uint8 or image.dim() != 3:
         got = (f"{type(image).__name__} of shape {tuple(image.shape)} and dtype {image.dtype}"
                if isinstance(image, torch.Tensor) else type(image).__name__)
@@ -49,7 +52,8 @@ def _check_image(image) -> torch.Tensor:
     return image
 
 
-def _torch_resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> torch.Tensor:
+def _torch_resample(image: torch.Tensor, out_hw: Sequence[int], scales: tuple[float, float] | None,
+                    antialias: bool) -> torch.Tensor:
     """torch's kernel, for channel counts ``resize_aa`` does not take: ``image`` uint8
     ``[C, H, W]`` -> ``[C, out_h, out_w]``. ``scales`` = ``(sh, sw)`` output pixels per
     input pixel, or ``None`` for ``out / in`` (torch's convention)."""
@@ -62,8 +66,8 @@ def _torch_resample(image: torch.Tensor, out_hw, scales, antialias: bool) -> tor
     return y[0]
 
 
-def resize(image: torch.Tensor, size, *, antialias: bool = True, hflip: bool = False,
-           scale=None) -> torch.Tensor:
+def resize(image: torch.Tensor, size: Sequence[int], *, antialias: bool = True, hflip: bool = False,
+           scale: Sequence[float] | None = None) -> torch.Tensor:
     """Bilinear resize of a uint8 image (``align_corners=False``, as torchvision).
 
     Args:
@@ -105,8 +109,9 @@ def resize(image: torch.Tensor, size, *, antialias: bool = True, hflip: bool = F
     return out.flip(-1) if hflip else out
 
 
-def resize_window(image: torch.Tensor, full_in, in_offset, full_out, out_window, *, scale=None,
-                  antialias: bool = True, hflip: bool = False):
+def resize_window(image: torch.Tensor, full_in: Sequence[int], in_offset: Sequence[int], full_out: Sequence[int],
+                  out_window: Sequence[int], *, scale: Sequence[float] | None = None, antialias: bool = True,
+                  hflip: bool = False) -> torch.Tensor:
     """Pixels ``out_window = (top, left, h, w)`` of resizing a virtual ``full_in = (H, W)``
     image to ``full_out = (h_full, w_full)``, given only ``image``: the virtual image's
     pixels from ``in_offset = (top, left)`` on (they must cover what the window's filter

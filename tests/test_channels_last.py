@@ -6,6 +6,7 @@ import torch
 
 import fastprep.io as fio
 from fastprep import _C
+from fastprep._checks import encoded_tensor
 from conftest import ENCODINGS, make_jpeg
 
 H, W = 67, 101  # odd sizes: partial MCUs at the right and bottom edges
@@ -110,7 +111,7 @@ def test_default_is_planar_and_old_op_calls_work():
 
 def test_opcheck_channels_last(photo_420):
     """The fake kernels (torch.compile) describe the channels-last strides the CPU kernels return."""
-    data = fio._as_tensor(photo_420)
+    data = encoded_tensor(photo_420)
     cl = {"channels_last": True}
     torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False), cl)
     torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False, 3), cl)

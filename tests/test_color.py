@@ -158,7 +158,8 @@ class TestScaleNormalize:
 
     @pytest.mark.parametrize("channels", [1, 2, 4])
     def test_other_channel_counts_and_scalar_values(self, channels):
-        img = torch.randint(0, 256, (2, channels, 9, 13), dtype=torch.uint8, generator=torch.Generator().manual_seed(channels))
+        img = torch.randint(0, 256, (2, channels, 9, 13), dtype=torch.uint8,
+                            generator=torch.Generator().manual_seed(channels))
         mean, std = [0.1 * (c + 1) for c in range(channels)], [0.2 + 0.05 * c for c in range(channels)]
         torch.testing.assert_close(F.scale_normalize(img, mean, std).double(), ref_normalize(img, mean, std),
                                    rtol=0, atol=1e-6)

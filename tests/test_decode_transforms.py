@@ -142,3 +142,15 @@ def test_ycbcr_padding_is_the_ycbcr_of_the_fill():
 def test_size_errors_name_the_value(size):
     with pytest.raises(ValueError, match="got"):
         DecodeRandomCrop(size)
+
+
+def test_old_module_names_still_import():
+    # fastprep.decode_transforms became a compatibility module when the transforms became
+    # a package: what it offered imports from it, as the very objects fastprep.transforms has.
+    import fastprep.decode_transforms as old
+    import fastprep.transforms as new
+
+    for name in old.__all__ + ["DCT_SCALES", "plan_scaled_window"]:
+        assert getattr(old, name) is getattr(new, name), name
+    assert old.scaled_size is fio.scaled_size
+    assert old.scaled_size(375, 500, 3) == (141, 188)

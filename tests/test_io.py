@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 import fastprep.io as fio
+from fastprep._checks import encoded_tensor
 from conftest import ENCODINGS, _need_tool, cjpeg, make_jpeg
 
 ALL = sorted(ENCODINGS)
@@ -71,7 +72,7 @@ class TestDecodeRoiExact:
     @pytest.mark.parametrize("encoding", ALL)
     def test_sweep(self, encoding):
         h, w = (53, 71) if "progressive" not in encoding else (37, 45)
-        data = fio._as_tensor(make_jpeg(encoding, h, w, seed=3))
+        data = encoded_tensor(make_jpeg(encoding, h, w, seed=3))
         modes = ["RGB", "UNCHANGED"] if encoding.startswith(("gray", "cmyk")) else ["RGB", "GRAY", "YCbCr"]
         for mode in modes:
             full = fio.decode_jpeg(data, mode)
@@ -168,7 +169,8 @@ class TestScaledDecode:
                                  check=True).stdout
             magic, w, h, _, pixels = pnm.split(maxsplit=4)
             c = 3 if magic == b"P6" else 1
-            ref = torch.from_numpy(np.frombuffer(pixels, np.uint8, int(h) * int(w) * c).reshape(int(h), int(w), c).copy())
+            ref = torch.from_numpy(
+                np.frombuffer(pixels, np.uint8, int(h) * int(w) * c).reshape(int(h), int(w), c).copy())
             assert torch.equal(fio.decode_jpeg(data, mode, scale=(num, 8)), ref.permute(2, 0, 1)), (encoding, num)
 
     def test_scale_spellings(self):
@@ -207,7 +209,7 @@ class TestScaledDecode:
         with pytest.raises(exc, match=match):
             fio.scaled_size(16, 16, bad)
         with pytest.raises(ValueError, match="scale_num must be in \\[1, 8\\]"):
-            torch.ops.fastprep.decode_jpeg(fio._as_tensor(data), 3, 0, False, 0)
+            torch.ops.fastprep.decode_jpeg(encoded_tensor(data), 3, 0, False, 0)
 
     def test_window_in_scaled_coordinates(self):
         data = make_jpeg("420", 100, 60, seed=1)  # 1/4: 25 x 15
@@ -229,7 +231,7 @@ class TestScaledDecode:
     def test_sweep(self, encoding, num):
         """Croptest at every DCT scale below 8/8 (8/8 is TestDecodeRoiExact): every top
         offset, left offsets around the scaled iMCU columns, random and edge sizes."""
-        data = fio._as_tensor(make_scaled_test_jpeg(encoding, 53, 71))
+        data = encoded_tensor(make_scaled_test_jpeg(encoding, 53, 71))
         mode = "UNCHANGED" if encoding.startswith(("gray", "cmyk")) else "RGB"
         full = fio.decode_jpeg(data, mode, scale=(num, 8))
         h, w = full.shape[1:]
@@ -304,7 +306,7 @@ class TestIncompleteProgressive:
             data = incomplete_progressive(INCOMPLETE_SCANS[name], _SAMPLINGS[sampling] + ",1x1,1x1", arithmetic)
         info = fio.jpeg_info(data)
         assert info.progressive and bool(info.arithmetic) == bool(arithmetic)
-        data = fio._as_tensor(data)
+        data = encoded_tensor(data)
         bad = []
         for num in (8, 5, 4, 2):  # full size and scales with and without chroma IDCT enlargement
             full = fio.decode_jpeg(data, scale=num)
@@ -390,9 +392,9 @@ class TestInputs:
 
     def test_writable_buffers_not_copied(self, photo_420):
         ba = bytearray(photo_420)
-        assert fio._as_tensor(ba).data_ptr() == torch.frombuffer(ba, dtype=torch.uint8).data_ptr()
+        assert encoded_tensor(ba).data_ptr() == torch.frombuffer(ba, dtype=torch.uint8).data_ptr()
         t = torch.frombuffer(bytearray(photo_420), dtype=torch.uint8)
-        assert fio._as_tensor(t).data_ptr() == t.data_ptr()
+        assert encoded_tensor(t).data_ptr() == t.data_ptr()
 
     def test_read_file(self, tmp_path, photo_420):
         p = tmp_path / "a.jpg"
@@ -435,7 +437,7 @@ class TestThreads:
 
 class TestTorchLibrary:
     def test_opcheck(self, photo_420):
-        data = fio._as_tensor(photo_420)
+        data = encoded_tensor(photo_420)
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 64, 48, 3, 0, False))
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 0, 0, 5, 5, 1, 0, True))
         torch.library.opcheck(torch.ops.fastprep.decode_jpeg.default, (data, 3, 0, False))
@@ -444,7 +446,7 @@ class TestTorchLibrary:
         torch.library.opcheck(torch.ops.fastprep.jpeg_info.default, (data,))
 
     def test_compile(self, photo_420):
-        data = fio._as_tensor(photo_420)
+        data = encoded_tensor(photo_420)
 
         def f(d):
             x = torch.ops.fastprep.decode_jpeg_roi(d, 100, 200, 64, 64, 3, 0, False)

@@ -28,9 +28,6 @@ def close(a, b, tol=TOL):
     return a.shape == b.shape and int((a.int() - b.int()).abs().max()) <= tol
 
 
-needs_scale = pytest.mark.skipif(not dt._IO_HAS_SCALE, reason="fastprep.io has no DCT-scaled decode")
-
-
 def v2_window(t, height, width):
     """The window v2 RandomResizedCrop draws for an image of this size (from its make_params)."""
     return t.make_params([torch.empty(3, height, width, dtype=torch.uint8)])
@@ -241,7 +238,6 @@ def psnr(a, b):
 DCT_HW = (1500, 2000)  # windows at 2/8 and 4/8 (1/8 needs a side of 1792)
 
 
-@needs_scale
 class TestDCTScaling:
     HW = DCT_HW
     PHOTOS = [make_jpeg(enc, *DCT_HW, seed=s) for s, enc in enumerate(["420", "422", "420-progressive"])]
@@ -333,5 +329,5 @@ def test_dataloader_workers_train_recipe():
 
     (a, la), (b, _) = run(), run()
     assert a.shape == (8, 3, 32, 32) and a.dtype == torch.uint8
-    assert torch.equal(a, b) and torch.equal(la, torch.arange(8))
+    assert torch.equal(a, b) and torch.equal(la, torch.arange(8)) and torch.equal(lb, la)
     assert not all(torch.equal(a[i], a[i + 4]) for i in range(4))  # workers draw differently

@@ -179,13 +179,14 @@ def test_env_caps_isa():
 
 
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
-                    reason="v2 resizes uint8 through float32 on CPUs without AVX2 (within 1 level: tests/test_recipes.py)")
+                    reason="v2 resizes uint8 through float32 on CPUs without AVX2 "
+                           "(within 1 level: tests/test_recipes.py)")
 def test_eval_recipe_bit_exact_with_v2_without_dct_scaling():
     from conftest import make_jpeg
     from torchvision.transforms import v2
 
     import fastprep.io as fio
-    from fastprep.decode_transforms import DecodeResize, DecodeResizeCenterCrop
+    from fastprep.transforms import DecodeResize, DecodeResizeCenterCrop
 
     for h, w in ((375, 500), (500, 333), (213, 171), (120, 640)):
         data = torch.frombuffer(bytearray(make_jpeg("420", h, w, seed=h)), dtype=torch.uint8)

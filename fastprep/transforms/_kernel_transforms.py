@@ -1,62 +1,37 @@
-"""Drop-in transforms over the compiled kernels, compatible with torchvision v2.
-
-``RandomMask``, ``ConvertColor`` and ``Scale`` give the outputs of the reference transforms
-of the same names (a cross-dilated random mask; BT.601 full-range YCbCr; ``x / 255``);
-:class:`Compose` runs any transforms and replaces a
-run ``RandomMask -> ConvertColor -> Scale`` by one fused pass (:class:`MaskYUVScale`) and
-``ConvertColor -> Scale`` by :class:`YUVScale`, with the same results.
-
-Each transform is a :class:`torchvision.transforms.v2.Transform`: it accepts a tensor, a
-``tv_tensors.Image``, a PIL image, or a structure of them (``(image, label)``, dicts, ...)
-with v2's rules for which entries are images; a single numpy array is accepted too.
-Types are preserved where torchvision v2 preserves them: tensors stay tensors,
-``tv_tensors.Image`` stays ``Image``, PIL stays PIL for ``RandomMask``; the float outputs
-of ``ConvertColor``/``Scale`` cannot be PIL and become ``tv_tensors.Image`` (as
-``v2.ToImage`` would make them). Randomness is drawn once per call in ``make_params``
-from torch's default RNG, so ``torch.manual_seed`` reproduces a pipeline and DataLoader
-workers differ.
+"""The kernel transforms: torchvision v2 transforms whose body is one call of
+:mod:`fastprep.functional` (``RandomMask``, ``ConvertColor``, ``Scale`` and the fused
+``YUVScale``/``MaskYUVScale``). See :mod:`fastprep.transforms` for the rules they follow.
 """
 
+from __future__ import annotations
+
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import PIL.Image
 import torch
-from torchvision import tv_tensors
-from torchvision.transforms import v2
+from torchvision import tv_tensors  # type: ignore[import-untyped, unused-ignore]
+from torchvision.transforms import v2  # type: ignore[import-untyped, unused-ignore]
 
-from . import functional as F
-from .decode_transforms import (  # noqa: F401  (re-exported)
-    DecodeCenterCrop,
-    DecodeRandomCrop,
-    DecodeRandomResizedCrop,
-    DecodeResize,
-    DecodeResizeCenterCrop,
-)
+from .. import _checks
+from .. import functional as F
+from .._seeding import draw_seed
 
-__all__ = [
-    "Compose",
-    "ConvertColor",
-    "DecodeCenterCrop",
-    "DecodeRandomCrop",
-    "DecodeRandomResizedCrop",
-    "DecodeResize",
-    "DecodeResizeCenterCrop",
-    "MaskYUVScale",
-    "RandomMask",
-    "Scale",
-    "YUVScale",
-]
+__all__ = ["ConvertColor", "MaskYUVScale", "RandomMask", "Scale", "YUVScale"]
+
+#: A mask's fill: one number for every channel, or one per channel.
+Fill = float | Sequence[float]
 
 
-def _is_pure_tensor(x):
+def _is_pure_tensor(x: object) -> bool:
     return type(x) is torch.Tensor
 
 
 _PIL_PALETTE_MODES = ("P", "PA")
 
 
-def _pil_to_chw(img, rgb=False):
+def _pil_to_chw(img: PIL.Image.Image, rgb: bool = False) -> np.ndarray:
     if rgb and img.mode != "RGB":
         raise ValueError(f"expected an RGB PIL image, got mode {img.mode!r}")
     if img.mode in _PIL_PALETTE_MODES:
@@ -65,7 +40,7 @@ def _pil_to_chw(img, rgb=False):
     return arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
 
 
-def _chw_to_pil(arr, like):
+def _chw_to_pil(arr: np.ndarray, like: PIL.Image.Image) -> PIL.Image.Image:
     hwc = arr[0] if arr.shape[0] == 1 else arr.transpose(1, 2, 0)
     return PIL.Image.frombytes(like.mode, like.size, np.ascontiguousarray(hwc).tobytes())
 
@@ -77,7 +52,7 @@ class _KernelTransform(v2.Transform):
     _keeps_pil = False  # True when the output has the input's dtype and may stay PIL
     _needs_rgb = False
 
-    def forward(self, *inputs):
+    def forward(self, *inputs: Any) -> Any:
         """Transform the image(s) in ``inputs`` (a tensor, ``tv_tensors.Image``, PIL image,
         numpy array, or a structure of them with v2's rules); other entries pass through."""
         # Fast path for the common single image; same result as v2's structured path.
@@ -89,7 +64,7 @@ class _KernelTransform(v2.Transform):
                 return self.transform(x, self.make_params([x]))
         return super().forward(*inputs)
 
-    def transform(self, inpt, params):
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         if isinstance(inpt, PIL.Image.Image):
             out = self._kernel(_pil_to_chw(inpt, self._needs_rgb), params)
             if self._keeps_pil:
@@ -99,32 +74,32 @@ class _KernelTransform(v2.Transform):
             return tv_tensors.wrap(self._kernel(inpt.as_subclass(torch.Tensor), params), like=inpt)
         return self._kernel(inpt, params)
 
-    def _kernel(self, img, params):
+    def _kernel(self, img: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
 
-def _draw_seed():
+def _draw_seed() -> int:
     """One draw from torch's default RNG (the same draw the functionals make)."""
-    return int(F._draw_seed(None, None))
+    return int(draw_seed(None, None))
 
 
 class _MaskParams:
     """``ratio``/``fill`` validation and the seed draw shared by the masking transforms."""
 
-    def _init_mask(self, ratio, fill):
-        self.ratio = F._check_ratio(ratio)
+    def _init_mask(self, ratio: float, fill: Fill) -> None:
+        self.ratio = _checks.ratio(ratio)
         # type and finiteness; the uint8 range and the channel count are checked per image
         if isinstance(fill, (list, tuple)):
             if isinstance(self, MaskYUVScale):
                 raise TypeError(f"MaskYUVScale takes a scalar fill, got {fill!r}")
-            F._fill_values(fill, np.float32, len(fill))
+            _checks.fill_values(fill, np.float32, len(fill))
             fill = tuple(fill)
         else:
-            F._fill_scalar(fill, np.float32)
+            _checks.fill_scalar(fill, np.float32)
         self.fill = fill
 
     @staticmethod
-    def get_params():
+    def get_params() -> int:
         """The seed of the next mask, drawn from torch's default RNG.
 
         Returns:
@@ -132,7 +107,7 @@ class _MaskParams:
         """
         return _draw_seed()
 
-    def make_params(self, flat_inputs):
+    def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
         return {"seed": self.get_params()}
 
 
@@ -156,11 +131,11 @@ class RandomMask(_MaskParams, _KernelTransform):
 
     _keeps_pil = True
 
-    def __init__(self, ratio=0.25, fill=0):
+    def __init__(self, ratio: float = 0.25, fill: Fill = 0) -> None:
         super().__init__()
         self._init_mask(ratio, fill)
 
-    def _kernel(self, img, params):
+    def _kernel(self, img: Any, params: dict[str, Any]) -> Any:
         return F.apply_random_mask(img, self.ratio, self.fill, seed=params["seed"])
 
 
@@ -175,7 +150,7 @@ class ConvertColor(_KernelTransform):
 
     _needs_rgb = True
 
-    def _kernel(self, img, params):
+    def _kernel(self, img: Any, params: dict[str, Any]) -> Any:
         return F.rgb_to_yuv(img)
 
 
@@ -186,7 +161,7 @@ class Scale(_KernelTransform):
     the same shape (a ``tv_tensors.Image`` in ``(C, H, W)`` for PIL input).
     """
 
-    def _kernel(self, img, params):
+    def _kernel(self, img: Any, params: dict[str, Any]) -> Any:
         return F.scale(img)
 
 
@@ -196,7 +171,7 @@ class YUVScale(_KernelTransform):
 
     _needs_rgb = True
 
-    def _kernel(self, img, params):
+    def _kernel(self, img: Any, params: dict[str, Any]) -> Any:
         return F.yuv_scale(img)
 
 
@@ -211,70 +186,9 @@ class MaskYUVScale(_MaskParams, _KernelTransform):
 
     _needs_rgb = True
 
-    def __init__(self, ratio=0.25, fill=0):
+    def __init__(self, ratio: float = 0.25, fill: Fill = 0) -> None:
         super().__init__()
         self._init_mask(ratio, fill)
 
-    def _kernel(self, img, params):
-        return F.mask_yuv_scale(img, self.ratio, fill=self.fill, seed=params["seed"])
-
-
-def _fuse(transforms):
-    """The transforms to run: runs of exactly RandomMask, ConvertColor, Scale (in this
-    order, exact classes) become MaskYUVScale; ConvertColor, Scale become YUVScale."""
-    plan, i, n = [], 0, len(transforms)
-    kinds = [type(t) for t in transforms]
-    while i < n:
-        if kinds[i : i + 3] == [RandomMask, ConvertColor, Scale] and not isinstance(transforms[i].fill, tuple):
-            plan.append(MaskYUVScale(transforms[i].ratio, transforms[i].fill))
-            i += 3
-        elif kinds[i : i + 2] == [ConvertColor, Scale]:
-            plan.append(YUVScale())
-            i += 2
-        else:
-            plan.append(transforms[i])
-            i += 1
-    return plan
-
-
-class Compose(torch.nn.Module):
-    """Chain transforms like ``torchvision.transforms.v2.Compose``, fusing kernel runs.
-
-    ``RandomMask -> ConvertColor -> Scale`` runs as one :class:`MaskYUVScale` pass and
-    ``ConvertColor -> Scale`` as :class:`YUVScale`; other transforms (any callables) run as
-    given. The fused pipeline draws the same random numbers as the unfused one, so under
-    the same ``torch.manual_seed`` both give the same mask and values within 1e-6.
-
-    Args:
-        transforms (sequence of callables): applied in order. ``transforms`` keeps the list
-            as given; ``fused_transforms`` is what runs.
-    """
-
-    def __init__(self, transforms):
-        super().__init__()
-        if not isinstance(transforms, Sequence):
-            raise TypeError(f"transforms must be a sequence of callables, got {type(transforms).__name__}")
-        for t in transforms:
-            if not callable(t):
-                raise TypeError(f"transforms must be callables, got {t!r} ({type(t).__name__})")
-        self.transforms = list(transforms)
-        self.fused_transforms = _fuse(self.transforms)
-
-    def forward(self, *inputs):
-        """Run the (fused) transforms in order on ``inputs``; returns what the last returns."""
-        if len(inputs) == 1:
-            x = inputs[0]
-            for t in self.fused_transforms:
-                x = t(x)
-            return x
-        outputs = inputs
-        for t in self.fused_transforms:
-            outputs = t(*outputs)
-        return outputs
-
-    def __repr__(self):
-        lines = [f"{type(self).__name__}("] + [f"    {t}" for t in self.transforms]
-        if len(self.fused_transforms) != len(self.transforms):
-            lines.append("  runs as:")
-            lines += [f"    {t}" for t in self.fused_transforms]
-        return "\n".join(lines + [")"])
+    def _kernel(self, img: Any, params: dict[str, Any]) -> Any:
+        return F.mask_yuv_scale(img, self.ratio, fill=cast(float, self.fill), seed=params["seed"])
