@@ -30,7 +30,6 @@ this thread* draw from a private generator seeded by the key.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+
+from ._checks import is_int
 
 __all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "check_seed",
            "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN"]
@@ -57,7 +58,7 @@ def check_seed(seed: Any, name: str = "seed"):
     """``None`` or an int in ``[0, 2**64)``; raise ``TypeError``/``ValueError`` otherwise."""
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+    if not is_int(seed):
         raise TypeError(f"{name} must be an int or None, got {seed!r} ({type(seed).__name__})")
     if not 0 <= int(seed) <= _MASK64:
         raise ValueError(f"{name} must be in [0, 2**64), got {seed}")
@@ -69,7 +70,7 @@ def draw_seed(generator: torch.Generator | None, seed: int | None) -> np.uint64:
     given, else one 63-bit draw from ``generator`` (torch's default generator when ``None``).
     """
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        if not is_int(seed):
             raise TypeError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
         return np.uint64(int(seed) & _MASK64)
     if generator is not None and not isinstance(generator, torch.Generator):

@@ -5,12 +5,13 @@ A leaf module (imports nothing from fastprep), so every layer can use it.
 """
 
 import itertools
-import numbers
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from ._checks import is_int
 
 __all__ = ["PARALLEL_MIN_ELEMENTS", "TASK_ELEMENTS", "kernel_threads", "run_tasks", "spans", "usable_cpus"]
 
@@ -45,7 +46,7 @@ def kernel_threads(elements, num_threads=None):
         int: >= 1.
     """
     if num_threads is not None:
-        if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
+        if not is_int(num_threads):
             raise TypeError(f"num_threads must be None or a positive int, got {num_threads!r} "
                             f"({type(num_threads).__name__})")
         if num_threads < 1:

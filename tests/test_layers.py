@@ -51,14 +51,6 @@ LAYERS: dict[str, set[str]] = {
 #: an entry that no longer occurs fails the test (remove it).
 KNOWN_PRIVATE_USES: set[tuple[str, str, str]] = {
     ("fastprep.data.engine", "fastprep.data.collate", "_PooledBatch"),
-    ("fastprep.decode_transforms", "fastprep.io", "_as_tensor"),
-    ("fastprep.decode_transforms", "fastprep.io", "_int"),
-    ("fastprep.decode_transforms", "fastprep.io", "_max_pixels"),
-    ("fastprep.decode_transforms", "fastprep.io", "_mode"),
-    ("fastprep.transforms", "fastprep.functional", "_check_ratio"),
-    ("fastprep.transforms", "fastprep.functional", "_draw_seed"),
-    ("fastprep.transforms", "fastprep.functional", "_fill_scalar"),
-    ("fastprep.transforms", "fastprep.functional", "_fill_values"),
 }
 
 

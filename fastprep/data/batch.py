@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from .. import functional as F
+from .._checks import float_dtype
 from .._color_coeffs import YUV_COEFFS
 
 __all__ = ["BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
@@ -55,12 +56,6 @@ def batch_rgb_to_yuv(x: torch.Tensor, scale: bool = False, dtype: torch.dtype = 
     else:
         out = _yuv_torch(x, 255.0 if scale else None)
     return out if dtype == torch.float32 else out.to(dtype)
-
-
-def _check_dtype(dtype) -> torch.dtype:
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype}")
-    return dtype
 
 
 def _check_num_threads(num_threads):
@@ -187,7 +182,7 @@ class BatchConvert(torch.nn.Module):
         self.scale = bool(scale)
         if not self.scale and (self.mean is not None or color != "yuv"):
             raise ValueError("scale=False is the colour conversion alone: color='yuv' without mean/std")
-        self.dtype = _check_dtype(dtype)
+        self.dtype = float_dtype(dtype)
         self.channels_last = bool(channels_last)
         self.require_uint8 = bool(require_uint8)
         self.num_threads = _check_num_threads(num_threads)

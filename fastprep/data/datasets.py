@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import os
 import stat
 import warnings
@@ -13,13 +12,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from .. import _checks
 from .. import io as fio
+from .._checks import is_int
 from .._seeding import check_seed, keyed_default_rng, sample_key
 from . import fallback as _fb
 
 __all__ = ["JpegDataset", "JpegFolder"]
 
-_ON_ERROR = ("raise", "skip")
 _MAX_SKIP_SLOTS = 256  # slot 0: main process; slot k: DataLoader worker k - 1
 _JPEG_EXTENSIONS = (".jpg", ".jpeg")
 #: What JpegFolder lists by default: torchvision ImageFolder's image extensions (JPEG, and
@@ -36,13 +36,6 @@ def _substitute_stride(m: int) -> int:
     while math.gcd(step, m) != 1:
         step += 1
     return step
-
-
-def check_on_error(on_error: object) -> str:
-    """``on_error`` if it is ``"raise"`` or ``"skip"``; else ``ValueError`` naming it."""
-    if on_error not in _ON_ERROR:
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    return str(on_error)
 
 
 def _skip_slot() -> int:
@@ -127,17 +120,14 @@ class JpegDataset(Dataset):
             if len(self.targets) != len(self.files):
                 raise ValueError(f"targets must have one entry per file: got {len(self.targets)} targets "
                                  f"for {len(self.files)} files")
-        check_on_error(on_error)
-        if isinstance(max_skip_attempts, bool) or not isinstance(max_skip_attempts, numbers.Integral) \
+        _checks.on_error(on_error)
+        if not is_int(max_skip_attempts) \
                 or max_skip_attempts < 1:
             raise ValueError(f"max_skip_attempts must be a positive int, got {max_skip_attempts!r}")
         self.transform = transform
         self.on_error = on_error
         self.max_skip_attempts = int(max_skip_attempts)
-        if max_pixels is not None and (isinstance(max_pixels, bool) or not isinstance(max_pixels, numbers.Integral)
-                                       or max_pixels < 0):
-            raise ValueError(f"max_pixels must be None or an int >= 0 (0: no limit), got {max_pixels!r}")
-        self.max_pixels = None if max_pixels is None else int(max_pixels)
+        self.max_pixels = _checks.optional_max_pixels(max_pixels)
         self.jpeg_only = bool(jpeg_only)
         self.apply_exif_orientation = bool(apply_exif_orientation)
         self.skip_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
@@ -145,7 +135,7 @@ class JpegDataset(Dataset):
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         #: full-decode fallbacks per process (same slots as :attr:`skip_counts`)
         self.fallback_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
-        self._fallback = None  # (transform it was built for, its decoded-image equivalent)
+        self._fallback: tuple | None = None  # (transform it was built for, its decoded-image equivalent)
         self._warned = False
 
     def __len__(self) -> int:
@@ -170,7 +160,7 @@ class JpegDataset(Dataset):
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the sample keys, in every worker too (call before creating
         the epoch's DataLoader iterator)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
         self._epoch[0] = int(epoch)
 
@@ -415,7 +405,7 @@ class JpegFolder(JpegDataset):
             raise FileNotFoundError(f"root is not a directory: {self.root!r}")
         images = tuple(e for e in _DEFAULT_EXTENSIONS + _OTHER_IMAGE_EXTENSIONS if e not in self.extensions)
         #: image files not listed because of ``extensions``: ``{extension: count}``
-        self.ignored = {}
+        self.ignored: dict[str, int] = {}
 
         def keep(dirpath, name):
             if not _has_extension(name, self.extensions):

@@ -28,8 +28,10 @@ from torchvision.transforms import v2
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
+from .._checks import is_int
 from .._color_coeffs import YUV_COEFFS
 from .._threads import usable_cpus
+from ..functional import MASK_PROBABILITY_RESOLUTION
 from ..transforms import (
     DecodeCenterCrop,
     DecodePlan,
@@ -37,9 +39,8 @@ from ..transforms import (
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
+    RandomMask,
 )
-from ..functional import MASK_PROBABILITY_RESOLUTION
-from ..transforms import RandomMask
 from .batch import BatchConvert
 from .sample import SampleTransform
 
@@ -363,7 +364,7 @@ def _check_data(data, name) -> torch.Tensor:
 def _check_threads(num_threads, n) -> int:
     if num_threads is None:
         return max(1, min(usable_cpus(), n))
-    if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
+    if not is_int(num_threads):
         raise TypeError(f"num_threads must be an int or None, got {num_threads!r}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")

@@ -11,11 +11,10 @@ another world size, worker count or engine and still see every remaining sample 
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from torch.utils.data import Sampler
 
+from .._checks import is_int
 from .._seeding import WORKERS_DOMAIN, check_seed, derived_key, epoch_permutation
 
 __all__ = ["EpochControl", "EpochSampler"]
@@ -24,7 +23,7 @@ _STATE_VERSION = 1
 
 
 def _nonneg_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+    if not is_int(value) or value < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return int(value)
 
@@ -83,7 +82,7 @@ class EpochSampler(Sampler[int]):
         if self.seed is None:
             raise TypeError("seed must be an int, got None")
         self.shuffle = bool(shuffle)
-        if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or world_size < 1:
+        if not is_int(world_size) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
         self.world_size = int(world_size)
         self.rank = _nonneg_int("rank", rank)
@@ -185,7 +184,7 @@ class EpochControl:
         self.replay = bool(replay)
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
-        self._running = None  # where the running epoch began: see begin()
+        self._running: dict | None = None  # where the running epoch began: see begin()
 
     @property
     def world_size(self) -> int:
@@ -255,6 +254,7 @@ class EpochControl:
         }
         if running:
             start = self._running
+            assert start is not None, "running=True before begin()"
             state.update(batches=start["batches"] + batches, samples=start["samples"] + samples,
                          cursor=min(start["cursor"] + samples * self.world_size, state["size"]),
                          epoch_seed=start["epoch_seed"] if self.seed is None else None)
@@ -269,7 +269,7 @@ class EpochControl:
         if state["seed"] != self.seed:
             raise ValueError(f"the state was saved by a loader with seed={state['seed']}; this one has "
                              f"seed={self.seed}")
-        same = {}
+        same: dict[str, object] = {}
         if self.seed is None:  # the epoch seed keys different things on each engine and rank
             same.update(engine=self.engine, world_size=self.world_size, rank=self.rank)
         if self.replay:  # a replay re-runs the same batches with the same worker streams

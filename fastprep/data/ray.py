@@ -45,10 +45,11 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("fastprep.ray needs Ray Data: install fastprep's ray extra (from the checkout: "
                       "pip install --no-build-isolation -e '.[ray]'), or pip install 'ray[data,train]'") from e
 
+from .. import _checks
 from .. import io as fio
 from .._seeding import check_seed, keyed_default_rng, sample_key
 from .batch import BatchConvert
-from .datasets import JpegDataset, JpegFolder, check_on_error
+from .datasets import JpegDataset, JpegFolder
 from .loader import default_transform
 from .native import STATUS_ERROR, STATUS_WARNING, NativePipeline
 from .prefetch import DevicePrefetcher
@@ -144,7 +145,7 @@ class DecodeBatch:
     def __init__(self, transform=None, *, crop_size=256, mask_ratio=0.25, seed=None, epoch: int = 0,
                  on_error: str = "raise", num_threads: int = 1, jpeg_only: bool = False,
                  apply_exif_orientation: bool = False, max_pixels: int | None = None):
-        check_on_error(on_error)
+        _checks.on_error(on_error)
         if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
             raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
         self.transform = transform if transform is not None else default_transform(crop_size, mask_ratio)
@@ -296,7 +297,7 @@ class RayLoader:
                  seed=None, shuffle: bool = True, shuffle_seed=None, on_error: str = "raise", device=None,
                  dtype: torch.dtype = torch.float32, concurrency: int | None = None, num_cpus: float = 1,
                  map_batch_size: int = 16, drop_last: bool = False, extensions=None):
-        check_on_error(on_error)
+        _checks.on_error(on_error)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.paths, self.labels = _listing(source, extensions)
