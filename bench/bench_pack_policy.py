@@ -12,7 +12,8 @@ For every JPEG of ``--photos DIR``:
   240x240 lossless cut around the window (``jpegtran -crop`` of the file packed without
   restart markers: what decoding only the window's data costs). One thread, the same
   windows for every method, methods in turns (blocks of ``--block`` windows) so the
-  machine's load hits them alike; the medians are compared within the run.
+  machine's load hits them alike; each call's thread CPU time (wall time on a loaded
+  machine counts preemptions); medians and means compared within the run.
 * **Sweep** (``--sweep NAME[,NAME...]``): for those photos, size and ROI time for a range
   of fixed intervals (about 32 to 512 px wide, and whole MCU rows): the trade-off the
   policy chooses from.
@@ -123,19 +124,25 @@ def random_windows(h: int, w: int, runs: int, seed: int) -> list:
 
 
 def timed_turns(methods: dict, windows: list, block: int) -> dict:
+    """``{name: [seconds of this thread's CPU time per call]}``. CPU time, not wall time: on
+    a loaded machine a call of a few ms is often preempted, which inflates wall times the
+    more the longer the call."""
     times: dict = {name: [] for name in methods}
     for start in range(0, len(windows), block):
         for name, fn in methods.items():
             for win in windows[start:start + block]:
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 fn(*win)
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(time.thread_time() - t0)
     return times
 
 
 def roi_ratios(data: bytes, variants: dict, runs: int, block: int, seed: int, distinct_cuts: int) -> dict:
-    """``{label: median ROI time / median cut-decode time}`` plus ``"cut_ms"``: a 224x224
-    window from each packed variant vs the full decode of a 240x240 lossless cut, in turns."""
+    """``{label: median ROI time / median cut-decode time}``, the same with means as
+    ``"<label> (mean)"``, and ``"cut_ms"`` (median): a 224x224 window from each packed
+    variant vs the full decode of a 240x240 lossless cut, in turns. The median is the
+    typical window; the mean counts the windows that span one interval more (the cost of
+    a window is bimodal when intervals are about as wide as it)."""
     plain = fio.transcode_jpeg(data, restart_interval=0, max_pixels=0)
     info = fio.jpeg_info(plain)
     windows = random_windows(info.height, info.width, runs, seed)
@@ -156,9 +163,10 @@ def roi_ratios(data: bytes, variants: dict, runs: int, block: int, seed: int, di
 
     methods["cut"] = decode_cut
     times = timed_turns(methods, windows, block)
-    cut = statistics.median(times.pop("cut"))
-    out = {label: statistics.median(ts) / cut for label, ts in times.items()}
-    out["cut_ms"] = cut * 1e3
+    cut = times.pop("cut")
+    out = {label: statistics.median(ts) / statistics.median(cut) for label, ts in times.items()}
+    out.update({f"{label} (mean)": statistics.fmean(ts) / statistics.fmean(cut) for label, ts in times.items()})
+    out["cut_ms"] = statistics.median(cut) * 1e3
     return out
 
 
@@ -171,15 +179,15 @@ def sweep(name: str, data: bytes, runs: int, block: int, seed: int, distinct_cut
     chosen = []
     for px in (32, 64, 96, 128, 192, 256, 384, 512):
         d = min(divisors, key=lambda d: abs(d * mcu_w - px))
-        if d not in chosen and d != mpr:
-            chosen.append(d)
-    chosen.append(mpr)
+        chosen.append(d)
+    auto = fio.jpeg_info(fio.transcode_jpeg(data, max_pixels=0)).restart_interval
+    chosen = sorted(set(chosen) | {mpr, auto})
     variants = {interval_label(info, d): fio.transcode_jpeg(data, restart_interval=d, max_pixels=0) for d in chosen}
-    auto = fio.transcode_jpeg(data, max_pixels=0)
-    auto_label = interval_label(info, fio.jpeg_info(auto).restart_interval)
+    auto_label = interval_label(info, auto)
     ratios = roi_ratios(data, variants, runs, block, seed, distinct_cuts)
     return [{"file": name, "interval": d, "label": label, "auto": label == auto_label,
-             "size_vs_original": len(blob) / len(data), "roi_vs_cut": ratios[label], "cut_ms": ratios["cut_ms"]}
+             "size_vs_original": len(blob) / len(data), "roi_vs_cut": ratios[label],
+             "roi_vs_cut_mean": ratios[f"{label} (mean)"], "cut_ms": ratios["cut_ms"]}
             for d, (label, blob) in zip(chosen, variants.items())]
 
 
@@ -247,11 +255,12 @@ def main(argv=None) -> int:
             info = fio.jpeg_info(data)
             print(f"\n{name} ({info.width}x{info.height} {info.subsampling}, {len(data) / 1e6:.2f} MB): "
                   f"224x224 ROI vs 240x240 cut decode ({rows[0]['cut_ms']:.3f} ms), median of {args.runs}")
-            print("| interval | size vs original | ROI time / cut time |")
-            print("|---|---:|---:|")
+            print("| interval | size vs original | ROI / cut, median | ROI / cut, mean |")
+            print("|---|---:|---:|---:|")
             for r in rows:
                 mark = " (auto)" if r["auto"] else ""
-                print(f"| {r['label']}{mark} | {pct(r['size_vs_original'])} | {r['roi_vs_cut']:.2f}x |")
+                print(f"| {r['label']}{mark} | {pct(r['size_vs_original'])} | {r['roi_vs_cut']:.2f}x | "
+                      f"{r['roi_vs_cut_mean']:.2f}x |")
         print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         if args.json:
             with open(args.json, "w") as f:
@@ -267,7 +276,7 @@ def main(argv=None) -> int:
     if not args.no_roi:
         print(f"\n224x224 ROI decode of the packed file / full decode of a 240x240 jpegtran cut, median of "
               f"{args.runs} random windows, 1 thread\n")
-        print("| photo | cut decode | previous auto | ROI / cut | new auto | ROI / cut |")
+        print("| photo | cut decode | previous auto | ROI / cut (median, mean) | new auto | ROI / cut (median, mean) |")
         print("|---|---:|---|---:|---|---:|")
         for name, data in photos:
             r = next(r for r in rows if r["file"] == name)
@@ -275,10 +284,12 @@ def main(argv=None) -> int:
             variants = {"previous": fio.transcode_jpeg(data, restart_interval=r["interval_previous"], max_pixels=0),
                         "new": fio.transcode_jpeg(data, max_pixels=0)}
             ratios = roi_ratios(data, variants, args.runs, args.block, args.seed, args.cuts)
-            r.update(roi_previous=ratios["previous"], roi_new=ratios["new"], cut_ms=ratios["cut_ms"])
+            r.update(roi_previous=ratios["previous"], roi_new=ratios["new"], cut_ms=ratios["cut_ms"],
+                     roi_previous_mean=ratios["previous (mean)"], roi_new_mean=ratios["new (mean)"])
             print(f"| {name} ({info.width}x{info.height}) | {ratios['cut_ms']:.3f} ms | {r['label_previous']} | "
-                  f"{ratios['previous']:.2f}x | {r['label_new']} | {ratios['new']:.2f}x |", flush=True)
-        for key in ("roi_previous", "roi_new"):
+                  f"{ratios['previous']:.2f}x, {ratios['previous (mean)']:.2f}x | {r['label_new']} | "
+                  f"{ratios['new']:.2f}x, {ratios['new (mean)']:.2f}x |", flush=True)
+        for key in ("roi_previous", "roi_new", "roi_previous_mean", "roi_new_mean"):
             vals = [r[key] for r in rows]
             print(f"{key}: median {statistics.median(vals):.2f}x, worst {max(vals):.2f}x")
     print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
