@@ -2,13 +2,13 @@
 fastprep and with Pillow), restart intervals that enable the fast ROI path, metadata kept,
 bad data reported."""
 
+import fractions
 import io
 import math
 import os
 import subprocess
 import sys
 import tempfile
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -38,10 +38,11 @@ def _auto_interval(info, source_bytes: int) -> int:
     vmax = max(v for _, v in info.sampling_factors)
     mcu_w, mcu_h = (8, 8) if info.num_components == 1 else (8 * hmax, 8 * vmax)
     mpr, rows = -(-info.width // mcu_w), -(-info.height // mcu_h)
-    b, p = Fraction(source_bytes), Fraction(info.width * info.height)
+    frac = fractions.Fraction  # exact: the C++ rule uses integers
+    b, p = frac(source_bytes), frac(info.width * info.height)
     window = min(224, min(info.width, info.height) * 28 // 100)
-    skip_cost = (Fraction(9, 10) * b / p + Fraction(15, 100)) / (Fraction(9, 10) * b / p + 1)
-    max_width = Fraction(3, 10) * window / skip_cost
+    skip_cost = (frac(9, 10) * b / p + frac(15, 100)) / (frac(9, 10) * b / p + 1)
+    max_width = frac(3, 10) * window / skip_cost
     max_intervals = source_bytes * 3 // 800
     divisors = [d for d in range(1, mpr) if mpr % d == 0]
     fits = [d for d in divisors if d * mcu_w <= math.floor(max_width)] or [1]
