@@ -80,20 +80,38 @@ static int is_app_with_id(const jpeg_saved_marker_ptr m, int code, const char* i
   return m->marker == code && m->data_length >= idlen && memcmp(m->data, id, idlen) == 0;
 }
 
-// The divisor d of the MCUs per row whose interval, d MCUs, is closest to 64 pixels wide
-// (ties: the wider), among intervals up to 128 pixels; if that is under 32 pixels (no
-// suitable divisor, e.g. a prime number of MCUs per row), one interval per MCU row.
-// Measured (docs/pack.md): 32-80 pixel intervals give the same ROI speed, and size falls
-// as intervals grow (about +2 % at 32 px, -0.5 % at 64 px, -3 % for whole rows).
-static int fp_auto_restart_interval(long mcus_per_row, long mcu_w) {
+// The automatic restart interval, in MCUs (docs/pack.md, "The restart interval"). Two
+// limits, from the image's size in pixels and its source file's size in bytes:
+// - ROI time: a window decodes, on average, one interval's width more than it needs,
+//   entropy-decoded only. Relative to a decoded pixel such a pixel costs about
+//   (0.9 b + 0.15) / (0.9 b + 1) at b bytes per pixel (fitted on real photographs), so an
+//   interval at most 0.3 x window / that wide adds at most about 30 % to the window's
+//   decode. window: the smallest the recipes draw: 224 px, or 28 % of the shorter side
+//   (a random-resized crop keeps at least sqrt(0.08)) when that is smaller. The widest
+//   divisor of the MCUs per row within that width (at least 1 MCU).
+// - Size: each interval costs about 8 bytes (marker, padding, DC predictor reset, index
+//   entry; 4-9 measured), at most 3 % of the source's size in all. When the interval
+//   above needs more, the narrowest divisor that does not; when no divisor short of the
+//   whole row does, whole MCU rows, as many per interval as that takes.
+// Integer arithmetic only, so the choice is the same on every machine.
+static int fp_auto_restart_interval(long width, long height, long mcu_w, long mcu_h, size_t source_bytes) {
+  const long mcus_per_row = (width + mcu_w - 1) / mcu_w, mcu_rows = (height + mcu_h - 1) / mcu_h;
+  const int64_t bytes = (int64_t)source_bytes, pixels = (int64_t)width * height;
+  const long shorter = width < height ? width : height;
+  const int64_t window = shorter * 28 / 100 < 224 ? shorter * 28 / 100 : 224;
+  const int64_t max_width = 3 * window * (18 * bytes + 20 * pixels) / (10 * (18 * bytes + 3 * pixels));
+  const int64_t max_intervals = bytes * 3 / 800;
   long best = 1;
-  for (long d = 1; d <= mcus_per_row && d * mcu_w <= 128; d++) {
-    if (mcus_per_row % d) continue;
-    long err = labs(d * mcu_w - 64), best_err = labs(best * mcu_w - 64);
-    if (err <= best_err) best = d;
+  for (long d = 1; d < mcus_per_row && d * mcu_w <= max_width; d++)
+    if (mcus_per_row % d == 0) best = d;
+  while (best < mcus_per_row && (int64_t)(mcus_per_row / best) * mcu_rows > max_intervals) {
+    best++;
+    while (mcus_per_row % best) best++;
   }
-  if (best * mcu_w < 32) best = mcus_per_row;
-  return best > 65535 ? 0 : (int)best;
+  if (best < mcus_per_row) return (int)best;
+  long rows = max_intervals < 1 ? mcu_rows : (long)((mcu_rows + max_intervals - 1) / max_intervals);
+  if (rows > 65535 / mcus_per_row) rows = 65535 / mcus_per_row;
+  return rows < 1 ? 0 : (int)(rows * mcus_per_row);
 }
 
 // A progressive file whose scans leave some coefficient of some component unsent or
@@ -230,13 +248,16 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
   t->dst.optimize_coding = optimize ? TRUE : FALSE;
   t->dst.arith_code = FALSE;
   if (restart_interval < 0) {
-    // Automatic: intervals about 64 pixels wide that tile the MCU rows (see
-    // fp_auto_restart_interval).
-    int hmax = 1;
-    for (int c = 0; c < t->src.num_components; c++)
+    // Automatic: from the image's size and the source's size (fp_auto_restart_interval).
+    int hmax = 1, vmax = 1;
+    for (int c = 0; c < t->src.num_components; c++) {
       if (t->src.comp_info[c].h_samp_factor > hmax) hmax = t->src.comp_info[c].h_samp_factor;
+      if (t->src.comp_info[c].v_samp_factor > vmax) vmax = t->src.comp_info[c].v_samp_factor;
+    }
     const long mcu_w = t->src.num_components == 1 ? 8 : 8L * hmax;
-    restart_interval = fp_auto_restart_interval(((long)t->src.image_width + mcu_w - 1) / mcu_w, mcu_w);
+    const long mcu_h = t->src.num_components == 1 ? 8 : 8L * vmax;
+    restart_interval = fp_auto_restart_interval((long)t->src.image_width, (long)t->src.image_height, mcu_w, mcu_h,
+                                                size);
   }
   t->dst.restart_interval = (unsigned)restart_interval;
   t->dst.restart_in_rows = 0;

@@ -224,9 +224,10 @@ class TestRoi:
 
 @pytest.fixture(scope="module")
 def packed_pair():
-    """Two packed files of the same size and layout (one index could pass for the other)."""
-    a = fio.transcode_jpeg(make_jpeg("420", 120, 256, seed=21))
-    b = fio.transcode_jpeg(make_jpeg("420", 120, 256, seed=22))
+    """Two packed files of the same size and layout (one index could pass for the other);
+    the interval is explicit since ``auto`` also depends on each file's byte size."""
+    a = fio.transcode_jpeg(make_jpeg("420", 120, 256, seed=21), restart_interval=4)
+    b = fio.transcode_jpeg(make_jpeg("420", 120, 256, seed=22), restart_interval=4)
     return a, b
 
 

@@ -2,7 +2,9 @@
 fastprep and with Pillow), restart intervals that enable the fast ROI path, metadata kept,
 bad data reported."""
 
+import fractions
 import io
+import math
 import os
 import subprocess
 import sys
@@ -24,15 +26,30 @@ def pil_pixels(data: bytes) -> np.ndarray:
     return np.array(img)
 
 
-def _auto_interval(info):
-    """The documented automatic choice: the divisor of the MCUs per row closest to 64 px
-    wide (ties: wider; at most 128 px); whole rows if that is under 32 px."""
+def _auto_interval(info, source_bytes: int) -> int:
+    """The documented automatic choice (docs/pack.md), written out plainly: the widest
+    divisor of the MCUs per row no wider than 0.3 x window / skip_cost, where window =
+    min(224, 28 % of the shorter side) and skip_cost = (0.9 b + 0.15) / (0.9 b + 1) at b =
+    source bytes per pixel; if that makes more than 3 % of the source's bytes / 8 intervals,
+    the narrowest divisor that does not, short of whole rows; else whole MCU rows, as few
+    per interval as keep within that count (at most 65535 MCUs)."""
     hmax = max(h for h, _ in info.sampling_factors)
-    mcu_w = 8 if info.num_components == 1 else 8 * hmax
-    mpr = -(-info.width // mcu_w)
-    divisors = [d for d in range(1, mpr + 1) if mpr % d == 0 and d * mcu_w <= 128]
-    best = min(divisors, key=lambda d: (abs(d * mcu_w - 64), -d))
-    return best if best * mcu_w >= 32 else mpr
+    vmax = max(v for _, v in info.sampling_factors)
+    mcu_w, mcu_h = (8, 8) if info.num_components == 1 else (8 * hmax, 8 * vmax)
+    mpr, rows = -(-info.width // mcu_w), -(-info.height // mcu_h)
+    frac = fractions.Fraction  # exact: the C++ rule uses integers
+    b, p = frac(source_bytes), frac(info.width * info.height)
+    window = min(224, min(info.width, info.height) * 28 // 100)
+    skip_cost = (frac(9, 10) * b / p + frac(15, 100)) / (frac(9, 10) * b / p + 1)
+    max_width = frac(3, 10) * window / skip_cost
+    max_intervals = source_bytes * 3 // 800
+    divisors = [d for d in range(1, mpr) if mpr % d == 0]
+    fits = [d for d in divisors if d * mcu_w <= math.floor(max_width)] or [1]
+    within_budget = [d for d in divisors if d >= max(fits) and (mpr // d) * rows <= max_intervals]
+    if 1 in divisors and within_budget:
+        return min(within_budget)
+    rows_per_interval = min(rows if max_intervals < 1 else -(-rows // max_intervals), 65535 // mpr)
+    return rows_per_interval * mpr
 
 
 def scan_ends(data: bytes) -> list:
@@ -108,7 +125,7 @@ class TestTranscodeProperty:
         assert not _pixels_or_refused(src)
         cuts = cut_after_each_scan(src) if fio.jpeg_info(src).progressive else []
         assert len(cuts) >= 5 or not fio.jpeg_info(src).progressive
-        for i, cut in enumerate(cuts):
+        for cut in cuts:
             _pixels_or_refused(cut)  # raises on a pixel difference
             # every libjpeg progressive script refines some coefficient in its last scan
             with pytest.raises(fio.DecodeError, match="incomplete progressive scans"):
@@ -116,7 +133,8 @@ class TestTranscodeProperty:
 
     @pytest.mark.parametrize("script,why", [
         ("0,1,2: 0-0, 0, 0;", "component 0 coefficient 1 never sent"),
-        ("0,1,2: 0-0, 0, 1; 0: 1-63, 0, 0; 1: 1-63, 0, 0; 2: 1-63, 0, 0;", "component 0 coefficient 0 lacks its 1 low bit"),
+        ("0,1,2: 0-0, 0, 1; 0: 1-63, 0, 0; 1: 1-63, 0, 0; 2: 1-63, 0, 0;",
+         "component 0 coefficient 0 lacks its 1 low bit"),
         ("0,1,2: 0-0, 0, 0; 0: 1-63, 0, 0; 1: 1-63, 0, 0; 2: 1-62, 0, 0;", "component 2 coefficient 63 never sent"),
     ])
     def test_incomplete_progressive_refused(self, script, why):
@@ -198,7 +216,7 @@ class TestTranscode:
         info, src_info = fio.jpeg_info(out), fio.jpeg_info(src)
         assert not info.progressive and not info.arithmetic
         assert info.sampling_factors == src_info.sampling_factors and info.color_space == src_info.color_space
-        assert info.restart_interval == _auto_interval(info)
+        assert info.restart_interval == _auto_interval(src_info, len(src))
         assert info.restart_roi
 
     def test_roi_on_packed_file_equals_original(self):
@@ -284,6 +302,93 @@ class TestTranscode:
         data = fio._as_tensor(make_jpeg("420", 20, 30))
         torch.library.opcheck(torch.ops.fastprep.transcode_jpeg.default, (data, -1, True, True, 0),
                               test_utils=("test_schema", "test_faketensor"))
+
+
+def _policy_image(content: str, height: int, width: int, seed: int) -> np.ndarray:
+    """photo: photo-like; noise: every pixel random (dense: 1-3 bytes per pixel); flat: a
+    faint gradient (sparse: a few hundredths of a byte per pixel); blank: one grey level
+    (a few bits per block)."""
+    if content == "photo":
+        return photo_like(height, width, seed)
+    if content == "noise":
+        return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    if content == "blank":
+        return np.full((height, width, 3), 120, np.uint8)
+    ramp = (np.arange(width, dtype=np.float32) * 64 / width + 96).astype(np.uint8)
+    return np.broadcast_to(ramp[None, :, None], (height, width, 3)).copy()
+
+
+# (height, width, subsampling or "gray", content, quality, what the automatic choice must be)
+_POLICY_CASES = [
+    (375, 500, "4:2:0", "photo", 90, "within a row"),     # ImageNet-sized
+    (333, 500, "4:4:4", "photo", 95, "within a row"),
+    (1440, 2560, "4:2:2", "photo", 90, "within a row"),
+    (64, 5640, "4:2:2", "noise", 100, "one MCU"),         # 353 MCUs per row (prime), dense
+    (1080, 1920, "4:2:2", "flat", 90, "whole rows"),      # sparse: the marker budget decides
+    (2400, 3840, "4:4:4", "flat", 75, "within a row"),
+    (2400, 3840, "gray", "blank", 75, "whole rows"),      # several rows per interval
+    (600, 800, "gray", "noise", 90, "within a row"),
+]
+
+
+class TestAutoInterval:
+    """``restart_interval="auto"`` follows the documented formula (``_auto_interval``) on
+    representative image and file sizes, stays a fast-path layout, and the override wins."""
+
+    @pytest.mark.parametrize("case", _POLICY_CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{c[3]}")
+    def test_follows_the_formula(self, case):
+        height, width, subsampling, content, quality, expected = case
+        rgb = _policy_image(content, height, width, seed=3)
+        if subsampling == "gray":
+            src = pil_jpeg(rgb[..., 0], quality=quality, optimize=True)
+        else:
+            src = pil_jpeg(rgb, quality=quality, subsampling=subsampling)
+        src_info = fio.jpeg_info(src)
+        out = fio.transcode_jpeg(src)
+        info = fio.jpeg_info(out)
+        want = _auto_interval(src_info, len(src))
+        assert info.restart_interval == want
+        mcu_w = 8 if src_info.num_components == 1 else 8 * max(h for h, _ in src_info.sampling_factors)
+        mpr = -(-width // mcu_w)
+        kind = ("one MCU" if want == 1 else "within a row" if mpr % want == 0 and want < mpr
+                else "whole rows" if want % mpr == 0 else "neither")
+        assert kind == expected, (want, mpr)
+        assert info.restart_roi
+        full = fio.decode_jpeg(src)
+        assert torch.equal(fio.decode_jpeg(out), full)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(4):
+            t = int(torch.randint(0, height - min(height, 64) + 1, (1,), generator=g))
+            l = int(torch.randint(0, width - min(width, 224) + 1, (1,), generator=g))
+            hh, ww = min(height, 64), min(width, 224)
+            assert torch.equal(fio.decode_jpeg_roi(out, t, l, hh, ww), full[:, t:t + hh, l:l + ww]), (t, l)
+
+    def test_sparse_file_gets_several_rows_per_interval(self):
+        # 2400x3840 grey, one level: a few bits per block, 300 MCU rows of 480 MCUs; one
+        # marker per row (8 bytes each) would cost more than 3 % of the file
+        src = pil_jpeg(_policy_image("blank", 2400, 3840, 0)[..., 0], quality=75, optimize=True)
+        rows_per_interval = -(-300 * 8 // (len(src) * 3 // 100))
+        assert rows_per_interval >= 2
+        assert fio.jpeg_info(fio.transcode_jpeg(src)).restart_interval == rows_per_interval * 480
+
+    @pytest.mark.parametrize("override", [0, 2, 120])
+    def test_override_wins(self, tmp_path, override):
+        src = pil_jpeg(photo_like(400, 1920, seed=4), quality=90, subsampling="4:2:2")  # 120 MCUs per row
+        auto = _auto_interval(fio.jpeg_info(src), len(src))
+        assert auto != override
+        assert fio.jpeg_info(fio.transcode_jpeg(src)).restart_interval == auto
+        out = fio.transcode_jpeg(src, restart_interval=override)
+        assert fio.jpeg_info(out).restart_interval == override
+        assert torch.equal(fio.decode_jpeg(out), fio.decode_jpeg(src))
+        # and through fastprep.pack (the CLI's --restart-interval: TestPackCli)
+        from fastprep.pack import pack_folder
+
+        (tmp_path / "src").mkdir()
+        (tmp_path / "src" / "a.jpg").write_bytes(src)
+        for interval, want in ((override, override), ("auto", auto)):
+            dst = tmp_path / f"dst-{interval}"
+            pack_folder(tmp_path / "src", dst, workers=1, restart_interval=interval, progress=False)
+            assert fio.jpeg_info((dst / "a.jpg").read_bytes()).restart_interval == want
 
 
 def _run_pack(*args):
