@@ -325,7 +325,7 @@ def _yuv(validated, gain, out_dtype=None, mask_args=None, num_threads=None, out=
 
         def task(i):
             a, b = bounds(i)
-            _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain, 1)
+            _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain)
 
         run_tasks(task, tasks, threads)
     elif arr.size:
@@ -337,7 +337,7 @@ def _yuv(validated, gain, out_dtype=None, mask_args=None, num_threads=None, out=
 
         def task(i):
             a, b = bounds(i)
-            _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain, 1)
+            _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain)
 
         run_tasks(task, tasks, threads)
     return _cast(out, out_dtype, is_tensor)
@@ -427,7 +427,7 @@ def scale(img, *, num_threads=None, out=None):
 
     def task(i):
         a, b = bounds(i)
-        _color.scale(src[a:b], dst[a:b], 1)
+        _color.scale(src[a:b], dst[a:b])
 
     run_tasks(task, tasks, kernel_threads(src.size, num_threads))
     return out

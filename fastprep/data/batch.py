@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .. import functional as F
-from .._color_coeffs import YUV_COEFFS
+from .._kernels.coeffs import YUV_COEFFS
 
 __all__ = ["BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
 
