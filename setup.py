@@ -2,8 +2,9 @@
 
 * ``fastprep._C``: the C++ torch extension (``torch.ops.fastprep.*``) over the
   system libjpeg-turbo.
-* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths), with
-  baseline, AVX2 and AVX-512 variants chosen at import (docs/kernels.md).
+* ``fastprep._kernels._color``: Cython kernels (RGB->YUV, scale, fused paths) over the C
+  span kernels in ``_color_kernels.h``, with baseline, AVX2 and AVX-512 variants chosen at
+  import (docs/kernels.md).
 
 Build against the installed torch: ``pip install --no-build-isolation .``
 """
@@ -74,12 +75,6 @@ def _find_libjpeg():
     return [header] + include_dirs, library_dirs, version
 
 
-def _openmp_flags():
-    if sys.platform == "darwin" or os.environ.get("FASTPREP_NO_OPENMP"):
-        return [], []
-    return ["-fopenmp"], ["-fopenmp"]
-
-
 def _build_ext_class():
     """torch's BuildExtension for the C++ op; plain setuptools for the Cython modules.
 
@@ -120,9 +115,7 @@ def main():
     from torch.utils.cpp_extension import CppExtension
 
     include_dirs, library_dirs, version = _find_libjpeg()
-    omp_compile, omp_link = _openmp_flags()
     print(f"fastprep: libjpeg-turbo {version} (headers in {include_dirs[0]})")
-    print(f"fastprep: OpenMP for Cython kernels: {'yes' if omp_compile else 'no'}")
     san_compile, san_link = _sanitizer_flags()
     if san_compile:
         print(f"fastprep: sanitizers for the C++ op: {' '.join(san_compile)}")
@@ -148,12 +141,12 @@ def main():
             Extension(
                 "fastprep._kernels._color",
                 ["fastprep/_kernels/_color.pyx"],
+                depends=["fastprep/_kernels/_color_kernels.h"],
                 # The AVX2 / AVX-512 variants are selected at run time by per-function
                 # target attributes inside the module, so the module itself stays at the
                 # x86-64 baseline and imports on any CPU. No FP contraction: no variant
                 # may fuse a multiply-add, which keeps the variants bit-identical.
-                extra_compile_args=["-O3", "-ffp-contract=off"] + omp_compile,
-                extra_link_args=omp_link,
+                extra_compile_args=["-O3", "-ffp-contract=off"],
             ),
         ],
         compiler_directives={"language_level": 3, "boundscheck": False, "wraparound": False,

@@ -14,8 +14,7 @@ to the reference measured in the same run:
 * Time to the first mask call in a fresh process (import of fastprep.functional, Numba
   compile or cache load, first call), with a cold and then a warm on-disk Numba cache.
 * With the other cores busy (one busy-loop process per other usable CPU): mean time per
-  call of the per-sample mask_yuv_scale at default settings vs one thread, and of the
-  OpenMP path the kernels used before (torch.get_num_threads() threads), plus a batch.
+  call of the per-sample mask_yuv_scale at default settings vs one thread, plus a batch.
 
 Each code path runs in its own process: ``native`` (the kernels this CPU selects) and
 ``avx2`` (an AVX2-only CPU such as AMD Zen 3, emulated: Numba compiled for haswell with
@@ -168,34 +167,22 @@ def code_path():
     import llvmlite.binding as ll
     from numba.core import config
 
-    from fastprep._kernels import _color
+    from fastprep._kernels import isa
 
     cpu = config.CPU_NAME or ll.get_host_cpu_name()
     features = "host features" if config.CPU_FEATURES is None else config.CPU_FEATURES or "none"
-    return f"Numba target {cpu} ({features}); C kernels {_color.active_isa()} variant"
+    return f"Numba target {cpu} ({features}); C kernels {isa.active_isa()} variant"
 
 
 def busy_cores_rows(runs, default_threads):
     """Mean per-call time with a busy-loop process on every other usable CPU."""
-    from fastprep._kernels import _color, _mask
-
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     img = torch.from_numpy(np.ascontiguousarray(photo_like(H, W, seed=3).transpose(2, 0, 1)))
     batch = img.expand(64, 3, H, W).contiguous()
-    buf = np.empty((H, ((W + 63) // 64) * 64), dtype=np.uint8)  # mask rows padded to whole uint64 words
-    buf64 = buf.view(np.uint64)
-    out = np.empty((1, 3, H, W), np.float32)
-    m = _mask.probability_numerator(RATIO)
-
-    def openmp_before(x):
-        # the kernels' previous path: mask, then OpenMP with torch.get_num_threads() threads
-        _mask.random_dilated_mask(np.uint64(1), m, H, W, buf64)
-        _color.mask_yuv(x.numpy()[None], buf, out, 0.0, 1.0 / 255.0, torch.get_num_threads())
 
     cases = [
         ("mask_yuv_scale 3x256x256, default threads", img, lambda x: F.mask_yuv_scale(x, RATIO)),
         ("mask_yuv_scale 3x256x256, num_threads=1", img, lambda x: F.mask_yuv_scale(x, RATIO, num_threads=1)),
-        ("previous OpenMP path, torch threads", img, openmp_before),
         ("yuv_scale 64x3x256x256, default threads", batch, lambda x: F.yuv_scale(x)),
         ("yuv_scale 64x3x256x256, num_threads=1", batch, lambda x: F.yuv_scale(x, num_threads=1)),
     ]

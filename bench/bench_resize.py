@@ -58,8 +58,8 @@ def main():
             img, x = _image(h, w, c)
             tt = _median_us(functools.partial(torch.ops.aten._upsample_bilinear2d_aa, x, [oh, ow], False, None, None),
                             args.calls)
-            to = _median_us(functools.partial(op, img, oh, ow, 0, 0, oh, ow, h, w, 0, 0, 0.0, 0.0, True, False),
-                            args.calls)
+            to = _median_us(functools.partial(op, img, (oh, ow), (0, 0, oh, ow), (h, w), (0, 0), (0.0, 0.0), True,
+                                              False), args.calls)
             print(f"{name:8s} {label:36s} torch {tt:7.1f}  resize_aa {to:7.1f}  torch/ours {tt / to:5.2f}")
         # eval: a 375x500 image resized to 256x341, centre 224x224 crop. torch resizes the
         # whole image and crops; resize_aa computes the crop from the window its filter reads.
@@ -67,8 +67,8 @@ def main():
         win = img[:, 10:365, 50:450]
         tt = _median_us(lambda x=x: torch.ops.aten._upsample_bilinear2d_aa(x, [256, 341], False, None, None)
                         [:, :, 16:240, 58:282], args.calls)
-        to = _median_us(lambda win=win: op(win, 256, 341, 16, 58, 224, 224, 375, 500, 10, 50, 0.0, 0.0, True, False),
-                        args.calls)
+        to = _median_us(functools.partial(op, win, (256, 341), (16, 58, 224, 224), (375, 500), (10, 50), (0.0, 0.0),
+                                          True, False), args.calls)
         print(f"{name:8s} {'eval 375x500 -> 256x341, crop 224':36s} torch {tt:7.1f}  resize_aa {to:7.1f}  "
               f"torch/ours {tt / to:5.2f}")
     _C.resize_isa(best)

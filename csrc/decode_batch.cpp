@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "decode_jpeg_roi.h"
 #include "jpeg_ops.h"
 #include "resize_aa.h"
 

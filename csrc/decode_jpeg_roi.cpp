@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "decode_jpeg_roi.h"
 #include "jpeg_ops.h"
 #include "restart_index.h"
 

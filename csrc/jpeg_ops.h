@@ -1,13 +1,13 @@
-// C++ side shared by the JPEG ops: argument checks, the decoder handle, errors.
+// C++ side shared by the JPEG ops: argument checks, the decoder handle, errors
+// (jpeg_ops.cpp holds the out-of-line part).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include <functional>
 #include <string>
 
-#include "jpeg_common.h"
+#include "jpeg_decoder.h"
 
 namespace fastprep {
 
@@ -150,14 +150,5 @@ inline at::Tensor decode_window(const Decoder& dec, const fp_info& info, int64_t
                      out.data_ptr<uint8_t>());
   return out;
 }
-
-// decode_jpeg_roi after its argument checks (decode_jpeg_roi.cpp): the window of the image
-// in `bytes` (whose header `dec` has read into `info`) through the restart-interval path
-// when the file allows it, else decode_window. out_buffer() is called once, right before
-// pixels are written, and returns where the channels x height x width bytes go.
-void decode_roi_into(const Decoder& dec, const fp_info& info, const uint8_t* bytes, size_t size,
-                     int64_t mode, int64_t top, int64_t left, int64_t height, int64_t width,
-                     int64_t max_pixels, int64_t scale_num, int64_t max_scans, bool channels_last,
-                     const std::function<uint8_t*()>& out_buffer);
 
 }  // namespace fastprep

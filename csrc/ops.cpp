@@ -4,22 +4,14 @@
 
 #include <string>
 
-#include "jpeg_common.h"
+#include "jpeg_decoder.h"
+#include "jpeg_info.h"
 #include "jpeg_ops.h"
+#include "resize_aa.h"
 #include "restart_index.h"
 
-namespace fastprep {
-std::string& thread_warning() {
-  static thread_local std::string pending;
-  return pending;
-}
-}  // namespace fastprep
-
 TORCH_LIBRARY(fastprep, m) {
-  // int64 [15]: height, width, components, colour space, progressive, arithmetic, adobe,
-  // then h, v sampling factors of components 0..3 (a tensor, so fake kernels can describe it),
-  // then the restart interval in MCUs (0: none) and whether decode_jpeg_roi's restart-interval
-  // path applies (1/0)
+  // int64 [17], the fields of jpeg_info.h in order (a tensor, so fake kernels can describe it)
   m.def("jpeg_info(Tensor data) -> Tensor");
   // scale_num: decode at scale_num/8 of the size (DCT scaling); ROI windows are in scaled
   // coordinates. max_scans: refuse files with more scans (0: no limit). channels_last: the
@@ -39,14 +31,13 @@ TORCH_LIBRARY(fastprep, m) {
       "int max_pixels, bool interval_index=True) -> Tensor");
   // Bilinear resize of a uint8 channels-last [C, H, W] image (C = 1, 3, 4), bit-identical to
   // aten::_upsample_bilinear2d_aa (antialias) / aten::upsample_bilinear2d (uint8 kernels):
-  // output pixels [out_top, out_top+out_h) x [out_left, out_left+out_w) of resizing a virtual
-  // full_in_h x full_in_w image to full_out_h x full_out_w, of which `image` holds rows
-  // [in_top, in_top+H) and columns [in_left, in_left+W). scale_h/scale_w: output px per input
-  // px (<= 0: full_out/full_in). hflip: the output mirrored. Result channels-last.
+  // output pixels out_window = [top, left, height, width] of resizing a virtual
+  // full_in = [height, width] image to full_out = [height, width], of which `image` holds the
+  // H x W pixels from in_origin = [top, left] on. scale = [h, w]: output px per input px
+  // (<= 0: full_out/full_in). hflip: the output mirrored. Result channels-last.
   m.def(
-      "resize_aa(Tensor image, int full_out_h, int full_out_w, int out_top, int out_left, int out_h, "
-      "int out_w, int full_in_h, int full_in_w, int in_top, int in_left, float scale_h, float scale_w, "
-      "bool antialias, bool hflip) -> Tensor");
+      "resize_aa(Tensor image, int[2] full_out, int[4] out_window, int[2] full_in, int[2] in_origin, "
+      "float[2] scale, bool antialias, bool hflip) -> Tensor");
   // The built-in decode pipelines for a batch (decode_batch.cpp, which defines the columns of
   // plans [N, 24] int64 and scales [N, 2] float64): decode + resize + pad + mask of sample i
   // into out[i] (uint8, or float32/float16/bfloat16 through conversion `convert` with
@@ -83,10 +74,6 @@ static PyObject* interval_index_stats(PyObject*, PyObject*) {
   return Py_BuildValue("(LL)", (long long)s.index_used, (long long)s.index_rejected);
 }
 
-namespace fastprep {
-int64_t resize_aa_isa(int64_t level);
-}
-
 // resize_isa(level) -> int: resize_aa's kernel variant (0 baseline, 1 AVX2); level -1 only
 // reads it, 0/1 select one (capped by the CPU). For tests and benchmarks; not thread-safe.
 static PyObject* resize_isa(PyObject*, PyObject* arg) {
@@ -108,6 +95,19 @@ extern "C" PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "fastprep's compiled ops", -1,
                                           methods};
   PyObject* module = PyModule_Create(&module_def);
-  if (module != nullptr) PyModule_AddStringConstant(module, "libjpeg_turbo_version", fp_libjpeg_version());
+  if (module == nullptr) return nullptr;
+  PyObject* fields = PyTuple_New(fastprep::kJpegInfoFields);
+  for (int i = 0; fields != nullptr && i < fastprep::kJpegInfoFields; i++) {
+    PyObject* name = PyUnicode_FromString(fastprep::kJpegInfoFieldNames[i]);
+    if (name == nullptr) Py_CLEAR(fields);
+    else PyTuple_SET_ITEM(fields, i, name);
+  }
+  // PyModule_AddObject steals the reference only on success
+  if (fields == nullptr || PyModule_AddObject(module, "jpeg_info_fields", fields) < 0 ||
+      PyModule_AddStringConstant(module, "libjpeg_turbo_version", fp_libjpeg_version()) < 0) {
+    Py_XDECREF(fields);
+    Py_DECREF(module);
+    return nullptr;
+  }
   return module;
 }

@@ -36,7 +36,8 @@ namespace fastprep {
 namespace {
 
 // ------------------------------------------------------------------------------------
-// ISA selection: 0 baseline, 1 AVX2. FASTPREP_ISA (as the Cython kernels) caps it.
+// ISA selection: 0 baseline, 1 AVX2; the best the CPU supports unless resize_aa_isa (called by
+// fastprep._kernels.isa, which reads FASTPREP_ISA) caps it.
 
 int cpu_level() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -48,16 +49,7 @@ int cpu_level() {
 }
 
 int& active_level() {
-  static int level = [] {
-    int lvl = cpu_level();
-    const char* env = std::getenv("FASTPREP_ISA");
-    if (env != nullptr) {
-      std::string v(env);
-      for (auto& ch : v) ch = (char)std::tolower((unsigned char)ch);
-      if (v == "baseline") lvl = 0;
-    }
-    return lvl;
-  }();
+  static int level = cpu_level();
   return level;
 }
 
@@ -605,8 +597,6 @@ void v_pass(const uint8_t* src, int64_t src_stride, uint8_t* out, int64_t out_st
 
 }  // namespace
 
-int64_t resize_aa_isa(int64_t level);
-
 void check_resize_args(int64_t C, int64_t H, int64_t W, int64_t full_out_h, int64_t full_out_w, int64_t out_top,
                        int64_t out_left, int64_t out_h, int64_t out_w, int64_t full_in_h, int64_t full_in_w,
                        int64_t in_top, int64_t in_left, double scale_h, double scale_w) {
@@ -666,9 +656,23 @@ void resize_aa_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64_t 
   }
 }
 
-at::Tensor resize_aa(const at::Tensor& image, int64_t full_out_h, int64_t full_out_w, int64_t out_top,
-                     int64_t out_left, int64_t out_h, int64_t out_w, int64_t full_in_h, int64_t full_in_w,
-                     int64_t in_top, int64_t in_left, double scale_h, double scale_w, bool antialias, bool hflip) {
+static void check_group(c10::ArrayRef<int64_t> values, size_t expected, const char* name, const char* fields) {
+  TORCH_CHECK_VALUE(values.size() == expected, "resize_aa: ", name, " must hold ", expected, " numbers (", fields,
+                    "), got ", values.size());
+}
+
+at::Tensor resize_aa(const at::Tensor& image, at::IntArrayRef full_out, at::IntArrayRef out_window,
+                     at::IntArrayRef full_in, at::IntArrayRef in_origin, at::ArrayRef<double> scale, bool antialias,
+                     bool hflip) {
+  check_group(full_out, 2, "full_out", "height, width");
+  check_group(out_window, 4, "out_window", "top, left, height, width");
+  check_group(full_in, 2, "full_in", "height, width");
+  check_group(in_origin, 2, "in_origin", "top, left");
+  TORCH_CHECK_VALUE(scale.size() == 2, "resize_aa: scale must hold 2 numbers (h, w), got ", scale.size());
+  const int64_t full_out_h = full_out[0], full_out_w = full_out[1];
+  const int64_t out_top = out_window[0], out_left = out_window[1], out_h = out_window[2], out_w = out_window[3];
+  const int64_t full_in_h = full_in[0], full_in_w = full_in[1], in_top = in_origin[0], in_left = in_origin[1];
+  const double scale_h = scale[0], scale_w = scale[1];
   TORCH_CHECK_VALUE(image.device().is_cpu(), "resize_aa: image must be a CPU tensor");
   TORCH_CHECK_VALUE(image.scalar_type() == at::kByte, "resize_aa: image must be uint8, got ", image.scalar_type());
   TORCH_CHECK_VALUE(image.dim() == 3, "resize_aa: image must be [C, H, W], got ", image.dim(), " dims");

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "jpeg_ops.h"
-#include "jpeg_transcode.h"
+#include "jpeg_transcoder.h"
 #include "restart_index.h"
 
 namespace fastprep {

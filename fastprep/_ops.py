@@ -1,13 +1,50 @@
 """Loads the compiled extension (``torch.ops.fastprep.*``) and registers fake kernels so
 ``torch.compile`` can trace functions that call the ops."""
 
+from typing import NamedTuple
+
 import torch
 
 from . import _C  # noqa: F401  (TORCH_LIBRARY registration happens at import)
+from ._kernels import isa as _isa  # noqa: F401  (applies FASTPREP_ISA to the compiled kernels)
 
 MODE_UNCHANGED, MODE_GRAY, MODE_RGB, MODE_YCBCR = 0, 1, 3, 4
 
 libjpeg_turbo_version = _C.libjpeg_turbo_version
+
+
+class JpegHeader(NamedTuple):
+    """The fields of ``torch.ops.fastprep.jpeg_info``'s int64 result, in its order (they
+    mirror csrc/jpeg_info.h; ``fastprep._C.jpeg_info_fields`` names that header's list).
+
+    ``color_space`` is libjpeg's ``J_COLOR_SPACE``; ``progressive``, ``arithmetic``,
+    ``adobe`` (an Adobe APP14 marker) and ``restart_roi`` are 1/0; ``h_sampN``/``v_sampN``
+    are component N's sampling factors (0 where absent); ``restart_interval`` is in MCUs
+    (0: none).
+    """
+
+    height: int
+    width: int
+    components: int
+    color_space: int
+    progressive: int
+    arithmetic: int
+    adobe: int
+    h_samp0: int
+    v_samp0: int
+    h_samp1: int
+    v_samp1: int
+    h_samp2: int
+    v_samp2: int
+    h_samp3: int
+    v_samp3: int
+    restart_interval: int
+    restart_roi: int
+
+    def sampling_factors(self) -> tuple[tuple[int, int], ...]:
+        """``(h, v)`` of each component the file has (at most 4)."""
+        hv = self[JpegHeader._fields.index("h_samp0"):JpegHeader._fields.index("restart_interval")]
+        return tuple((hv[2 * c], hv[2 * c + 1]) for c in range(min(self.components, 4)))
 
 
 def _channels_or_dynamic(mode):
@@ -34,7 +71,7 @@ def _decode_jpeg_roi_fake(data, top, left, height, width, mode, max_pixels, stri
 
 @torch.library.register_fake("fastprep::jpeg_info")
 def _jpeg_info_fake(data):
-    return data.new_empty((17,), dtype=torch.int64)
+    return data.new_empty((len(JpegHeader._fields),), dtype=torch.int64)
 
 
 @torch.library.register_fake("fastprep::decode_jpeg")
@@ -50,11 +87,11 @@ def _transcode_jpeg_fake(data, restart_interval, optimize, keep_metadata, max_pi
 
 
 @torch.library.register_fake("fastprep::resize_aa")
-def _resize_aa_fake(image, full_out_h, full_out_w, out_top, out_left, out_h, out_w, full_in_h, full_in_w,
-                    in_top, in_left, scale_h, scale_w, antialias, hflip):
+def _resize_aa_fake(image, full_out, out_window, full_in, in_origin, scale, antialias, hflip):
     torch._check(image.dtype == torch.uint8)
     torch._check(image.dim() == 3)
-    return image.new_empty((out_h, out_w, image.shape[0])).permute(2, 0, 1)
+    torch._check(len(out_window) == 4)
+    return image.new_empty((out_window[2], out_window[3], image.shape[0])).permute(2, 0, 1)
 
 
 @torch.library.register_fake("fastprep::decode_batch")

@@ -307,7 +307,7 @@ def _yuv_plain(arr: np.ndarray, out_np: np.ndarray, gain: float, threads: int) -
 
     def task(i: int) -> None:
         a, b = bounds(i)
-        _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain, 1)
+        _color.yuv(src[:, :, a:b], dst[:, :, a:b], gain)
 
     run_tasks(task, tasks, threads)
 
@@ -323,7 +323,7 @@ def _yuv_masked(arr: np.ndarray, dst: np.ndarray, gain: float, mask_args: tuple,
 
     def task(i: int) -> None:
         a, b = bounds(i)
-        _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain, 1)
+        _color.mask_yuv(arr[:, :, a:b], buf[a:b], dst[:, :, a:b], float(f), gain)
 
     run_tasks(task, tasks, threads)
 
@@ -397,7 +397,7 @@ def scale(img: ImageT, *, num_threads: int | None = None, out: ImageT | None = N
 
     def task(i: int) -> None:
         a, b = bounds(i)
-        _color.scale(src[a:b], dst[a:b], 1)
+        _color.scale(src[a:b], dst[a:b])
 
     run_tasks(task, tasks, kernel_threads(src.size, num_threads))
     return out

@@ -198,18 +198,19 @@ def jpeg_info(data: Buffer) -> JpegInfo:
     Raises:
         DecodeError: the headers are missing or invalid.
     """
-    v = _run(torch.ops.fastprep.jpeg_info, _as_tensor(data)).tolist()
-    ncomp = v[2]
-    factors = tuple((v[7 + 2 * c], v[8 + 2 * c]) for c in range(min(ncomp, 4)))
+    header = _ops.JpegHeader._make(_run(torch.ops.fastprep.jpeg_info, _as_tensor(data)).tolist())
+    ncomp = header.components
+    factors = header.sampling_factors()
     subsampling = None
     if ncomp >= 3:
         (h0, v0), (h1, v1) = factors[0], factors[1]
         key = (h0 // h1, v0 // v1) if h1 and v1 and h0 % h1 == 0 and v0 % v1 == 0 else None
-        subsampling = _SUBSAMPLING.get(key, "other") if factors[1] == factors[2] else "other"
+        subsampling = _SUBSAMPLING.get(key, "other") if key is not None and factors[1] == factors[2] else "other"
     return JpegInfo(
-        height=v[0], width=v[1], num_components=ncomp, color_space=_COLOR_SPACES.get(v[3], "UNKNOWN"),
-        subsampling=subsampling, progressive=bool(v[4]), arithmetic=bool(v[5]), sampling_factors=factors,
-        restart_interval=v[15], restart_roi=bool(v[16]),
+        height=header.height, width=header.width, num_components=ncomp,
+        color_space=_COLOR_SPACES.get(header.color_space, "UNKNOWN"), subsampling=subsampling,
+        progressive=bool(header.progressive), arithmetic=bool(header.arithmetic), sampling_factors=factors,
+        restart_interval=header.restart_interval, restart_roi=bool(header.restart_roi),
     )
 
 

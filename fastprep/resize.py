@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
-from ._interleave import planar3_to_interleaved
+from ._kernels._interleave import planar3_to_interleaved
 
 __all__ = ["resize", "resize_window"]
 
@@ -103,8 +103,8 @@ def resize(image: torch.Tensor, size: Sequence[int], *, antialias: bool = True, 
         if src is not None:
             h, w = size
             sh, sw = scale if scale is not None else (0.0, 0.0)
-            return torch.ops.fastprep.resize_aa(src, h, w, 0, 0, h, w, src.shape[1], src.shape[2], 0, 0,
-                                                sh, sw, bool(antialias), bool(hflip))
+            return torch.ops.fastprep.resize_aa(src, (h, w), (0, 0, h, w), tuple(src.shape[1:]), (0, 0),
+                                                (sh, sw), bool(antialias), bool(hflip))
         out = _torch_resample(image, size, scale, bool(antialias))
     return out.flip(-1) if hflip else out
 
@@ -128,6 +128,5 @@ def resize_window(image: torch.Tensor, full_in: Sequence[int], in_offset: Sequen
         raise ValueError(f"resize_window takes 1, 3 or 4 channels, got {image.shape[0]}")
     sh, sw = scale if scale is not None else (0.0, 0.0)
     top, left, h, w = out_window
-    return torch.ops.fastprep.resize_aa(src, full_out[0], full_out[1], top, left, h, w, full_in[0], full_in[1],
-                                        in_offset[0], in_offset[1], float(sh), float(sw), bool(antialias),
-                                        bool(hflip))
+    return torch.ops.fastprep.resize_aa(src, tuple(full_out), (top, left, h, w), tuple(full_in), tuple(in_offset),
+                                        (float(sh), float(sw)), bool(antialias), bool(hflip))

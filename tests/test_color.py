@@ -300,7 +300,7 @@ def test_two_threads_match_serial():
 
 # --------------------------------------------------------------- ISA variants (C)
 
-from fastprep._kernels import _color  # noqa: E402
+from fastprep._kernels import isa as kernel_isa  # noqa: E402
 
 
 def _all_colour_outputs():
@@ -317,15 +317,15 @@ def _all_colour_outputs():
 
 class TestIsaVariants:
     def test_every_supported_variant_is_bit_identical(self):
-        supported = _color.supported_isas()
+        supported = kernel_isa.supported_isas()
         assert supported[0] == "baseline"
         try:
             results = {}
             for isa in supported:
-                assert _color.set_isa(isa) == isa and _color.active_isa() == isa
+                assert kernel_isa.set_isa(isa) == isa and kernel_isa.active_isa() == isa
                 results[isa] = _all_colour_outputs()
         finally:
-            _color.set_isa("auto")
+            kernel_isa.set_isa("auto")
         base = results["baseline"]
         # the baseline against the formulas (the per-op tests above check the default variant)
         torch.testing.assert_close(base[-1], ref_yuv(ALL_PIXELS), rtol=0, atol=1e-4)
@@ -335,35 +335,35 @@ class TestIsaVariants:
                 assert torch.equal(a, b), isa
 
     def test_auto_is_the_best_supported(self):
-        assert _color.set_isa("auto") == _color.supported_isas()[-1] == _color.active_isa()
+        assert kernel_isa.set_isa("auto") == kernel_isa.supported_isas()[-1] == kernel_isa.active_isa()
 
     def test_unsupported_request_falls_back(self):
         try:
-            for isa in _color.ISA_LEVELS:
-                got = _color.set_isa(isa)
-                assert got in _color.supported_isas()
-                assert _color.ISA_LEVELS.index(got) <= _color.ISA_LEVELS.index(isa)
+            for isa in kernel_isa.ISA_LEVELS:
+                got = kernel_isa.set_isa(isa)
+                assert got in kernel_isa.supported_isas()
+                assert kernel_isa.ISA_LEVELS.index(got) <= kernel_isa.ISA_LEVELS.index(isa)
         finally:
-            _color.set_isa("auto")
+            kernel_isa.set_isa("auto")
 
     def test_bad_name(self):
         with pytest.raises(ValueError, match="FASTPREP_ISA must be one of auto, baseline, avx2, avx512; got 'sse9'"):
-            _color.set_isa("sse9")
+            kernel_isa.set_isa("sse9")
 
     @pytest.mark.parametrize("value, warns", [("baseline", False), ("AVX2", False), ("nonsense", True)])
     def test_environment_override(self, tmp_path, value, warns):
         code = ("import warnings, json, sys\n"
                 "with warnings.catch_warnings(record=True) as w:\n"
                 "    warnings.simplefilter('always')\n"
-                "    from fastprep._kernels import _color\n"
-                "json.dump([_color.active_isa(), [str(x.message) for x in w]], sys.stdout)\n")
+                "    from fastprep._kernels import isa\n"
+                "json.dump([isa.active_isa(), [str(x.message) for x in w]], sys.stdout)\n")
         env = dict(os.environ, FASTPREP_ISA=value,
                    PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
         proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
         active, messages = json.loads(proc.stdout)
-        supported = _color.supported_isas()
+        supported = kernel_isa.supported_isas()
         if warns:
             assert active == supported[-1]
             assert len(messages) == 1 and "FASTPREP_ISA must be one of" in messages[0]

@@ -481,8 +481,8 @@ from PIL import Image
 from fastprep.bench.synthetic import photo_like
 from fastprep.data import BatchConvert, default_transform
 from fastprep.data.native import NativePipeline
-from fastprep._kernels import _color
-assert _color.active_isa() == "baseline"
+from fastprep._kernels import isa
+assert isa.active_isa() == "baseline"
 datas = []
 for i, (h, w) in enumerate([(90, 70), (60, 120), (50, 50)]):
     buf = io.BytesIO()

@@ -40,7 +40,7 @@ def _torch(img, oh, ow, sh, sw, aa):
 
 def _ours(img, oh, ow, sh, sw, aa, hflip=False):
     _, h, w = img.shape
-    return op(img, oh, ow, 0, 0, oh, ow, h, w, 0, 0, sh or 0.0, sw or 0.0, aa, hflip)
+    return op(img, (oh, ow), (0, 0, oh, ow), (h, w), (0, 0), (sh or 0.0, sw or 0.0), aa, hflip)
 
 
 def _cases(n, seed):
@@ -113,7 +113,7 @@ def test_windows_equal_slices_of_full_resize(level):
         x0 = min(max(int(l / s_w) - int(2 / s_w) - 3, 0), W - 1)
         x1 = max(min(int((l + w) / s_w) + int(2 / s_w) + 3, W), x0 + 1)
         win = full[:, y0:y1, x0:x1]  # a view: row stride > W*C
-        got = op(win, oh, ow, t, l, h, w, H, W, y0, x0, sh or 0.0, sw or 0.0, aa, hflip)
+        got = op(win, (oh, ow), (t, l, h, w), (H, W), (y0, x0), (sh or 0.0, sw or 0.0), aa, hflip)
         assert torch.equal(got, ref.flip(-1) if hflip else ref), (c, H, W, oh, ow, sh, sw, aa, t, l, h, w)
         got2 = resize_window(win, (H, W), (y0, x0), (oh, ow), (t, l, h, w),
                              scale=None if sh is None else (sh, sw), antialias=aa)
@@ -124,25 +124,26 @@ def test_window_too_small_raises():
     img = _cl(torch.zeros((100, 100, 3), dtype=torch.uint8))
     win = img[:, 10:50, 10:50]
     with pytest.raises(ValueError, match="outside the given window"):
-        op(win, 50, 50, 0, 0, 50, 50, 100, 100, 10, 10, 0.0, 0.0, True, False)
+        op(win, (50, 50), (0, 0, 50, 50), (100, 100), (10, 10), (0.0, 0.0), True, False)
     with pytest.raises(ValueError, match="outside the given window"):  # unchanged dimension
-        op(win, 100, 50, 0, 0, 60, 50, 100, 100, 10, 0, 0.0, 0.0, True, False)
+        op(win, (100, 50), (0, 0, 60, 50), (100, 100), (10, 0), (0.0, 0.0), True, False)
     # the window covers exactly what outputs 10..14 read
-    op(img[:, 15:35, 15:35], 50, 50, 10, 10, 5, 5, 100, 100, 15, 15, 0.0, 0.0, True, False)
+    op(img[:, 15:35, 15:35], (50, 50), (10, 10, 5, 5), (100, 100), (15, 15), (0.0, 0.0), True, False)
 
 
 def test_errors():
     good = _cl(torch.zeros((10, 10, 3), dtype=torch.uint8))
     with pytest.raises(ValueError, match="1, 3 or 4 channels"):
-        op(_cl(torch.zeros((10, 10, 2), dtype=torch.uint8)), 5, 5, 0, 0, 5, 5, 10, 10, 0, 0, 0.0, 0.0, True, False)
+        op(_cl(torch.zeros((10, 10, 2), dtype=torch.uint8)), (5, 5), (0, 0, 5, 5), (10, 10), (0, 0), (0.0, 0.0),
+           True, False)
     with pytest.raises(ValueError, match="uint8"):
-        op(good.float(), 5, 5, 0, 0, 5, 5, 10, 10, 0, 0, 0.0, 0.0, True, False)
+        op(good.float(), (5, 5), (0, 0, 5, 5), (10, 10), (0, 0), (0.0, 0.0), True, False)
     with pytest.raises(ValueError, match="channels-last"):
-        op(good.contiguous(), 5, 5, 0, 0, 5, 5, 10, 10, 0, 0, 0.0, 0.0, True, False)
+        op(good.contiguous(), (5, 5), (0, 0, 5, 5), (10, 10), (0, 0), (0.0, 0.0), True, False)
     with pytest.raises(ValueError, match="output window"):
-        op(good, 5, 5, 3, 0, 5, 5, 10, 10, 0, 0, 0.0, 0.0, True, False)
+        op(good, (5, 5), (3, 0, 5, 5), (10, 10), (0, 0), (0.0, 0.0), True, False)
     with pytest.raises(ValueError, match="not inside"):
-        op(good, 5, 5, 0, 0, 5, 5, 8, 10, 0, 0, 0.0, 0.0, True, False)
+        op(good, (5, 5), (0, 0, 5, 5), (8, 10), (0, 0), (0.0, 0.0), True, False)
 
 
 def test_resize_matches_v2_and_planar_fallbacks():
@@ -163,9 +164,9 @@ def test_resize_matches_v2_and_planar_fallbacks():
 
 def test_opcheck():
     img = _cl(torch.randint(0, 256, (40, 50, 3), dtype=torch.uint8))
-    torch.library.opcheck(op, (img, 20, 30, 2, 3, 10, 20, 40, 50, 0, 0, 0.0, 0.0, True, True))
+    torch.library.opcheck(op, (img, [20, 30], [2, 3, 10, 20], [40, 50], [0, 0], [0.0, 0.0], True, True))
     g = torch.randint(0, 256, (1, 40, 50), dtype=torch.uint8)
-    torch.library.opcheck(op, (g, 60, 70, 0, 0, 60, 70, 40, 50, 0, 0, 0.0, 0.0, False, False))
+    torch.library.opcheck(op, (g, [60, 70], [0, 0, 60, 70], [40, 50], [0, 0], [0.0, 0.0], False, False))
 
 
 def test_env_caps_isa():

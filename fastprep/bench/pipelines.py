@@ -57,18 +57,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from .._kernels.coeffs import YUV_COEFFS
 from .profiling import Labelled, LabelledCompose
 
 __all__ = ["PIPELINES", "Parts", "Pipeline", "PipelineConfig", "SampleError", "get_pipeline", "label_parts",
            "register_pipeline", "yuv_range"]
 
-# JFIF 1.02 (ITU-T T.871) section 7, BT.601 full range: rows Y, U (Cb), V (Cr).
-YUV_MATRIX = (
-    (0.299, 0.587, 0.114),
-    (-0.16874, -0.33126, 0.5),
-    (0.5, -0.41869, -0.08131),
-)
-YUV_OFFSET = (0.0, 128.0, 128.0)
+# JFIF 1.02 (ITU-T T.871) section 7, BT.601 full range: rows Y, U (Cb), V (Cr), from the one
+# source of the coefficients.
+YUV_MATRIX = tuple(row[:3] for row in YUV_COEFFS)
+YUV_OFFSET = tuple(row[3] for row in YUV_COEFFS)
 CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from .. import functional as F
 from .._checks import float_dtype
-from .._color_coeffs import YUV_COEFFS
+from .._kernels.coeffs import YUV_COEFFS
 
 __all__ = ["BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
 

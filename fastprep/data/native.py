@@ -29,7 +29,7 @@ from torchvision.transforms import v2
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
 from .._checks import is_int
-from .._color_coeffs import YUV_COEFFS
+from .._kernels.coeffs import YUV_COEFFS
 from .._threads import usable_cpus
 from ..functional import MASK_PROBABILITY_RESOLUTION
 from ..transforms import (

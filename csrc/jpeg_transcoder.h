@@ -1,5 +1,5 @@
 // Lossless JPEG transcoding (libjpeg read_coefficients -> write_coefficients), behind a C
-// interface like jpeg_common.h: the libjpeg calls and their setjmp live in
+// interface like jpeg_decoder.h: the libjpeg calls and their setjmp live in
 // jpeg_transcoder.cpp, in frames without C++ objects that have destructors.
 #pragma once
 

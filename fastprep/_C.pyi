@@ -1,0 +1,22 @@
+"""Type stubs of ``fastprep._C``, the C++ extension (csrc/ops.cpp). Its ops are reached
+through ``torch.ops.fastprep.*`` (schemas in csrc/ops.cpp); the module itself holds only
+these helpers."""
+
+libjpeg_turbo_version: str
+"""The libjpeg-turbo version the extension was compiled against, e.g. ``"2.1.5"``."""
+
+jpeg_info_fields: tuple[str, ...]
+"""Names of the fields of ``torch.ops.fastprep.jpeg_info``'s result, in order (csrc/jpeg_info.h)."""
+
+def take_warning() -> str | None:
+    """The calling thread's pending libjpeg warning, cleared; ``None`` when there is none."""
+
+def restart_stats() -> tuple[int, int]:
+    """This thread's (restart-interval ROI decodes taken, eligible files that fell back)."""
+
+def interval_index_stats() -> tuple[int, int]:
+    """This thread's (ROI decodes that used the interval index, files whose index was rejected)."""
+
+def resize_isa(level: int, /) -> int:
+    """resize_aa's kernel variant: -1 reads it, 0 (baseline) or 1 (AVX2) selects one, capped
+    by the CPU; returns the variant in use. Use :func:`fastprep._kernels.isa.set_isa`."""
