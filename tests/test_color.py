@@ -212,7 +212,7 @@ class TestYuvScale:
         with pytest.raises(TypeError, match="dtype must be numpy.float32 or numpy.float16"):
             F.yuv_scale(img.numpy(), dtype=torch.bfloat16)
 
-    def test_openmp_threads_match_serial(self):
+    def test_helper_threads_match_serial(self):
         img = image((6, 3, 64, 300))
         old = torch.get_num_threads()
         try:

@@ -496,15 +496,16 @@ class TestBatchTransforms:
         assert torch.equal(g(x), c)
 
     def test_one_source_for_the_coefficients(self):
-        # The compiled kernel and the benchmark still hold literal copies (modules owned
-        # elsewhere); they must not drift from fastprep._color_coeffs.
-        from fastprep._color_coeffs import YUV_COEFFS
+        # The Cython kernel and the benchmark's torch pipelines take the tuple of
+        # fastprep._kernels.coeffs; the JFIF values are written out here independently.
         from fastprep._kernels import _color
+        from fastprep._kernels.coeffs import YUV_COEFFS
         from fastprep.bench import pipelines
 
         assert tuple(map(tuple, _color.COEFFS)) == YUV_COEFFS
         assert tuple(tuple(r) + (o,) for r, o in zip(pipelines.YUV_MATRIX, pipelines.YUV_OFFSET)) == YUV_COEFFS
-        assert YUV_COEFFS[1] == (-0.16874, -0.33126, 0.5, 128.0)  # JFIF 1.02 section 7
+        assert YUV_COEFFS == ((0.299, 0.587, 0.114, 0.0), (-0.16874, -0.33126, 0.5, 128.0),
+                              (0.5, -0.41869, -0.08131, 128.0))  # JFIF 1.02 section 7
 
     def test_functional_out_writes_into_the_buffer(self):
         import fastprep.functional as F

@@ -30,7 +30,7 @@ TOOLING = ("bench", "fuzz", "ci", "examples")
 #: and of the layers listed before it. A new top-level module or subpackage gets a layer here.
 LAYERS: dict[str, set[str]] = {
     # compiled code, its Python glue, and private helpers shared by every layer
-    "leaves": {"_C", "_ops", "_kernels", "_color_coeffs", "_interleave", "_threads", "_platform", "_seeding",
+    "leaves": {"_C", "_ops", "_kernels", "_threads", "_platform", "_seeding",
                "_checks"},
     # JPEG decode and the resize op
     "decode": {"io", "resize"},
