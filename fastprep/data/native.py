@@ -74,7 +74,7 @@ class Plan(NamedTuple):
 
 
 def _plan_row(plan: DecodePlan, mask_seed, mask_m: int) -> Plan:
-    """A :class:`Plan` from a transform's :class:`~fastprep.decode_transforms.DecodePlan`
+    """A :class:`Plan` from a transform's :class:`~fastprep.transforms.DecodePlan`
     and the mask's seed (``None``: no mask), in the column order of ``enum PlanColumn``."""
     top, left, height, width = plan.window
     r = plan.resize
