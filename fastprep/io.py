@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from . import _C, _checks
-from ._ops import MODE_GRAY, MODE_RGB, MODE_UNCHANGED, MODE_YCBCR
+from ._ops import MODE_GRAY, MODE_RGB, MODE_UNCHANGED, MODE_YCBCR, JpegHeader
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -184,7 +184,6 @@ def _call_op(op: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-_run = _call_op  # old name, still called by jpeg_info
 
 
 def read_file(path: str | os.PathLike) -> torch.Tensor:
@@ -198,7 +197,7 @@ def jpeg_info(data: Buffer) -> JpegInfo:
     Raises:
         DecodeError: the headers are missing or invalid.
     """
-    header = _ops.JpegHeader._make(_run(torch.ops.fastprep.jpeg_info, _as_tensor(data)).tolist())
+    header = JpegHeader._make(_call_op(torch.ops.fastprep.jpeg_info, _checks.encoded_tensor(data)).tolist())
     ncomp = header.components
     factors = header.sampling_factors()
     subsampling = None

@@ -327,7 +327,7 @@ def test_dataloader_workers_train_recipe():
         imgs, labels = zip(*loader)
         return torch.cat(imgs), torch.cat(labels)
 
-    (a, la), (b, _) = run(), run()
+    (a, la), (b, lb) = run(), run()
     assert a.shape == (8, 3, 32, 32) and a.dtype == torch.uint8
     assert torch.equal(a, b) and torch.equal(la, torch.arange(8)) and torch.equal(lb, la)
     assert not all(torch.equal(a[i], a[i + 4]) for i in range(4))  # workers draw differently
