@@ -22,9 +22,10 @@ _LEVELS = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpuinfo() -> tuple[str, frozenset[str]]:
-    model, flags = platform.processor() or platform.machine(), frozenset()
+    model = platform.processor() or platform.machine()
+    flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:

@@ -189,7 +189,7 @@ def random_mask_apply(seed, m, img, fill, out, scratch8, scratch64):
     apply_mask(img, scratch8, fill, out)
 
 
-if config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess by the tests
+if getattr(config, "DISABLE_JIT", False):  # pragma: no cover - exercised in a subprocess by the tests
     # Interpreted, numpy scalars warn on the uint64 wraparound that the PRNG relies on.
     import functools
 

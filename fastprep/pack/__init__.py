@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Iterator
 
 from ._common import PackSummary, _check_options, _init_worker, _transcode, _walk, account, write_atomic
 from .shards import pack_shards
@@ -104,7 +105,7 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
         bar = tqdm(total=len(todo), unit="file", desc="fastprep.pack", file=sys.stderr, dynamic_ncols=True)
     try:
         if workers == 1 or len(todo) <= 1:
-            results = map(_pack_one, todo)
+            results: Iterator = map(_pack_one, todo)
             pool = None
         else:
             ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
@@ -130,7 +131,7 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
     return summary
 
 
-def _format_bytes(n: int) -> str:
+def _format_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

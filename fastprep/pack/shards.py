@@ -77,7 +77,8 @@ def _list_samples(src: str):
 
 
 def _check_keys(samples) -> list[str]:
-    keys, seen = [], {}
+    keys: list[str] = []
+    seen: dict[str, str] = {}
     for rel, _ in samples:
         key = sample_key(rel)
         if key in seen:
@@ -108,8 +109,8 @@ class _ShardWriter:
         self.name = _shard_name(number)
         self.tmp = os.path.join(dst, f"{self.name}.{os.getpid()}{_TMP_SUFFIX}")
         self.tar = tarfile.open(self.tmp, "w", format=tarfile.PAX_FORMAT)
-        self.index = {"keys": [], "extensions": [], "offsets": [], "sizes": [], "targets": []}
-        self.sources = []
+        self.index: dict[str, list] = {"keys": [], "extensions": [], "offsets": [], "sizes": [], "targets": []}
+        self.sources: list = []
 
     @property
     def num_samples(self) -> int:
@@ -170,7 +171,8 @@ def _kept_shards(dst: str, sources, targets, options: dict):
     """The manifest entries and index pack states of the complete shards from an earlier run
     that still match the sources (in order, from the first shard; stops at the first that
     does not)."""
-    kept, position = [], 0
+    kept: list = []
+    position = 0
     while True:
         index_path = os.path.join(dst, _shard_name(len(kept), "idx.json"))
         try:
