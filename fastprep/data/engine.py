@@ -4,8 +4,8 @@ One process, no pickling, no shared memory. An epoch runs in these stages::
 
     consumer thread   iter(): the epoch's indices (sampler) and sample keys
     reader threads    dataset.read_encoded(i) -> route (fastprep.data.fallback.image_kind)
-                      -> JPEG: pipeline.plan(bytes) under the sample's keyed RNG
-                      -> other: the dataset's full-decode fallback, same RNG
+                      -> JPEG: pipeline.plan(bytes, key=the sample's key)
+                      -> other: the dataset's full-decode fallback, same keyed RNG
                       (bounded: a few batches and a byte budget ahead of the builder)
     builder thread    batch k's plans -> ONE pipeline.run(...) into a reused output
                       buffer, native threads, GIL released; substitutes for failed
@@ -15,9 +15,10 @@ One process, no pickling, no shared memory. An epoch runs in these stages::
                       DevicePrefetcher copies/converts them and hands the buffer back
 
 Randomness never touches torch's default generator outside the consumer thread: each
-sample's draws run under :func:`fastprep._seeding.keyed_thread_rng` (a per-thread private
-generator seeded by ``sample_key(epoch seed, epoch, index)``), which gives the same draws
-as the processes engine's :func:`~fastprep._seeding.keyed_default_rng`.
+sample draws from a private generator seeded by ``sample_key(epoch seed, epoch, index)``
+(``NativePipeline.plan(data, key=...)``; the fallback under
+:func:`fastprep._seeding.keyed_thread_rng`), which gives the same draws as the processes
+engine's :func:`~fastprep._seeding.keyed_default_rng`.
 """
 
 from __future__ import annotations
@@ -201,8 +202,9 @@ class ThreadLoader:
     Iterating yields one epoch of ``_PooledBatch(images uint8 [N, C, H, W], targets int64
     [N], slot, owner)``; the images live in a reused buffer that
     :class:`~fastprep.data.DevicePrefetcher` hands back (``owner.release(slot)``) once it
-    copied or converted them (with ``convert``: converted images, slot -1). Use it through :func:`~fastprep.data.make_loader`
-    (``engine="threads"``), which adds the prefetcher, the batch conversion and resuming.
+    copied or converted them (with ``convert``: converted images, slot -1). Use it through
+    :func:`~fastprep.data.make_loader` (``engine="threads"``), which adds the prefetcher,
+    the batch conversion and resuming.
 
     Args:
         dataset: a :class:`~fastprep.data.JpegDataset` (or subclass); its ``transform`` is
@@ -322,14 +324,14 @@ class _EpochRun:
             data, sample.name = self.dataset.read_encoded(index)
             sample.nbytes = int(data.numel())
             reason = self.dataset.fallback_reason(data)
-            with keyed_thread_rng(self.key(index)):
-                if reason is None:
-                    sample.plan = self.pipeline.plan(data)
-                    sample.data = data
-                else:
+            if reason is None:
+                sample.plan = self.pipeline.plan(data, key=self.key(index))
+                sample.data = data
+            else:
+                with keyed_thread_rng(self.key(index)):
                     sample.image = self.dataset.decode_fallback(data, reason)
-                    sample.reason = reason
-                    sample.nbytes += int(sample.image.numel())
+                sample.reason = reason
+                sample.nbytes += int(sample.image.numel())
         except (fio.DecodeError, OSError, ValueError) as e:
             sample.error = _failure(e, sample.name, index)
             sample.data = sample.plan = sample.image = None
