@@ -433,6 +433,65 @@ def test_gil_released_during_the_batch():
     assert during > 0
 
 
+class TestHelperPool:
+    """decode_batch's helper threads persist across calls: concurrent calls share them, and
+    a forked child (which has none of them) still decodes."""
+
+    def setup_method(self):
+        self.transform = PIPELINES["compose-rrc-mask"]()
+        self.pipe = NativePipeline.from_transform(self.transform)
+        datas = [d for d in DATAS + PACKED if fio.jpeg_info(d).color_space != "CMYK"]
+        self.datas = datas * 3
+        self.keys = [sample_key(4, 0, i) for i in range(len(self.datas))]
+        self.want = [w[-1] for w in reference(self.transform, self.datas, self.keys)]
+        self.plans = [self.pipe.plan(d, key=k) for d, k in zip(self.datas, self.keys)]
+
+    def _run(self, threads):
+        out = torch.zeros((len(self.datas), 3, *self.pipe.size), dtype=torch.uint8)
+        got = self.pipe.run(self.datas, self.plans, out, num_threads=threads)
+        return got, out
+
+    def _check(self, got, out):
+        assert [s for s, _ in got] == [STATUS_OK] * len(self.datas)
+        for i, w in enumerate(self.want):
+            assert torch.equal(out[i], w), i
+
+    def test_concurrent_calls(self):
+        results = [None] * 6
+
+        def work(k):
+            results[k] = self._run(1 + k % 4)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for r in results:
+            self._check(*r)
+        self._check(*self._run(8))  # more threads than before: the pool grows
+
+    @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+    def test_forked_child_decodes(self):
+        import multiprocessing as mp
+
+        self._check(*self._run(3))  # the parent's pool exists now
+        ctx = mp.get_context("fork")
+        queue = ctx.Queue()
+
+        def child():
+            torch.set_num_threads(1)  # as a DataLoader worker: torch's OpenMP team is the parent's
+            got, out = self._run(3)
+            queue.put(([s for s, _ in got], [torch.equal(out[i], w) for i, w in enumerate(self.want)]))
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        statuses, equal = queue.get(timeout=120)
+        proc.join(60)
+        assert proc.exitcode == 0
+        assert statuses == [STATUS_OK] * len(self.datas) and all(equal)
+
+
 class TestFloatOut:
     """Phase 2: the batch conversion fused into the write equals BatchConvert on the uint8
     batch, bit for bit."""
