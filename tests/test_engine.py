@@ -17,7 +17,6 @@ import threading
 import time
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DistributedSampler
@@ -27,7 +26,7 @@ from fastprep import io as fio
 from fastprep._seeding import epoch_permutation, keyed_thread_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.data.order import rank_slice
-from fastprep.transforms import DecodeCenterCrop, DecodeRandomCrop
+from fastprep.transforms import DecodeCenterCrop
 
 from conftest import make_jpeg
 from test_decode_errors import warning_flip
@@ -162,7 +161,6 @@ class TestEpochSampler:
         order = epoch_permutation(4, 2, N).tolist()
         for consumed in range(0, -(-N // old)):
             cursor = consumed * old
-            seen = set(order[:cursor])
             rest = [i for r in range(new) for i in rank_slice(torch.tensor(order), cursor, r, new, False)]
             pad = -(N - cursor) % new
             assert len(rest) == N - cursor + pad  # padded to whole rounds
@@ -582,6 +580,17 @@ def _thread_loader(dataset, workers=2, batch_size=2):
 
 
 class TestThreads:
+    def test_cpu_seconds_count_every_batch(self, folder):
+        loader = _loader(folder, engine="threads", num_workers=2, seed=SEED, batch_size=3)
+        thread_loader = loader.loader
+        assert thread_loader.cpu_seconds() == dict(samples=0, batches=0, read=0.0, build_python=0.0,
+                                                   build_native=0.0)
+        for _ in range(2):
+            _epochs(loader)
+        got = thread_loader.cpu_seconds()
+        assert (got["samples"], got["batches"]) == (2 * N, 2 * -(-N // 3))
+        assert got["read"] > 0 and got["build_python"] > 0 and got["build_native"] > 0
+
     def test_reader_failure_raises_in_the_consumer(self, folder):
         ds = _Failing(folder, bad=5, error=RuntimeError("disk on fire"), transform=D.default_transform(CROP))
         got = []

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import warnings
 import weakref
 
@@ -50,6 +51,7 @@ def _stop_live_runs() -> None:
 
 
 available_cpus = usable_cpus  # the name the loader and bench used; same function
+_CPU_KEYS = ("samples", "batches", "read", "build_python", "build_native")
 
 
 def native_pipeline(transform):
@@ -171,11 +173,12 @@ class _Sample:
 class _Batch:
     """A finished batch and what the consumer must do about it."""
 
-    __slots__ = ("slot", "images", "targets", "warnings", "fallbacks", "skips", "error")
+    __slots__ = ("slot", "images", "targets", "warnings", "fallbacks", "skips", "error", "timings")
 
     def __init__(self, slot, images, targets):
         self.slot, self.images, self.targets = slot, images, targets
         self.warnings, self.fallbacks, self.skips, self.error = [], [], 0, None
+        self.timings = {}  # NativePipeline.run's op_thread_s
 
 
 def _sample_name(dataset, index: int) -> str:
@@ -250,6 +253,30 @@ class ThreadLoader:
         self.epoch = 0
         self._epoch_seed = None
         self._skip = 0
+        self._cpu_lock = threading.Lock()
+        self._cpu = dict.fromkeys(_CPU_KEYS, 0.0)
+
+    def cpu_seconds(self) -> dict:
+        """Where this loader's threads spent CPU time, summed over its epochs so far.
+
+        Returns:
+            dict: ``samples`` and ``batches`` built (ints), and thread-CPU seconds:
+            ``read`` (reader threads: reading, routing and planning the samples -- Python
+            holding the GIL, except inside the file reads and the header parse),
+            ``build_python`` (builder thread outside the native batch call: Python holding
+            the GIL), ``build_native`` (builder thread inside the native call: its share
+            of the decoding; the native pool threads' share is not counted here). Counted
+            with ``num_workers >= 1`` only.
+        """
+        with self._cpu_lock:
+            out = dict(self._cpu)
+        out["samples"], out["batches"] = int(out["samples"]), int(out["batches"])
+        return out
+
+    def _add_cpu(self, **seconds) -> None:
+        with self._cpu_lock:
+            for k, v in seconds.items():
+                self._cpu[k] += v
 
     def begin_epoch(self, epoch: int, epoch_seed: int, skip: int = 0) -> None:
         """Key the next iteration's samples by ``(epoch_seed, epoch, index)`` and skip the
@@ -344,7 +371,7 @@ class _EpochRun:
             dest = out if len(native) == len(samples) else torch.empty((len(native),) + tuple(out.shape[1:]),
                                                                        dtype=out.dtype)
             statuses = self.pipeline.run([samples[j].data for j in native], [samples[j].plan for j in native],
-                                         dest, num_threads=num_threads, **self.run_options)
+                                         dest, num_threads=num_threads, timings=batch.timings, **self.run_options)
             if dest is not out:
                 out.index_copy_(0, torch.tensor(native, dtype=torch.int64), dest)
             for j, (status, message) in zip(native, statuses):
@@ -373,6 +400,7 @@ class _EpochRun:
             sample = self.prepare(self.dataset.substitute(failed.index, attempt))
             if sample.error is None:
                 trial = _Batch(-1, None, None)
+                trial.timings = batch.timings
                 self._fill([sample], out, trial, num_threads)
                 if sample.error is None:
                     batch.warnings += trial.warnings
@@ -446,11 +474,13 @@ class _EpochRun:
             position = self.next_position
             self.next_position += 1
         index = self.indices[position]
+        start = time.thread_time()
         try:
             sample = self.prepare(index)
         except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
             sample = _Sample(index, _sample_name(self.dataset, index))
             sample.fatal = _thread_error("reading", self.dataset, index, e)
+        self.loader._add_cpu(read=time.thread_time() - start)
         with self.cond:
             self.ready[position] = sample
             self.held_bytes += sample.nbytes
@@ -469,7 +499,11 @@ class _EpochRun:
                     if self.stopped:
                         return
                     samples = [self.ready.pop(p) for p in positions]
+                start = time.thread_time()
                 batch = self.build(samples, self.loader.num_workers)
+                spent = time.thread_time() - start
+                native = batch.timings.get("op_thread_s", 0.0)
+                self.loader._add_cpu(samples=len(samples), batches=1, build_python=spent - native, build_native=native)
                 with self.cond:
                     self.held_bytes -= sum(s.nbytes for s in samples)
                     self.results[k] = batch
