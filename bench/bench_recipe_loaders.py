@@ -3,14 +3,15 @@ make_loader vs a DALI CPU pipeline, in one run.
 
     python bench/bench_recipe_loaders.py [--files 256] [--epochs 3] [--batch-size 64] [--workers 2]
                                          [--size 500x375|4000x3000] [--json FILE] [--no-dali]
-                                         [--engines threads,processes]
+                                         [--engines threads,processes] [--folder DIR] [--rss-epochs 5]
 
 The recipe: decode + RandomResizedCrop(224) (scale (0.08, 1), ratio (3/4, 4/3),
 antialiased bilinear) + horizontal flip with p = 0.5, batches of ``--batch-size``,
 ``--workers`` worker processes (DALI: threads), shuffled, consumer doing nothing. Inputs:
 ``--files`` photo-like JPEGs (``fastprep.bench.synthetic.photo_like``, q90 4:2:0) of
 ``--size`` written to a temporary folder (beyond ``--distinct`` images the files are byte
-copies under other names: same decode work, and 12 MP images are slow to synthesise).
+copies under other names: same decode work, and 12 MP images are slow to synthesise), or
+with ``--folder DIR`` byte copies of the JPEGs in ``DIR`` (real photographs, say).
 
 Output. ``make_loader`` has no uint8 output: with a recipe it always delivers float32 RGB
 normalised with ImageNet's mean/std, converted once per batch in the main process
@@ -49,6 +50,17 @@ same files' bytes in memory, one thread, measured in every round between the epo
 median used). 1.0 would be a loader costing nothing beyond the kernel on every core; the
 batch conversion, reading, collation, process or thread overheads, and other load on the
 machine all lower it.
+CPU efficiency (fastprep rows): that kernel time divided by the CPU time the pipeline
+spent per sample -- the share of its CPU that was the kernel, which other load on the
+machine does not lower (the wall-clock efficiency above needs the cores to itself).
+
+Threads engine overhead (printed under the table): its Python CPU per batch with the GIL
+held (``ThreadLoader.cpu_seconds()``: the reader threads' routing and planning, the
+builder thread outside the native call; the file reads are reported apart) as a share
+of the batch's kernel time (the native batch call alone, one thread, per sample, times
+the batch size); the seconds from
+``make_loader`` to the first batch (warm imports, median of 3); the process's RSS after
+each of ``--rss-epochs`` epochs of one loader.
 * ``DALI CPU pipeline, N threads, crop_mirror_normalize``: ``fn.readers.file`` +
   ``fn.decoders.image_random_crop(device="cpu")`` + ``fn.resize(size=(224, 224))``
   (DALI's defaults: linear, ``antialias=True``) + ``fn.crop_mirror_normalize(mirror=
@@ -339,8 +351,9 @@ def engine_cpu(loader):
 
 def engine_python(epochs, kernel_ms):
     """Medians over ``epochs`` of the threads engine's Python CPU per batch (GIL held: the
-    readers' reading and planning, the builder outside the native call) and its share of
-    the batch's kernel time (batch samples x the per-sample kernel)."""
+    readers' routing and planning, the builder outside the native call; the file reads,
+    mostly outside the GIL, apart) and its share of the batch's kernel time (batch samples
+    x the per-sample kernel)."""
     def per_batch(e, keys):
         c = e["engine_cpu"]
         return sum(c[k] for k in keys) / max(1, c["batches"]) * 1e3
@@ -348,9 +361,10 @@ def engine_python(epochs, kernel_ms):
     def share(e):
         c = e["engine_cpu"]
         kernel_batch_ms = c["samples"] / max(1, c["batches"]) * kernel_ms
-        return per_batch(e, ("read", "build_python")) / kernel_batch_ms
+        return per_batch(e, ("plan", "build_python")) / kernel_batch_ms
 
-    return {"python_ms_per_batch": statistics.median(per_batch(e, ("read", "build_python")) for e in epochs),
+    return {"python_ms_per_batch": statistics.median(per_batch(e, ("plan", "build_python")) for e in epochs),
+            "plan_ms_per_batch": statistics.median(per_batch(e, ("plan",)) for e in epochs),
             "read_ms_per_batch": statistics.median(per_batch(e, ("read",)) for e in epochs),
             "build_python_ms_per_batch": statistics.median(per_batch(e, ("build_python",)) for e in epochs),
             "share_of_kernel": statistics.median(share(e) for e in epochs)}
@@ -391,6 +405,20 @@ def inputs_text(args):
         return f"copies of the JPEGs in {args.folder}"
     w, h = args.size
     return f"photo-like {w}x{h} q90 4:2:0"
+
+
+def batch_op_ms(datas):
+    """Mean thread-CPU ms per sample of the threads engine's native batch call alone
+    (``NativePipeline.run``, one thread, float32 normalised out as make_loader's CPU
+    delivery) on ``datas``, planned beforehand."""
+    from fastprep.data.native import NativePipeline
+
+    pipe = NativePipeline.from_transform(DecodeRandomResizedCrop(CROP, flip_p=0.5))
+    plans = [pipe.plan(d, key=i) for i, d in enumerate(datas)]
+    out = torch.empty((len(datas), 3, CROP, CROP), dtype=torch.float32)
+    t0 = time.thread_time()
+    pipe.run(datas, plans, out, num_threads=1, color="rgb", mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return (time.thread_time() - t0) / len(datas) * 1e3
 
 
 def build_pipelines(args, files, packed, dali_version):
@@ -444,10 +472,12 @@ def run(args, dali_version):
         sample = range(min(len(files), 64))
         kernel_datas = {"orig": [read_file(files[i]) for i in sample], "packed": [read_file(packed[i]) for i in sample]}
         kernels = {"orig": [], "packed": []}
+        batch_ops = {"orig": [], "packed": []}
         for r in range(args.warmup + args.epochs):
             if r >= args.warmup:
                 for which, datas in kernel_datas.items():
                     kernels[which].append(kernel_ms(datas))
+                    batch_ops[which].append(batch_op_ms(datas))
             for name in names[r % len(names):] + names[:r % len(names)]:
                 rec = {}
                 engine_cpu0 = engine_cpu(pipelines[name][0])
@@ -472,6 +502,7 @@ def run(args, dali_version):
                     raise RuntimeError(f"{name} delivered {rec['dtype']} {rec['shape']}, expected {want} "
                                        f"224x224 images")
         kernel = {which: statistics.median(v) for which, v in kernels.items()}
+        batch_op = {which: statistics.median(v) for which, v in batch_ops.items()}
         overhead = engine_overhead(args, files) if "threads" in args.engines else None
     cores = min(args.workers, available_cpus())
     results = {}
@@ -491,18 +522,22 @@ def run(args, dali_version):
             "epochs": rs, "warmup": runs[name]["warmup"],
         }
         if rs and "engine_cpu" in rs[0]:
-            results[name]["engine_python"] = engine_python(rs, kernel[kernel_of])
+            results[name]["batch_op_ms"] = batch_op[kernel_of]
+            results[name]["engine_python"] = engine_python(rs, batch_op[kernel_of])
     for r in results.values():
         ref = TV_FLOAT if r["output"] == FLOAT_OUT else TV_UINT8
         r["reference"] = ref
         r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]
         r["efficiency"] = None if r["kernel_ms"] is None else r["samples_per_s"] / (cores / (r["kernel_ms"] / 1e3))
+        # load-independent: the share of the CPU the pipeline spent that the kernel alone would
+        r["cpu_efficiency"] = None if r["kernel_ms"] is None else r["kernel_ms"] / r["cpu_ms_per_sample"]
     return results, overhead
 
 
 def table(results) -> str:
     lines = ["| pipeline | output batch | samples/s | vs torchvision (same output) | efficiency (kernel ms) "
-             "| warm-up epoch samples/s | first batch (s) | CPU ms/sample |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| CPU efficiency | warm-up epoch samples/s | first batch (s) | CPU ms/sample |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         b = r["batch"]
         shape = "x".join(str(s) for s in b.get("shape", []))
@@ -513,8 +548,9 @@ def table(results) -> str:
             cpu = f"{r['cpu_ms_per_sample']:.2f} (in-process)"
         warm = ", ".join(f"{v:.0f}" for v in r["warmup_samples_per_s"]) or "-"
         eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.2f} ({r['kernel_ms']:.2f})"
+        cpu_eff = "-" if r["cpu_efficiency"] is None else f"{r['cpu_efficiency']:.2f}"
         lines.append(f"| {name} | {b.get('dtype', '?')} {shape}: {r['note']} | {r['samples_per_s']:.0f} | "
-                     f"{r['vs_torchvision']:.2f}x | {eff} | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
+                     f"{r['vs_torchvision']:.2f}x | {eff} | {cpu_eff} | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
     return "\n".join(lines)
 
 
@@ -582,9 +618,11 @@ def main(argv=None):
     for name, r in results.items():
         e = r.get("engine_python")
         if e:
-            print(f"{name}: Python CPU per batch (GIL held) {e['python_ms_per_batch']:.2f} ms = readers "
-                  f"{e['read_ms_per_batch']:.2f} + builder {e['build_python_ms_per_batch']:.2f}, "
-                  f"{100 * e['share_of_kernel']:.1f} % of the batch's kernel time (median of the timed epochs)")
+            print(f"{name}: Python CPU per batch (GIL held) {e['python_ms_per_batch']:.2f} ms = readers' planning "
+                  f"{e['plan_ms_per_batch']:.2f} + builder {e['build_python_ms_per_batch']:.2f}, "
+                  f"{100 * e['share_of_kernel']:.1f} % of the batch's kernel time (the native batch call alone: "
+                  f"{r['batch_op_ms']:.2f} thread-CPU ms per sample); file reads {e['read_ms_per_batch']:.2f} ms "
+                  f"per batch besides (read_encoded, mostly outside the GIL); medians of the timed epochs")
     if overhead:
         rss = ", ".join(f"{v:.0f}" for v in overhead["rss_mib_after_each_epoch"]) or "-"
         print(f"threads engine: first batch {overhead['first_batch_after_make_loader_s']:.3f} s after make_loader "
@@ -598,7 +636,8 @@ def main(argv=None):
           f"'{TV_UINT8}' for the uint8 rows. make_loader has no uint8 output: its rows include the batch "
           f"normalisation, and so does the torchvision reference. Efficiency: samples/s / ({results_cores(results)} "
           f"cores / the recipe transform's mean thread-CPU ms per sample, in parentheses, measured in the same "
-          f"rounds). Load average (1, 5, 15 min) at start "
+          f"rounds); it needs the cores to itself. CPU efficiency: that kernel time / the CPU ms the pipeline "
+          f"spent per sample (what another load on the machine does not lower). Load average (1, 5, 15 min) at start "
           f"{', '.join(f'{v:.2f}' for v in load_start)}, at end {', '.join(f'{v:.2f}' for v in load_end)}.")
     if args.json:
         report = {"platform": describe(), "versions": vers, "dali": dali_line,

@@ -51,7 +51,7 @@ def _stop_live_runs() -> None:
 
 
 available_cpus = usable_cpus  # the name the loader and bench used; same function
-_CPU_KEYS = ("samples", "batches", "read", "build_python", "build_native")
+_CPU_KEYS = ("samples", "batches", "read", "plan", "build_python", "build_native")
 
 
 def native_pipeline(transform):
@@ -162,12 +162,13 @@ class _LeasedBuffers:
 class _Sample:
     """One position of the epoch: what the readers prepared for the builder."""
 
-    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "fatal", "nbytes")
+    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "fatal", "nbytes", "read_s")
 
     def __init__(self, index: int, name: str):
         self.index, self.name = index, name
         self.data = self.plan = self.image = self.reason = self.error = self.fatal = None
         self.nbytes = 0
+        self.read_s = 0.0  # thread-CPU seconds in dataset.read_encoded
 
 
 class _Batch:
@@ -261,12 +262,13 @@ class ThreadLoader:
 
         Returns:
             dict: ``samples`` and ``batches`` built (ints), and thread-CPU seconds:
-            ``read`` (reader threads: reading, routing and planning the samples -- Python
-            holding the GIL, except inside the file reads and the header parse),
-            ``build_python`` (builder thread outside the native batch call: Python holding
-            the GIL), ``build_native`` (builder thread inside the native call: its share
-            of the decoding; the native pool threads' share is not counted here). Counted
-            with ``num_workers >= 1`` only.
+            ``read`` (reader threads in ``dataset.read_encoded``: mostly the file reads,
+            which release the GIL), ``plan`` (reader threads routing and planning the
+            samples, or running the full-decode fallback: Python holding the GIL, but for
+            the header parse), ``build_python`` (builder thread outside the native batch
+            call: Python holding the GIL), ``build_native`` (builder thread inside the
+            native call: its share of the decoding; the native pool threads' share is not
+            counted here). Counted with ``num_workers >= 1`` only.
         """
         with self._cpu_lock:
             out = dict(self._cpu)
@@ -348,7 +350,9 @@ class _EpochRun:
         in ``sample.error``, anything else raises."""
         sample = _Sample(index, _sample_name(self.dataset, index))
         try:
+            start = time.thread_time()
             data, sample.name = self.dataset.read_encoded(index)
+            sample.read_s = time.thread_time() - start
             sample.nbytes = int(data.numel())
             reason = self.dataset.fallback_reason(data)
             if reason is None:
@@ -480,7 +484,8 @@ class _EpochRun:
         except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
             sample = _Sample(index, _sample_name(self.dataset, index))
             sample.fatal = _thread_error("reading", self.dataset, index, e)
-        self.loader._add_cpu(read=time.thread_time() - start)
+        spent = time.thread_time() - start
+        self.loader._add_cpu(read=sample.read_s, plan=spent - sample.read_s)
         with self.cond:
             self.ready[position] = sample
             self.held_bytes += sample.nbytes
