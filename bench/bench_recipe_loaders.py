@@ -3,14 +3,15 @@ make_loader vs a DALI CPU pipeline, in one run.
 
     python bench/bench_recipe_loaders.py [--files 256] [--epochs 3] [--batch-size 64] [--workers 2]
                                          [--size 500x375|4000x3000] [--json FILE] [--no-dali]
-                                         [--engines threads,processes]
+                                         [--engines threads,processes] [--folder DIR] [--rss-epochs 5]
 
 The recipe: decode + RandomResizedCrop(224) (scale (0.08, 1), ratio (3/4, 4/3),
 antialiased bilinear) + horizontal flip with p = 0.5, batches of ``--batch-size``,
 ``--workers`` worker processes (DALI: threads), shuffled, consumer doing nothing. Inputs:
 ``--files`` photo-like JPEGs (``fastprep.bench.synthetic.photo_like``, q90 4:2:0) of
 ``--size`` written to a temporary folder (beyond ``--distinct`` images the files are byte
-copies under other names: same decode work, and 12 MP images are slow to synthesise).
+copies under other names: same decode work, and 12 MP images are slow to synthesise), or
+with ``--folder DIR`` byte copies of the JPEGs in ``DIR`` (real photographs, say).
 
 Output. ``make_loader`` has no uint8 output: with a recipe it always delivers float32 RGB
 normalised with ImageNet's mean/std, converted once per batch in the main process
@@ -49,6 +50,17 @@ same files' bytes in memory, one thread, measured in every round between the epo
 median used). 1.0 would be a loader costing nothing beyond the kernel on every core; the
 batch conversion, reading, collation, process or thread overheads, and other load on the
 machine all lower it.
+CPU efficiency (fastprep rows): that kernel time divided by the CPU time the pipeline
+spent per sample -- the share of its CPU that was the kernel, which other load on the
+machine does not lower (the wall-clock efficiency above needs the cores to itself).
+
+Threads engine overhead (printed under the table): its Python CPU per batch with the GIL
+held (``ThreadLoader.cpu_seconds()``: the reader threads' routing and planning, the
+builder thread outside the native call; the file reads are reported apart) as a share
+of the batch's kernel time (the native batch call alone, one thread, per sample, times
+the batch size); the seconds from
+``make_loader`` to the first batch (warm imports, median of 3); the process's RSS after
+each of ``--rss-epochs`` epochs of one loader.
 * ``DALI CPU pipeline, N threads, crop_mirror_normalize``: ``fn.readers.file`` +
   ``fn.decoders.image_random_crop(device="cpu")`` + ``fn.resize(size=(224, 224))``
   (DALI's defaults: linear, ``antialias=True``) + ``fn.crop_mirror_normalize(mirror=
@@ -126,6 +138,25 @@ FLOAT_OUT = "float32 NCHW, normalised"
 UINT8_OUT = "uint8"
 TV_FLOAT = "torchvision v2 DataLoader"
 TV_UINT8 = "torchvision v2 DataLoader, uint8"
+
+
+def copy_files(folder, count, source):
+    """``count`` JPEGs in ``folder``: byte copies of the ``*.jpg``/``*.jpeg`` files of
+    ``source`` (sorted), file ``i`` a copy of source file ``i % len``."""
+    names = sorted(f for f in os.listdir(source) if f.lower().endswith((".jpg", ".jpeg")))
+    if not names:
+        raise SystemExit(f"--folder {source!r} has no .jpg/.jpeg files")
+    blobs = []
+    for name in names[:count]:
+        with open(os.path.join(source, name), "rb") as f:
+            blobs.append(f.read())
+    paths = []
+    for i in range(count):
+        path = os.path.join(folder, f"{i:05d}.jpg")
+        with open(path, "wb") as f:
+            f.write(blobs[i % len(blobs)])
+        paths.append(path)
+    return paths, len(blobs)
 
 
 def make_files(folder, count, width, height, distinct):
@@ -311,6 +342,85 @@ def kernel_ms(datas):
     return (time.thread_time() - t0) / len(datas) * 1e3
 
 
+def engine_cpu(loader):
+    """The threads engine's :meth:`~fastprep.data.engine.ThreadLoader.cpu_seconds` behind a
+    make_loader result, or ``None`` for other loaders."""
+    inner = getattr(loader, "loader", None)
+    return inner.cpu_seconds() if hasattr(inner, "cpu_seconds") else None
+
+
+def engine_python(epochs, kernel_ms):
+    """Medians over ``epochs`` of the threads engine's Python CPU per batch (GIL held: the
+    readers' routing and planning, the builder outside the native call; the file reads,
+    mostly outside the GIL, apart) and its share of the batch's kernel time (batch samples
+    x the per-sample kernel)."""
+    def per_batch(e, keys):
+        c = e["engine_cpu"]
+        return sum(c[k] for k in keys) / max(1, c["batches"]) * 1e3
+
+    def share(e):
+        c = e["engine_cpu"]
+        kernel_batch_ms = c["samples"] / max(1, c["batches"]) * kernel_ms
+        return per_batch(e, ("plan", "build_python")) / kernel_batch_ms
+
+    return {"python_ms_per_batch": statistics.median(per_batch(e, ("plan", "build_python")) for e in epochs),
+            "plan_ms_per_batch": statistics.median(per_batch(e, ("plan",)) for e in epochs),
+            "read_ms_per_batch": statistics.median(per_batch(e, ("read",)) for e in epochs),
+            "build_python_ms_per_batch": statistics.median(per_batch(e, ("build_python",)) for e in epochs),
+            "share_of_kernel": statistics.median(share(e) for e in epochs)}
+
+
+def _rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def engine_overhead(args, files):
+    """Threads engine: seconds from ``make_loader`` to the first batch (warm imports; median
+    of 3), and the process's RSS after each of ``--rss-epochs`` epochs of one loader."""
+    fp = dict(recipe="imagenet-train", device="cpu", batch_size=args.batch_size, num_workers=args.workers,
+              shuffle=True, engine="threads")
+    firsts = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        loader = make_loader(files, **fp)
+        it = iter(loader)
+        next(it)
+        firsts.append(time.perf_counter() - t0)
+        del it, loader
+    rss = []
+    if args.rss_epochs:
+        loader = make_loader(files, **fp)
+        for _ in range(args.rss_epochs):
+            for _batch in loader:
+                pass
+            rss.append(_rss_mib())
+        del loader
+    return {"first_batch_after_make_loader_s": statistics.median(firsts), "first_batch_runs_s": firsts,
+            "rss_mib_after_each_epoch": rss}
+
+
+def inputs_text(args):
+    if args.folder:
+        return f"copies of the JPEGs in {args.folder}"
+    w, h = args.size
+    return f"photo-like {w}x{h} q90 4:2:0"
+
+
+def batch_op_ms(datas):
+    """Mean thread-CPU ms per sample of the threads engine's native batch call alone
+    (``NativePipeline.run``, one thread, float32 normalised out as make_loader's CPU
+    delivery) on ``datas``, planned beforehand."""
+    from fastprep.data.native import NativePipeline
+
+    pipe = NativePipeline.from_transform(DecodeRandomResizedCrop(CROP, flip_p=0.5))
+    plans = [pipe.plan(d, key=i) for i, d in enumerate(datas)]
+    out = torch.empty((len(datas), 3, CROP, CROP), dtype=torch.float32)
+    t0 = time.thread_time()
+    pipe.run(datas, plans, out, num_threads=1, color="rgb", mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return (time.thread_time() - t0) / len(datas) * 1e3
+
+
 def build_pipelines(args, files, packed, dali_version):
     """{name: (iterable, output kind, what it outputs, "dataloader" | "in-process", kernel or None)}."""
     W, B = args.workers, args.batch_size
@@ -347,10 +457,13 @@ def run(args, dali_version):
         t0 = time.perf_counter()
         orig, packed_dir = os.path.join(tmp, "orig"), os.path.join(tmp, "packed")
         os.makedirs(orig)
-        files = make_files(orig, args.files, width, height, args.distinct_used)
+        if args.folder:
+            files, args.distinct_used = copy_files(orig, args.files, args.folder)
+        else:
+            files = make_files(orig, args.files, width, height, args.distinct_used)
         pack_folder(orig, packed_dir, progress=False)
         packed = [os.path.join(packed_dir, os.path.basename(f)) for f in files]
-        print(f"wrote {len(files)} JPEGs ({args.distinct_used} distinct, photo-like {width}x{height} q90 4:2:0) "
+        print(f"wrote {len(files)} JPEGs ({args.distinct_used} distinct, {inputs_text(args)}) "
               f"and their packed copies in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         pipelines = build_pipelines(args, files, packed, dali_version)
         names = list(pipelines)
@@ -359,19 +472,25 @@ def run(args, dali_version):
         sample = range(min(len(files), 64))
         kernel_datas = {"orig": [read_file(files[i]) for i in sample], "packed": [read_file(packed[i]) for i in sample]}
         kernels = {"orig": [], "packed": []}
+        batch_ops = {"orig": [], "packed": []}
         for r in range(args.warmup + args.epochs):
             if r >= args.warmup:
                 for which, datas in kernel_datas.items():
                     kernels[which].append(kernel_ms(datas))
+                    batch_ops[which].append(batch_op_ms(datas))
             for name in names[r % len(names):] + names[:r % len(names)]:
                 rec = {}
+                engine_cpu0 = engine_cpu(pipelines[name][0])
                 n, wall, main_cpu, worker_cpu = _epoch(_Observed(pipelines[name][0], rec))
+                engine_cpu1 = engine_cpu(pipelines[name][0])
                 s0 = _cpu_seconds(resource.RUSAGE_SELF)
                 time.sleep(args.settle)  # not timed; its CPU (threads winding down) counts for this epoch
                 main_cpu += _cpu_seconds(resource.RUSAGE_SELF) - s0
                 which = "warmup" if r < args.warmup else "epochs"
                 runs[name][which].append({"samples": n, "wall_s": wall, "first_batch_s": rec["first_batch_s"],
                                           "main_cpu_s": main_cpu, "worker_cpu_s": worker_cpu})
+                if engine_cpu0 is not None:
+                    runs[name][which][-1]["engine_cpu"] = {k: engine_cpu1[k] - engine_cpu0[k] for k in engine_cpu0}
                 meta[name] = {"shape": rec["shape"], "dtype": rec["dtype"]}
                 print(f"{'warm-up' if which == 'warmup' else 'epoch'} {r} {name}: {n / wall:.0f} samples/s, "
                       f"first batch after {rec['first_batch_s']:.3f} s", file=sys.stderr)
@@ -382,7 +501,9 @@ def run(args, dali_version):
                         or rec["shape"].count(CROP) < 2:
                     raise RuntimeError(f"{name} delivered {rec['dtype']} {rec['shape']}, expected {want} "
                                        f"224x224 images")
-    kernel = {which: statistics.median(v) for which, v in kernels.items()}
+        kernel = {which: statistics.median(v) for which, v in kernels.items()}
+        batch_op = {which: statistics.median(v) for which, v in batch_ops.items()}
+        overhead = engine_overhead(args, files) if "threads" in args.engines else None
     cores = min(args.workers, available_cpus())
     results = {}
     for name in names:
@@ -400,17 +521,23 @@ def run(args, dali_version):
             "main_cpu_ms_per_sample": statistics.median(x["main_cpu_s"] / x["samples"] * 1e3 for x in rs),
             "epochs": rs, "warmup": runs[name]["warmup"],
         }
+        if rs and "engine_cpu" in rs[0]:
+            results[name]["batch_op_ms"] = batch_op[kernel_of]
+            results[name]["engine_python"] = engine_python(rs, batch_op[kernel_of])
     for r in results.values():
         ref = TV_FLOAT if r["output"] == FLOAT_OUT else TV_UINT8
         r["reference"] = ref
         r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]
         r["efficiency"] = None if r["kernel_ms"] is None else r["samples_per_s"] / (cores / (r["kernel_ms"] / 1e3))
-    return results
+        # load-independent: the share of the CPU the pipeline spent that the kernel alone would
+        r["cpu_efficiency"] = None if r["kernel_ms"] is None else r["kernel_ms"] / r["cpu_ms_per_sample"]
+    return results, overhead
 
 
 def table(results) -> str:
     lines = ["| pipeline | output batch | samples/s | vs torchvision (same output) | efficiency (kernel ms) "
-             "| warm-up epoch samples/s | first batch (s) | CPU ms/sample |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| CPU efficiency | warm-up epoch samples/s | first batch (s) | CPU ms/sample |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         b = r["batch"]
         shape = "x".join(str(s) for s in b.get("shape", []))
@@ -421,8 +548,9 @@ def table(results) -> str:
             cpu = f"{r['cpu_ms_per_sample']:.2f} (in-process)"
         warm = ", ".join(f"{v:.0f}" for v in r["warmup_samples_per_s"]) or "-"
         eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.2f} ({r['kernel_ms']:.2f})"
+        cpu_eff = "-" if r["cpu_efficiency"] is None else f"{r['cpu_efficiency']:.2f}"
         lines.append(f"| {name} | {b.get('dtype', '?')} {shape}: {r['note']} | {r['samples_per_s']:.0f} | "
-                     f"{r['vs_torchvision']:.2f}x | {eff} | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
+                     f"{r['vs_torchvision']:.2f}x | {eff} | {cpu_eff} | {warm} | {r['first_batch_s']:.3f} | {cpu} |")
     return "\n".join(lines)
 
 
@@ -466,6 +594,10 @@ def main(argv=None):
     p.add_argument("--no-dali", action="store_true", help="leave the DALI rows out even if DALI imports")
     p.add_argument("--engines", type=_engines, default=("threads", "processes"),
                    help="make_loader engines to run, comma-separated (default threads,processes)")
+    p.add_argument("--folder", help="use copies of the JPEGs in this folder (sorted, cycled to --files) instead "
+                   "of synthetic ones; --size and --distinct are then ignored")
+    p.add_argument("--rss-epochs", type=int, default=5, help="threads engine epochs over which RSS is recorded "
+                   "(default 5; 0: skip)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.files < 1 or args.epochs < 1 or args.warmup < 0 or args.batch_size < 1 or args.workers < 1:
@@ -478,29 +610,46 @@ def main(argv=None):
     vers = versions(dali_version)
     print(", ".join(f"{k} {v}" for k, v in vers.items()))
     print(dali_line)
-    results = run(args, dali_version)
+    results, overhead = run(args, dali_version)
     load_end = os.getloadavg()
     print()
     print(table(results))
     print()
-    print(f"ImageNet train recipe (decode + RandomResizedCrop(224) + flip), {args.files} photo-like {w}x{h} q90 "
-          f"4:2:0 JPEGs per epoch ({args.distinct_used} distinct), batch {args.batch_size}, {args.workers} "
+    for name, r in results.items():
+        e = r.get("engine_python")
+        if e:
+            print(f"{name}: Python CPU per batch (GIL held) {e['python_ms_per_batch']:.2f} ms = readers' planning "
+                  f"{e['plan_ms_per_batch']:.2f} + builder {e['build_python_ms_per_batch']:.2f}, "
+                  f"{100 * e['share_of_kernel']:.1f} % of the batch's kernel time (the native batch call alone: "
+                  f"{r['batch_op_ms']:.2f} thread-CPU ms per sample); file reads {e['read_ms_per_batch']:.2f} ms "
+                  f"per batch besides (read_encoded, mostly outside the GIL); medians of the timed epochs")
+    if overhead:
+        rss = ", ".join(f"{v:.0f}" for v in overhead["rss_mib_after_each_epoch"]) or "-"
+        print(f"threads engine: first batch {overhead['first_batch_after_make_loader_s']:.3f} s after make_loader "
+              f"(median of 3, warm imports); RSS after each of {len(overhead['rss_mib_after_each_epoch'])} epochs "
+              f"(MiB): {rss}")
+    print()
+    print(f"ImageNet train recipe (decode + RandomResizedCrop(224) + flip), {args.files} JPEGs per epoch "
+          f"({inputs_text(args)}; {args.distinct_used} distinct), batch {args.batch_size}, {args.workers} "
           f"DataLoader workers / DALI threads, consumer doing nothing; median of {args.epochs} interleaved epochs "
           f"after {args.warmup} warm-up. Ratios: to '{TV_FLOAT}' for the normalised float32 rows, to "
           f"'{TV_UINT8}' for the uint8 rows. make_loader has no uint8 output: its rows include the batch "
           f"normalisation, and so does the torchvision reference. Efficiency: samples/s / ({results_cores(results)} "
           f"cores / the recipe transform's mean thread-CPU ms per sample, in parentheses, measured in the same "
-          f"rounds). Load average (1, 5, 15 min) at start "
+          f"rounds); it needs the cores to itself. CPU efficiency: that kernel time / the CPU ms the pipeline "
+          f"spent per sample (what another load on the machine does not lower). Load average (1, 5, 15 min) at start "
           f"{', '.join(f'{v:.2f}' for v in load_start)}, at end {', '.join(f'{v:.2f}' for v in load_end)}.")
     if args.json:
         report = {"platform": describe(), "versions": vers, "dali": dali_line,
-                  "config": {"files": args.files, "distinct_images": args.distinct_used, "size": f"{w}x{h}",
+                  "config": {"files": args.files, "distinct_images": args.distinct_used, "inputs": inputs_text(args),
+                             "size": None if args.folder else f"{w}x{h}",
                              "quality": 90, "subsampling": "4:2:0", "batch_size": args.batch_size,
                              "workers": args.workers, "engines": list(args.engines), "epochs": args.epochs,
                              "warmup": args.warmup,
                              "settle_s": args.settle, "cpu_count": os.cpu_count(),
                              "main_torch_threads": torch.get_num_threads()},
-                  "loadavg": {"start": load_start, "end": load_end}, "results": results}
+                  "loadavg": {"start": load_start, "end": load_end}, "results": results,
+                  "threads_engine_overhead": overhead}
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
     return results

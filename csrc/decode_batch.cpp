@@ -13,8 +13,10 @@
 // order, so the same bits).
 //
 // Errors never abort the batch: each sample gets a status (0 ok, 1 ok with a libjpeg
-// warning, 2 error) and a message. Worker threads take samples from an atomic counter; the
-// calling thread works too. Everything here runs without the GIL (torch.ops releases it).
+// warning, 2 error) and a message. Threads take samples from an atomic counter: the calling
+// thread and helpers from a process-wide pool that persists across calls (HelperPool), each
+// with scratch buffers that persist too. Everything here runs without the GIL (torch.ops
+// releases it).
 #include <ATen/ATen.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
@@ -24,13 +26,21 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
 
 #include "decode_jpeg_roi.h"
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
 #include "jpeg_ops.h"
 #include "resize_aa.h"
 
@@ -467,6 +477,113 @@ void write_float(const Batch& b, int64_t i, const uint8_t* planes, Scratch& s) {
   }
 }
 
+
+// ------------------------------------------------------------------------------------
+// Helper threads, created once and reused by every call (a call used to start and join
+// its own threads, and their scratch buffers were allocated and page-faulted again).
+//
+// run(work, helpers) runs work() on the calling thread and on up to `helpers` pool
+// threads, and returns once every thread that entered work() has left it. Caller-runs: a
+// helper that has not picked the job up by the time the caller's own work() returns is not
+// waited for (the job is withdrawn), so a helper the OS does not schedule never delays a
+// call, and concurrent calls share the pool without waiting for each other.
+class HelperPool {
+ public:
+  void run(const std::function<void()>& work, int64_t helpers) {
+    Job job{&work, helpers};
+    if (helpers > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (threads_ < helpers && threads_ < kMaxThreads) {
+        try {
+          std::thread(&HelperPool::loop, this).detach();
+        } catch (const std::system_error&) {
+          break;  // no more threads to be had: the ones there (and the caller) do the work
+        }
+        threads_++;
+      }
+      queue_.push_back(&job);
+      wake_.notify_all();
+    }
+    work();
+    if (helpers > 0) {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (*it == &job) {
+          queue_.erase(it);
+          break;
+        }
+      }
+      done_.wait(lock, [&] { return job.running == 0; });
+    }
+  }
+
+ private:
+  struct Job {
+    const std::function<void()>* work;
+    int64_t wanted;
+    int64_t started = 0, running = 0;
+  };
+  static constexpr int64_t kMaxThreads = 1024;
+
+  void loop() {
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "fastprep-batch");
+#endif
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !queue_.empty(); });
+      Job* job = queue_.front();
+      if (++job->started >= job->wanted) queue_.pop_front();
+      job->running++;
+      lock.unlock();
+      (*job->work)();  // never throws: the work catches per sample
+      lock.lock();
+      if (--job->running == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::deque<Job*> queue_;  // jobs still taking helpers, oldest first
+  int64_t threads_ = 0;
+};
+
+// The process's pool. Never destroyed (its threads wait on it until the process exits); a
+// forked child, which has none of the parent's threads (and maybe a locked mutex), starts
+// a new one and leaks the old.
+std::atomic<HelperPool*> g_pool{nullptr};
+std::once_flag g_pool_once;
+
+HelperPool& helper_pool() {
+  std::call_once(g_pool_once, [] {
+    g_pool.store(new HelperPool());
+#if defined(__linux__)
+    pthread_atfork(nullptr, nullptr, [] { g_pool.store(new HelperPool()); });
+#endif
+  });
+  return *g_pool.load();
+}
+
+// Scratch buffers above this many bytes are released after a call, so one huge image does
+// not pin memory in every thread for the life of the process.
+constexpr size_t kKeepScratchBytes = size_t(64) << 20;
+
+template <typename T>
+void trim(std::vector<T>& v) {
+  if (v.capacity() * sizeof(T) > kKeepScratchBytes) std::vector<T>().swap(v);
+}
+
+void trim(Scratch& s) {
+  trim(s.decoded);
+  trim(s.region);
+  trim(s.canvas);
+  trim(s.mask_row);
+  trim(s.bits);
+  trim(s.dilated);
+  trim(s.rows);
+  trim(s.half_rows);
+}
+
 // ------------------------------------------------------------------------------------
 // One sample.
 
@@ -668,8 +785,8 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   std::vector<int8_t> codes((size_t)N, 0);
   std::vector<std::string> messages((size_t)N);
   std::atomic<int64_t> next{0};
-  auto work = [&]() {
-    Scratch s;
+  const std::function<void()> work = [&]() {
+    thread_local Scratch s;
     for (;;) {
       const int64_t i = next.fetch_add(1);
       if (i >= N) break;
@@ -688,18 +805,9 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
       }
       thread_warning().clear();
     }
+    trim(s);
   };
-  std::vector<std::thread> pool;
-  const int64_t threads = std::min<int64_t>(num_threads, N);
-  for (int64_t t = 1; t < threads; t++) {
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;  // no more threads to be had: the ones running (and this one) do the rest
-    }
-  }
-  work();
-  for (auto& t : pool) t.join();
+  helper_pool().run(work, std::min<int64_t>(num_threads, N) - 1);
 
   at::Tensor status = at::empty({N, 3}, at::kLong);
   int64_t* sv = status.data_ptr<int64_t>();

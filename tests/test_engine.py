@@ -580,6 +580,17 @@ def _thread_loader(dataset, workers=2, batch_size=2):
 
 
 class TestThreads:
+    def test_cpu_seconds_count_every_batch(self, folder):
+        loader = _loader(folder, engine="threads", num_workers=2, seed=SEED, batch_size=3)
+        thread_loader = loader.loader
+        assert thread_loader.cpu_seconds() == dict(samples=0, batches=0, read=0.0, plan=0.0, build_python=0.0,
+                                                   build_native=0.0)
+        for _ in range(2):
+            _epochs(loader)
+        got = thread_loader.cpu_seconds()
+        assert (got["samples"], got["batches"]) == (2 * N, 2 * -(-N // 3))
+        assert all(got[k] > 0 for k in ("read", "plan", "build_python", "build_native")), got
+
     def test_reader_failure_raises_in_the_consumer(self, folder):
         ds = _Failing(folder, bad=5, error=RuntimeError("disk on fire"), transform=D.default_transform(CROP))
         got = []

@@ -162,6 +162,71 @@ class TestMatchesTransforms:
             assert torch.randint(0, 2**62, (1,)).item() == after_transform, name
 
 
+class TestKeyedPlans:
+    """``plan(data, key=k)`` draws on a private generator what the transform draws under
+    ``keyed_default_rng(k)``, without touching torch's default generator."""
+
+    @pytest.mark.parametrize("name", sorted(PIPELINES))
+    def test_same_plans_as_the_default_generator(self, name):
+        pipe = NativePipeline.from_transform(PIPELINES[name]())
+        datas = [d for d in DATAS + PACKED if fio.jpeg_info(d).color_space != "CMYK"]
+        torch.manual_seed(11)
+        before = torch.default_generator.get_state()
+        for i, data in enumerate(datas * 12):
+            key = sample_key(len(name), 3, i)
+            with keyed_default_rng(key):
+                want = pipe.plan(data)
+            assert pipe.plan(data, key=key) == want, (name, i)
+        assert torch.equal(torch.default_generator.get_state(), before)
+
+    @pytest.mark.parametrize("size,scale,ratio,flip_p", [
+        ((224, 224), (0.08, 1.0), (3 / 4, 4 / 3), 0.5),
+        ((40, 64), (0.9, 1.0), (3.0, 4.0), 0.1),   # narrow ratios: the centred fallback window
+        ((32, 32), (0.5, 0.5), (1.0, 1.0), 0.3),
+        ((16, 48), (1.0, 1.0), (0.2, 0.25), 1.0),
+    ])
+    def test_resized_crop_draws_over_many_keys(self, size, scale, ratio, flip_p):
+        transform = DecodeRandomResizedCrop(size, scale=scale, ratio=ratio, flip_p=flip_p)
+        pipe = NativePipeline.from_transform(transform)
+        data = DATAS[0]
+        flips = 0
+        for i in range(300):
+            key = sample_key(5, 0, i) if i % 2 else i  # small keys too
+            with keyed_default_rng(key):
+                want = pipe.plan(data)
+            got = pipe.plan(data, key=key)
+            assert got == want, i
+            flips += got.row[17]  # the hflip column
+        assert 0 < flips or flip_p < 0.5
+
+    def test_keyed_plan_raises_like_the_transform(self):
+        pipe = NativePipeline.from_transform(DecodeRandomCrop(100))
+        with pytest.raises(ValueError, match="larger than input image size"):
+            pipe.plan(_tensor(make_jpeg("420", 50, 60)), key=3)
+        with pytest.raises(fio.DecodeError, match="not a JPEG"):
+            pipe.plan(_tensor(b"\x89PNG\r\n\x1a\n" + bytes(100)), key=3)
+
+    def test_keyed_plans_in_threads(self):
+        pipe = NativePipeline.from_transform(PIPELINES["compose-rrc-mask"]())
+        keys = [sample_key(1, 0, i) for i in range(64)]
+        want = []
+        for i, key in enumerate(keys):
+            with keyed_default_rng(key):
+                want.append(pipe.plan(DATAS[i % 3]))
+        got = [None] * len(keys)
+
+        def work(start):
+            for i in range(start, len(keys), 4):
+                got[i] = pipe.plan(DATAS[i % 3], key=keys[i])
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == want
+
+
 class TestStatuses:
     def setup_method(self):
         self.good = _tensor(make_jpeg("420", 120, 160, seed=3))
@@ -366,6 +431,65 @@ def test_gil_released_during_the_batch():
     assert torch.equal(out[0], fio.decode_jpeg(big[0]))
     # with the GIL held through the call the helper could not have counted at all
     assert during > 0
+
+
+class TestHelperPool:
+    """decode_batch's helper threads persist across calls: concurrent calls share them, and
+    a forked child (which has none of them) still decodes."""
+
+    def setup_method(self):
+        self.transform = PIPELINES["compose-rrc-mask"]()
+        self.pipe = NativePipeline.from_transform(self.transform)
+        datas = [d for d in DATAS + PACKED if fio.jpeg_info(d).color_space != "CMYK"]
+        self.datas = datas * 3
+        self.keys = [sample_key(4, 0, i) for i in range(len(self.datas))]
+        self.want = [w[-1] for w in reference(self.transform, self.datas, self.keys)]
+        self.plans = [self.pipe.plan(d, key=k) for d, k in zip(self.datas, self.keys)]
+
+    def _run(self, threads):
+        out = torch.zeros((len(self.datas), 3, *self.pipe.size), dtype=torch.uint8)
+        got = self.pipe.run(self.datas, self.plans, out, num_threads=threads)
+        return got, out
+
+    def _check(self, got, out):
+        assert [s for s, _ in got] == [STATUS_OK] * len(self.datas)
+        for i, w in enumerate(self.want):
+            assert torch.equal(out[i], w), i
+
+    def test_concurrent_calls(self):
+        results = [None] * 6
+
+        def work(k):
+            results[k] = self._run(1 + k % 4)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for r in results:
+            self._check(*r)
+        self._check(*self._run(8))  # more threads than before: the pool grows
+
+    @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+    def test_forked_child_decodes(self):
+        import multiprocessing as mp
+
+        self._check(*self._run(3))  # the parent's pool exists now
+        ctx = mp.get_context("fork")
+        queue = ctx.Queue()
+
+        def child():
+            torch.set_num_threads(1)  # as a DataLoader worker: torch's OpenMP team is the parent's
+            got, out = self._run(3)
+            queue.put(([s for s, _ in got], [torch.equal(out[i], w) for i, w in enumerate(self.want)]))
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        statuses, equal = queue.get(timeout=120)
+        proc.join(60)
+        assert proc.exitcode == 0
+        assert statuses == [STATUS_OK] * len(self.datas) and all(equal)
 
 
 class TestFloatOut:

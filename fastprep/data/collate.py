@@ -81,9 +81,6 @@ class PooledBatch(NamedTuple):
     owner: object = None
 
 
-_PooledBatch = PooledBatch  # the name engine.py imports until it moves to PooledBatch
-
-
 class PooledCollate:
     """:func:`collate_uint8` into shared-memory buffers that each worker reuses.
 

@@ -4,8 +4,8 @@ One process, no pickling, no shared memory. An epoch runs in these stages::
 
     consumer thread   iter(): the epoch's indices (sampler) and sample keys
     reader threads    dataset.read_encoded(i) -> route (fastprep.data.fallback.image_kind)
-                      -> JPEG: pipeline.plan(bytes) under the sample's keyed RNG
-                      -> other: the dataset's full-decode fallback, same RNG
+                      -> JPEG: pipeline.plan(bytes, key=the sample's key)
+                      -> other: the dataset's full-decode fallback, same keyed RNG
                       (bounded: a few batches and a byte budget ahead of the builder)
     builder thread    batch k's plans -> ONE pipeline.run(...) into a reused output
                       buffer, native threads, GIL released; substitutes for failed
@@ -15,15 +15,17 @@ One process, no pickling, no shared memory. An epoch runs in these stages::
                       DevicePrefetcher copies/converts them and hands the buffer back
 
 Randomness never touches torch's default generator outside the consumer thread: each
-sample's draws run under :func:`fastprep._seeding.keyed_thread_rng` (a per-thread private
-generator seeded by ``sample_key(epoch seed, epoch, index)``), which gives the same draws
-as the processes engine's :func:`~fastprep._seeding.keyed_default_rng`.
+sample draws from a private generator seeded by ``sample_key(epoch seed, epoch, index)``
+(``NativePipeline.plan(data, key=...)``; the fallback under
+:func:`fastprep._seeding.keyed_thread_rng`), which gives the same draws as the processes
+engine's :func:`~fastprep._seeding.keyed_default_rng`.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+import time
 import warnings
 import weakref
 
@@ -33,7 +35,7 @@ import torch
 from .. import io as fio
 from .._seeding import keyed_thread_rng, sample_key
 from .._threads import usable_cpus
-from .collate import _PooledBatch
+from .collate import PooledBatch
 from .native import NativePipeline
 
 __all__ = ["ThreadLoader", "native_pipeline"]
@@ -49,6 +51,7 @@ def _stop_live_runs() -> None:
 
 
 available_cpus = usable_cpus  # the name the loader and bench used; same function
+_CPU_KEYS = ("samples", "batches", "read", "plan", "build_python", "build_native")
 
 
 def native_pipeline(transform):
@@ -159,22 +162,24 @@ class _LeasedBuffers:
 class _Sample:
     """One position of the epoch: what the readers prepared for the builder."""
 
-    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "fatal", "nbytes")
+    __slots__ = ("index", "name", "data", "plan", "image", "reason", "error", "fatal", "nbytes", "read_s")
 
     def __init__(self, index: int, name: str):
         self.index, self.name = index, name
         self.data = self.plan = self.image = self.reason = self.error = self.fatal = None
         self.nbytes = 0
+        self.read_s = 0.0  # thread-CPU seconds in dataset.read_encoded
 
 
 class _Batch:
     """A finished batch and what the consumer must do about it."""
 
-    __slots__ = ("slot", "images", "targets", "warnings", "fallbacks", "skips", "error")
+    __slots__ = ("slot", "images", "targets", "warnings", "fallbacks", "skips", "error", "timings")
 
     def __init__(self, slot, images, targets):
         self.slot, self.images, self.targets = slot, images, targets
         self.warnings, self.fallbacks, self.skips, self.error = [], [], 0, None
+        self.timings = {}  # NativePipeline.run's op_thread_s
 
 
 def _sample_name(dataset, index: int) -> str:
@@ -198,11 +203,12 @@ def _failure(exc: BaseException, name: str, index: int) -> Exception:
 class ThreadLoader:
     """Batches of a :class:`~fastprep.data.JpegDataset` built by threads of this process.
 
-    Iterating yields one epoch of ``_PooledBatch(images uint8 [N, C, H, W], targets int64
+    Iterating yields one epoch of ``PooledBatch(images uint8 [N, C, H, W], targets int64
     [N], slot, owner)``; the images live in a reused buffer that
     :class:`~fastprep.data.DevicePrefetcher` hands back (``owner.release(slot)``) once it
-    copied or converted them (with ``convert``: converted images, slot -1). Use it through :func:`~fastprep.data.make_loader`
-    (``engine="threads"``), which adds the prefetcher, the batch conversion and resuming.
+    copied or converted them (with ``convert``: converted images, slot -1). Use it through
+    :func:`~fastprep.data.make_loader` (``engine="threads"``), which adds the prefetcher,
+    the batch conversion and resuming.
 
     Args:
         dataset: a :class:`~fastprep.data.JpegDataset` (or subclass); its ``transform`` is
@@ -248,6 +254,31 @@ class ThreadLoader:
         self.epoch = 0
         self._epoch_seed = None
         self._skip = 0
+        self._cpu_lock = threading.Lock()
+        self._cpu = dict.fromkeys(_CPU_KEYS, 0.0)
+
+    def cpu_seconds(self) -> dict:
+        """Where this loader's threads spent CPU time, summed over its epochs so far.
+
+        Returns:
+            dict: ``samples`` and ``batches`` built (ints), and thread-CPU seconds:
+            ``read`` (reader threads in ``dataset.read_encoded``: mostly the file reads,
+            which release the GIL), ``plan`` (reader threads routing and planning the
+            samples, or running the full-decode fallback: Python holding the GIL, but for
+            the header parse), ``build_python`` (builder thread outside the native batch
+            call: Python holding the GIL), ``build_native`` (builder thread inside the
+            native call: its share of the decoding; the native pool threads' share is not
+            counted here). Counted with ``num_workers >= 1`` only.
+        """
+        with self._cpu_lock:
+            out = dict(self._cpu)
+        out["samples"], out["batches"] = int(out["samples"]), int(out["batches"])
+        return out
+
+    def _add_cpu(self, **seconds) -> None:
+        with self._cpu_lock:
+            for k, v in seconds.items():
+                self._cpu[k] += v
 
     def begin_epoch(self, epoch: int, epoch_seed: int, skip: int = 0) -> None:
         """Key the next iteration's samples by ``(epoch_seed, epoch, index)`` and skip the
@@ -319,17 +350,19 @@ class _EpochRun:
         in ``sample.error``, anything else raises."""
         sample = _Sample(index, _sample_name(self.dataset, index))
         try:
+            start = time.thread_time()
             data, sample.name = self.dataset.read_encoded(index)
+            sample.read_s = time.thread_time() - start
             sample.nbytes = int(data.numel())
             reason = self.dataset.fallback_reason(data)
-            with keyed_thread_rng(self.key(index)):
-                if reason is None:
-                    sample.plan = self.pipeline.plan(data)
-                    sample.data = data
-                else:
+            if reason is None:
+                sample.plan = self.pipeline.plan(data, key=self.key(index))
+                sample.data = data
+            else:
+                with keyed_thread_rng(self.key(index)):
                     sample.image = self.dataset.decode_fallback(data, reason)
-                    sample.reason = reason
-                    sample.nbytes += int(sample.image.numel())
+                sample.reason = reason
+                sample.nbytes += int(sample.image.numel())
         except (fio.DecodeError, OSError, ValueError) as e:
             sample.error = _failure(e, sample.name, index)
             sample.data = sample.plan = sample.image = None
@@ -342,7 +375,7 @@ class _EpochRun:
             dest = out if len(native) == len(samples) else torch.empty((len(native),) + tuple(out.shape[1:]),
                                                                        dtype=out.dtype)
             statuses = self.pipeline.run([samples[j].data for j in native], [samples[j].plan for j in native],
-                                         dest, num_threads=num_threads, **self.run_options)
+                                         dest, num_threads=num_threads, timings=batch.timings, **self.run_options)
             if dest is not out:
                 out.index_copy_(0, torch.tensor(native, dtype=torch.int64), dest)
             for j, (status, message) in zip(native, statuses):
@@ -371,6 +404,7 @@ class _EpochRun:
             sample = self.prepare(self.dataset.substitute(failed.index, attempt))
             if sample.error is None:
                 trial = _Batch(-1, None, None)
+                trial.timings = batch.timings
                 self._fill([sample], out, trial, num_threads)
                 if sample.error is None:
                     batch.warnings += trial.warnings
@@ -444,11 +478,14 @@ class _EpochRun:
             position = self.next_position
             self.next_position += 1
         index = self.indices[position]
+        start = time.thread_time()
         try:
             sample = self.prepare(index)
         except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
             sample = _Sample(index, _sample_name(self.dataset, index))
             sample.fatal = _thread_error("reading", self.dataset, index, e)
+        spent = time.thread_time() - start
+        self.loader._add_cpu(read=sample.read_s, plan=spent - sample.read_s)
         with self.cond:
             self.ready[position] = sample
             self.held_bytes += sample.nbytes
@@ -467,7 +504,11 @@ class _EpochRun:
                     if self.stopped:
                         return
                     samples = [self.ready.pop(p) for p in positions]
+                start = time.thread_time()
                 batch = self.build(samples, self.loader.num_workers)
+                spent = time.thread_time() - start
+                native = batch.timings.get("op_thread_s", 0.0)
+                self.loader._add_cpu(samples=len(samples), batches=1, build_python=spent - native, build_native=native)
                 with self.cond:
                     self.held_bytes -= sum(s.nbytes for s in samples)
                     self.results[k] = batch
@@ -546,7 +587,7 @@ class _EpochIterator:
             run.ring.release(batch.slot)
             self.close()
             raise batch.error
-        return _PooledBatch(batch.images, batch.targets, batch.slot, run.ring)
+        return PooledBatch(batch.images, batch.targets, batch.slot, run.ring)
 
     def close(self) -> None:
         run, self._run = self._run, None

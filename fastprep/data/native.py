@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+import time
 from typing import NamedTuple
 
 import torch
@@ -30,6 +31,7 @@ from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
 from .._checks import is_int
 from .._kernels.coeffs import YUV_COEFFS
+from .._seeding import keyed_thread_rng
 from .._threads import usable_cpus
 from ..functional import MASK_PROBABILITY_RESOLUTION
 from ..transforms import (
@@ -128,6 +130,111 @@ def _split(transform):
     return transform, None
 
 
+# ---------------------------------------------------------------------------------------
+# Keyed draws without a torch function mode.
+#
+# Under keyed_thread_rng every torch call of a transform's draw goes through a Python
+# __torch_function__ (about 30 calls, ~0.1 ms per sample). For the built-in decode
+# transforms the draws are made here instead, with the same torch calls in the same order
+# on an explicit generator seeded by the key: the same Mersenne Twister stream as the
+# transform's under keyed_default_rng(key), so the same numbers (tests/test_native.py
+# compares them with the transforms' own draws). The geometry stays the transform's
+# (decode_plan).
+
+_thread_local = threading.local()
+_MASK_SEED_HIGH = 2 ** 63 - 1  # RandomMask.get_params: torch.randint(0, 2**63 - 1, ())
+
+
+def _keyed_generator(key: int) -> torch.Generator:
+    """This thread's private CPU generator, seeded with ``key``."""
+    gen = getattr(_thread_local, "generator", None)
+    if gen is None:
+        gen = _thread_local.generator = torch.Generator()
+        _thread_local.unit = torch.empty(1)
+    gen.manual_seed(key)
+    return gen
+
+
+class _ResizedCropDraw:
+    """``DecodeRandomResizedCrop._draw`` (v2 RandomResizedCrop's window, then the flip) on a
+    given generator."""
+
+    def __init__(self, decode: DecodeRandomResizedCrop):
+        self.scale = (float(decode.scale[0]), float(decode.scale[1]))
+        self.ratio = (float(decode.ratio[0]), float(decode.ratio[1]))
+        # v2 draws the log aspect ratio between float32 logs: the same bounds
+        log_ratio = torch.log(torch.tensor(decode.ratio))
+        self.log_lo, self.log_hi = float(log_ratio[0]), float(log_ratio[1])
+        self.flip_p = float(decode.flip_p)
+        # `torch.rand(1) < flip_p` compares in float32: flip_p rounded to float32 first
+        self.flip_below = float(torch.tensor(self.flip_p, dtype=torch.float32))
+
+    def __call__(self, info, gen):
+        height, width = info.height, info.width
+        area = height * width
+        unit = _thread_local.unit
+        window = None
+        for _attempt in range(10):
+            target_area = area * unit.uniform_(self.scale[0], self.scale[1], generator=gen).item()
+            aspect = torch.exp(unit.uniform_(self.log_lo, self.log_hi, generator=gen)).item()
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                top = int(torch.randint(0, height - h + 1, size=(1,), generator=gen))
+                left = int(torch.randint(0, width - w + 1, size=(1,), generator=gen))
+                window = (top, left, h, w)
+                break
+        if window is None:  # no draw fitted: the largest centred window with a ratio in range
+            in_ratio = width / height
+            if in_ratio < self.ratio[0]:
+                w, h = width, int(round(width / self.ratio[0]))
+            elif in_ratio > self.ratio[1]:
+                h, w = height, int(round(height * self.ratio[1]))
+            else:
+                h, w = height, width
+            window = ((height - h) // 2, (width - w) // 2, h, w)
+        flip = False
+        if self.flip_p > 0:
+            flip = torch.rand(1, generator=gen).item() < self.flip_below
+        return {"window": window, "flip": flip}
+
+
+class _RandomCropDraw:
+    """``DecodeRandomCrop._draw`` without ``padding`` (v2 RandomCrop's offsets) on a given
+    generator; ``None`` where the transform raises (left to it, for its message)."""
+
+    def __init__(self, decode: DecodeRandomCrop):
+        self.size = tuple(decode.size)
+        self.pad_if_needed = decode.pad_if_needed
+
+    def __call__(self, info, gen):
+        h, w = info.height, info.width
+        th, tw = self.size
+        pl = pt = pr = pb = 0
+        if self.pad_if_needed and w < tw:
+            pl, pr, w = tw - w, tw - w, w + 2 * (tw - w)
+        if self.pad_if_needed and h < th:
+            pt, pb, h = th - h, th - h, h + 2 * (th - h)
+        if h < th or w < tw:
+            return None
+        i = int(torch.randint(0, h - th + 1, size=(1,), generator=gen)) if h > th else 0
+        j = int(torch.randint(0, w - tw + 1, size=(1,), generator=gen)) if w > tw else 0
+        return {"pad": (pl, pt, pr, pb), "window": (i, j, th, tw)}
+
+
+def _keyed_draw(decode):
+    """The draw of ``decode`` on an explicit generator, ``(info, generator) -> params`` for
+    its ``decode_plan`` (``None``: use the transform's own draw under a keyed mode);
+    ``"none"`` for transforms that draw nothing."""
+    if type(decode) in (DecodeCenterCrop, DecodeResize, DecodeResizeCenterCrop):
+        return "none"
+    if type(decode) is DecodeRandomResizedCrop:
+        return _ResizedCropDraw(decode)
+    if type(decode) is DecodeRandomCrop and decode.padding is None:
+        return _RandomCropDraw(decode)
+    return None
+
+
 _fma_probe_lock = threading.Lock()
 _fma_probe_result = []
 
@@ -182,6 +289,7 @@ class NativePipeline:
             mask_fill = _uint8_fill(mask.fill, self.channels)
             self._mask_m = int(round(mask.ratio / MASK_PROBABILITY_RESOLUTION))
         self._fills = torch.tensor([pad, mask_fill], dtype=torch.int64)
+        self._keyed_draw = _keyed_draw(decode)
 
     @classmethod
     def from_transform(cls, transform) -> NativePipeline | None:
@@ -216,15 +324,21 @@ class NativePipeline:
             return None
         return cls(transform, decode, mask)
 
-    def plan(self, data: torch.Tensor) -> Plan:
+    def plan(self, data: torch.Tensor, key: int | None = None) -> Plan:
         """Read the header of ``data`` and draw this sample's random parameters.
 
         The torch RNG calls are exactly those of ``transform(data)`` (the decode
-        transform's window and flip, then the mask's seed), from torch's default CPU
-        generator.
+        transform's window and flip, then the mask's seed): from torch's default CPU
+        generator, or with ``key``, from a private generator seeded by ``key`` -- the draws
+        of ``transform(data)`` under :func:`fastprep._seeding.keyed_default_rng` ``(key)``,
+        without touching the default generator (safe in any thread; the built-in
+        transforms' draws are made with an explicit generator, not through a torch
+        function mode).
 
         Args:
             data: the encoded JPEG, uint8 1-D CPU tensor.
+            key: the sample's generator seed (:func:`fastprep._seeding.sample_key`), an int
+                in ``[0, 2**64)``, or ``None``.
 
         Raises:
             TypeError: ``data`` is not a uint8 tensor.
@@ -235,12 +349,37 @@ class NativePipeline:
         """
         data = _check_data(data, "data")
         info = fio.jpeg_info(data)
+        if key is None:
+            return self._plan_drawn(info)
+        draw = self._keyed_draw
+        if draw == "none" and self._mask is None:
+            return self._plan_drawn(info)
+        if draw is None:
+            with keyed_thread_rng(key):
+                return self._plan_drawn(info)
+        gen = _keyed_generator(key)
+        if draw == "none":
+            decode_plan = self._decode.draw_plan(info)
+        else:
+            params = draw(info, gen)
+            if params is None:  # the transform raises: its own draw, for its error
+                with keyed_thread_rng(key):
+                    return self._plan_drawn(info)
+            decode_plan = self._decode.decode_plan(info, params)
+        seed = None
+        if self._mask is not None:
+            seed = int(torch.randint(0, _MASK_SEED_HIGH, (), dtype=torch.int64, generator=gen))
+        return _plan_row(decode_plan, seed, self._mask_m)
+
+    def _plan_drawn(self, info) -> Plan:
+        """The plan of an image with header ``info``, drawn by the transforms themselves
+        (from the default generator, or what a torch function mode redirects it to)."""
         decode_plan = self._decode.draw_plan(info)
         seed = self._mask.get_params() if self._mask is not None else None
         return _plan_row(decode_plan, seed, self._mask_m)
 
     def run(self, datas, plans, out: torch.Tensor, *, num_threads: int | None = None, mean=None, std=None,
-            color: str | None = None) -> list[tuple[int, str]]:
+            color: str | None = None, timings: dict | None = None) -> list[tuple[int, str]]:
         """Fill ``out[i]`` with sample ``i`` for every ``i``: one native call, GIL released.
 
         Args:
@@ -256,6 +395,9 @@ class NativePipeline:
             mean, std: per-channel normalisation of a float ``out`` on the [0, 1] scale (3
                 values or one for all), both or neither.
             color: conversion of a float ``out``: ``"yuv"`` (default) or ``"rgb"``.
+            timings: a dict to which ``"op_thread_s"`` (float) is added: the calling
+                thread's CPU seconds inside the native call (its share of the decoding; the
+                rest of this call is Python holding the GIL).
 
         Returns:
             ``(status, message)`` per sample: ``(0, "")`` ok; ``(1, warning)`` decoded past
@@ -281,14 +423,17 @@ class NativePipeline:
             return []
         if converter is not None:  # this torch rounds BatchConvert's last step in no single way
             staged = torch.empty(out.shape, dtype=torch.uint8)
-            results = self.run(datas, plans, staged, num_threads=threads)
+            results = self.run(datas, plans, staged, num_threads=threads, timings=timings)
             out.copy_(converter(staged))
             return results
         rows = torch.tensor([p.row for p in plans], dtype=torch.int64)
         scales = torch.tensor([p.scales for p in plans], dtype=torch.float64)
+        start = time.thread_time() if timings is not None else 0.0
         status, text = torch.ops.fastprep.decode_batch(
             datas, rows, scales, self._fills, out, self._mode, self._max_pixels, self._strict, self._max_scans,
             convert, params, threads)
+        if timings is not None:
+            timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
         raw = text.numpy().tobytes()
         return [(int(code), raw[start:start + length].decode("utf-8", "replace"))
                 for code, start, length in status.tolist()]
