@@ -28,6 +28,7 @@ import threading
 import time
 import warnings
 import weakref
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +42,8 @@ from .native import NativePipeline
 __all__ = ["ThreadLoader", "native_pipeline"]
 
 _JOIN_TIMEOUT_S = 30.0  # a thread still inside one read or one batch after this is left (daemon)
-_live_runs = weakref.WeakSet()  # epochs with threads: stopped at exit, before daemon threads are frozen
+# epochs with threads: stopped at exit, before daemon threads are frozen
+_live_runs: weakref.WeakSet = weakref.WeakSet()
 
 
 @atexit.register
@@ -74,7 +76,7 @@ class _BufferRing:
         self.shape = tuple(shape)
         self.pin = bool(pin)
         self._lock = threading.Lock()
-        self._buffers = [None] * slots
+        self._buffers: list[torch.Tensor | None] = [None] * slots
         self._busy = [False] * slots
         self._events = [None] * slots
 
@@ -126,7 +128,7 @@ class _LeasedBuffers:
     def __init__(self, shape, dtype: torch.dtype, channels_last: bool, slots: int):
         self.shape, self.dtype, self.channels_last = tuple(shape), dtype, bool(channels_last)
         self._lock = threading.Lock()
-        self._entries = []  # [pooled numpy array, weak reference to its lease or None]
+        self._entries: list[list] = []  # [pooled numpy array, weak reference to its lease or None]
         self._slots = slots
 
     def _tensor(self, lease, n: int) -> torch.Tensor:
@@ -166,7 +168,12 @@ class _Sample:
 
     def __init__(self, index: int, name: str):
         self.index, self.name = index, name
-        self.data = self.plan = self.image = self.reason = self.error = self.fatal = None
+        self.data: torch.Tensor | None = None
+        self.plan: Any = None
+        self.image: torch.Tensor | None = None
+        self.reason: str | None = None
+        self.error: Exception | None = None
+        self.fatal: BaseException | None = None
         self.nbytes = 0
         self.read_s = 0.0  # thread-CPU seconds in dataset.read_encoded
 
@@ -183,7 +190,7 @@ class _Batch:
 
 
 def _sample_name(dataset, index: int) -> str:
-    files = getattr(dataset, "files", None)
+    files: Any = getattr(dataset, "files", None)
     try:
         return str(files[index])
     except (TypeError, IndexError, KeyError):
@@ -192,6 +199,7 @@ def _sample_name(dataset, index: int) -> str:
 
 def _failure(exc: BaseException, name: str, index: int) -> Exception:
     """The per-sample path's error for ``exc``: DecodeError or ValueError naming the file."""
+    err: Exception
     if isinstance(exc, ValueError) and not isinstance(exc, fio.DecodeError):
         err = ValueError(f"{name!r} (index {index}): {exc}")
     else:
@@ -252,7 +260,7 @@ class ThreadLoader:
         self.convert = convert
         self.read_ahead_bytes = int(read_ahead_bytes)
         self.epoch = 0
-        self._epoch_seed = None
+        self._epoch_seed: int | None = None
         self._skip = 0
         self._cpu_lock = threading.Lock()
         self._cpu = dict.fromkeys(_CPU_KEYS, 0.0)
@@ -317,6 +325,7 @@ class _EpochRun:
         self.num_batches = -(-len(indices) // self.batch_size)
         shape = (self.batch_size, self.pipeline.channels) + tuple(self.pipeline.size)
         convert = loader.convert
+        self.ring: _BufferRing | _LeasedBuffers
         if convert is None:
             self.ring = _BufferRing(shape, loader.prefetch + 3, loader.pin_memory)
             self.run_options = {}
@@ -325,12 +334,12 @@ class _EpochRun:
             self.run_options = dict(color=convert.color, mean=convert.mean, std=convert.std)
         self.cond = threading.Condition()
         self.next_position = 0  # next position a reader takes
-        self.ready = {}  # position -> _Sample
+        self.ready: dict[int, _Sample] = {}  # position -> _Sample
         self.held_bytes = 0
         self.building = 0  # the batch the builder works on
-        self.results = {}  # batch -> _Batch
+        self.results: dict[int, _Batch] = {}  # batch -> _Batch
         self.stopped = False
-        self.fatal = None
+        self.fatal: BaseException | None = None
         self.threads = []
         if loader.num_workers > 0 and self.num_batches:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
@@ -527,6 +536,7 @@ class _EpochRun:
             while k not in self.results and self.fatal is None:
                 self.cond.wait(0.25)
             if k not in self.results:
+                assert self.fatal is not None  # the loop above ends on a result or on fatal
                 raise self.fatal
             batch = self.results.pop(k)
             self.cond.notify_all()
@@ -559,7 +569,7 @@ class _EpochIterator:
     threads."""
 
     def __init__(self, run: _EpochRun):
-        self._run = run
+        self._run: _EpochRun | None = run
         self._next = 0
 
     def __iter__(self):

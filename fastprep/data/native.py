@@ -88,7 +88,7 @@ def _plan_row(plan: DecodePlan, mask_seed, mask_m: int) -> Plan:
     else:
         resize = (0, 0, 0, 0, 0, 0, 0, 0, 0, height, width, 0, 0)
         scales = (0.0, 0.0)
-    place = (1, *plan.offset) if placed else (0, 0, 0)
+    place = (0, 0, 0) if plan.offset is None else (1, *plan.offset)
     mask = (0, 0, 0) if mask_seed is None else (1, int(mask_seed), mask_m)
     return Plan((plan.num, top, left, height, width) + resize + place + mask, scales)
 
@@ -112,9 +112,11 @@ def _uint8_fill(fill, channels: int):
         return None
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v).is_integer() or not 0 <= v <= 255:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
             return None
-        out.append(int(v))
+        if not float(v).is_integer() or not 0 <= float(v) <= 255:
+            return None
+        out.append(int(float(v)))
     return tuple(out)
 
 
@@ -236,7 +238,7 @@ def _keyed_draw(decode):
 
 
 _fma_probe_lock = threading.Lock()
-_fma_probe_result = []
+_fma_probe_result: list[bool] = []
 
 
 def _torch_affine_rounding():

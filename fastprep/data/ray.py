@@ -216,7 +216,8 @@ class DecodeBatch:
                 if reason is not None:
                     decoded[k] = self._keyed(self._sample, enc, int(index))
                     continue
-                plans.append(self._keyed(native.plan, enc, int(index)))
+                key = None if self.seed is None else sample_key(self.seed, self.epoch, int(index))
+                plans.append(native.plan(enc, key=key))  # keyed draws on a private generator
             except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
                 failed[k] = e
                 continue
