@@ -4,6 +4,7 @@ make_loader vs a DALI CPU pipeline, in one run.
     python bench/bench_recipe_loaders.py [--files 256] [--epochs 3] [--batch-size 64] [--workers 2]
                                          [--size 500x375|4000x3000] [--json FILE] [--no-dali]
                                          [--engines threads,processes] [--folder DIR] [--rss-epochs 5]
+                                         [--shards 16MB]
 
 The recipe: decode + RandomResizedCrop(224) (scale (0.08, 1), ratio (3/4, 4/3),
 antialiased bilinear) + horizontal flip with p = 0.5, batches of ``--batch-size``,
@@ -42,6 +43,8 @@ float32 NCHW, normalised:
   recycled buffer (``docs/engine.md``).
 * ``..., packed files``: the same on copies written by ``fastprep.pack.pack_folder``
   (lossless: same pixels, restart markers).
+* ``..., packed shards`` (``--shards SIZE``): the packed samples read from WebDataset tar
+  shards (``fastprep.pack --format wds``) instead of one file each.
 
 Efficiency (fastprep rows): samples/s divided by what ``--workers`` cores running the
 per-sample kernel alone could deliver, ``cores / kernel time``, where the kernel time is
@@ -131,7 +134,7 @@ from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
 from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, make_loader  # noqa: E402
 from fastprep.data.engine import available_cpus  # noqa: E402
 from fastprep.transforms import DecodeRandomResizedCrop  # noqa: E402
-from fastprep.pack import pack_folder  # noqa: E402
+from fastprep.pack import pack_folder, pack_shards  # noqa: E402
 
 CROP = 224
 FLOAT_OUT = "float32 NCHW, normalised"
@@ -319,7 +322,7 @@ ENGINE_NOTES = {
 }
 
 
-def fastprep_rows(args, files, packed):
+def fastprep_rows(args, files, packed, shards=None):
     """The make_loader rows: {name: (loader, output, note, kind, kernel: "orig" | "packed")}."""
     rows = {}
     for engine in args.engines:
@@ -329,6 +332,10 @@ def fastprep_rows(args, files, packed):
         rows[f"fastprep make_loader, {engine} engine"] = (make_loader(files, **fp), FLOAT_OUT, note, kind, "orig")
         rows[f"fastprep make_loader, {engine} engine, packed files"] = (
             make_loader(packed, **fp), FLOAT_OUT, "same, on pack_folder copies", kind, "packed")
+        if shards is not None:
+            rows[f"fastprep make_loader, {engine} engine, packed shards"] = (
+                make_loader(shards, **fp), FLOAT_OUT, "same packed samples, read from WebDataset shards", kind,
+                "packed")
     return rows
 
 
@@ -421,7 +428,7 @@ def batch_op_ms(datas):
     return (time.thread_time() - t0) / len(datas) * 1e3
 
 
-def build_pipelines(args, files, packed, dali_version):
+def build_pipelines(args, files, packed, dali_version, shards=None):
     """{name: (iterable, output kind, what it outputs, "dataloader" | "in-process", kernel or None)}."""
     W, B = args.workers, args.batch_size
     common = dict(batch_size=B, num_workers=W, shuffle=True)
@@ -429,7 +436,7 @@ def build_pipelines(args, files, packed, dali_version):
     p = {
         TV_FLOAT: (BatchTransformed(DataLoader(TorchvisionRecipe(files), **common), normalize), FLOAT_OUT,
                    "uint8 default_collate, then batch ToDtype+Normalize in the main process", "dataloader", None),
-        **fastprep_rows(args, files, packed),
+        **fastprep_rows(args, files, packed, shards),
     }
     dali_float = dali_uint8 = None
     if dali_version and not args.no_dali:
@@ -463,9 +470,13 @@ def run(args, dali_version):
             files = make_files(orig, args.files, width, height, args.distinct_used)
         pack_folder(orig, packed_dir, progress=False)
         packed = [os.path.join(packed_dir, os.path.basename(f)) for f in files]
+        shards = None
+        if args.shards:
+            shards = os.path.join(tmp, "shards")
+            pack_shards(orig, shards, shard_size=args.shards, progress=False)
         print(f"wrote {len(files)} JPEGs ({args.distinct_used} distinct, {inputs_text(args)}) "
               f"and their packed copies in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        pipelines = build_pipelines(args, files, packed, dali_version)
+        pipelines = build_pipelines(args, files, packed, dali_version, shards)
         names = list(pipelines)
         runs = {name: {"warmup": [], "epochs": []} for name in names}
         meta = {name: {} for name in names}
@@ -598,6 +609,8 @@ def main(argv=None):
                    "of synthetic ones; --size and --distinct are then ignored")
     p.add_argument("--rss-epochs", type=int, default=5, help="threads engine epochs over which RSS is recorded "
                    "(default 5; 0: skip)")
+    p.add_argument("--shards", metavar="SIZE", help="also read the packed samples from WebDataset shards of this "
+                   "size (e.g. 16MB) written by fastprep.pack --format wds")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.files < 1 or args.epochs < 1 or args.warmup < 0 or args.batch_size < 1 or args.workers < 1:
