@@ -46,9 +46,9 @@ LAYERS: dict[str, set[str]] = {
     "bench": {"bench"},
 }
 
-#: Private names of public modules used elsewhere today, being removed by other work:
-#: ``(user module, owner module, name)``. The lead empties this after merging that work;
-#: an entry that no longer occurs fails the test (remove it).
+#: Private names of public modules that other modules may still use while a change moves
+#: them: ``(user module, owner module, name)``. Empty: none. An entry that no longer occurs
+#: fails the test (remove it).
 KNOWN_PRIVATE_USES: set[tuple[str, str, str]] = set()
 
 
