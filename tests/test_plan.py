@@ -59,3 +59,16 @@ def test_center_crop_pads_as_torchvision():
     # torchvision pads (crop - size) // 2 before and the rest after, then crops the centre.
     assert _plan.center_crop(5, 8, (7, 4)) == ((0, 1, 0, 1), (0, 2, 7, 4))
     assert _plan.center_crop(100, 80, (50, 40)) == ((0, 0, 0, 0), (25, 20, 50, 40))
+
+
+@pytest.mark.parametrize("ratio", [(3 / 4, 4 / 3), (0.5, 0.6), (2.0, 3.0), (1.0, 1.0)])
+@pytest.mark.parametrize("hw", [(100, 100), (37, 211), (211, 37), (64, 48)])
+def test_centered_ratio_window_is_v2s_fallback(hw, ratio):
+    # scale (2, 2) asks for twice the image's area: no draw fits, v2 takes its fallback
+    import torch
+    from torchvision.transforms import v2
+
+    h, w = hw
+    params = v2.RandomResizedCrop(8, scale=(2.0, 2.0), ratio=ratio).make_params([torch.zeros(3, h, w)])
+    assert _plan.centered_ratio_window(h, w, ratio) == (params["top"], params["left"], params["height"],
+                                                        params["width"])

@@ -43,6 +43,7 @@ from ..transforms import (
     DecodeResizeCenterCrop,
     RandomMask,
 )
+from ..transforms._plan import centered_ratio_window
 from .batch import BatchConvert
 from .sample import SampleTransform
 
@@ -186,15 +187,8 @@ class _ResizedCropDraw:
                 left = int(torch.randint(0, width - w + 1, size=(1,), generator=gen))
                 window = (top, left, h, w)
                 break
-        if window is None:  # no draw fitted: the largest centred window with a ratio in range
-            in_ratio = width / height
-            if in_ratio < self.ratio[0]:
-                w, h = width, int(round(width / self.ratio[0]))
-            elif in_ratio > self.ratio[1]:
-                h, w = height, int(round(height * self.ratio[1]))
-            else:
-                h, w = height, width
-            window = ((height - h) // 2, (width - w) // 2, h, w)
+        if window is None:  # no draw fitted
+            window = centered_ratio_window(height, width, self.ratio)
         flip = False
         if self.flip_p > 0:
             flip = torch.rand(1, generator=gen).item() < self.flip_below

@@ -47,6 +47,7 @@ from ._plan import (
     DecodePlan,
     ResizeStep,
     center_crop,
+    centered_ratio_window,
     padded_plan,
     plan_scaled_window,
     resized_plan,
@@ -412,15 +413,7 @@ class DecodeRandomResizedCrop(_DecodeTransform):
                 top = int(torch.randint(0, height - h + 1, size=(1,)).item())
                 left = int(torch.randint(0, width - w + 1, size=(1,)).item())
                 return top, left, h, w
-        # No draw fitted: the largest centred window with an aspect ratio in range.
-        in_ratio = width / height
-        if in_ratio < self.ratio[0]:
-            w, h = width, int(round(width / self.ratio[0]))
-        elif in_ratio > self.ratio[1]:
-            h, w = height, int(round(height * self.ratio[1]))
-        else:
-            h, w = height, width
-        return (height - h) // 2, (width - w) // 2, h, w
+        return centered_ratio_window(height, width, self.ratio)  # no draw fitted
 
     def _draw(self, info: fio.JpegInfo) -> dict[str, Any]:
         window = self.get_params(info.height, info.width)

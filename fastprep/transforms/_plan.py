@@ -14,6 +14,7 @@ __all__ = [
     "DecodePlan",
     "ResizeStep",
     "center_crop",
+    "centered_ratio_window",
     "padded_plan",
     "plan_scaled_window",
     "resized_plan",
@@ -152,6 +153,19 @@ def center_crop(h: int, w: int, size: tuple[int, int]) -> tuple[tuple[int, int, 
                (tw - w + 1) // 2 if tw > w else 0, (th - h + 1) // 2 if th > h else 0)
         h, w = h + pad[1] + pad[3], w + pad[0] + pad[2]
     return pad, (int(round((h - th) / 2.0)), int(round((w - tw) / 2.0)), th, tw)
+
+
+def centered_ratio_window(height: int, width: int, ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+    """``(top, left, h, w)`` of v2 RandomResizedCrop when none of its draws fits: the largest
+    centred window whose aspect ratio (width / height) is within ``ratio``."""
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h, w = height, int(round(height * ratio[1]))
+    else:
+        h, w = height, width
+    return (height - h) // 2, (width - w) // 2, h, w
 
 
 def padded_plan(height: int, width: int, window: tuple[int, int, int, int],
