@@ -153,19 +153,18 @@ def copy_files(folder, count, source):
     for name in names[:count]:
         with open(os.path.join(source, name), "rb") as f:
             blobs.append(f.read())
-    paths = []
-    for i in range(count):
-        path = os.path.join(folder, f"{i:05d}.jpg")
-        with open(path, "wb") as f:
-            f.write(blobs[i % len(blobs)])
-        paths.append(path)
-    return paths, len(blobs)
+    return _write_cycled(folder, count, blobs), len(blobs)
 
 
 def make_files(folder, count, width, height, distinct):
     """``count`` JPEGs in ``folder``; file ``i`` holds photo-like image ``i % distinct``."""
     blobs = [encode_jpeg(photo_like(height, width, seed=i), quality=90, subsampling="4:2:0")
              for i in range(min(distinct, count))]
+    return _write_cycled(folder, count, blobs)
+
+
+def _write_cycled(folder, count, blobs):
+    """Write ``count`` files ``00000.jpg``... in ``folder``, file ``i`` holding ``blobs[i % len]``."""
     paths = []
     for i in range(count):
         path = os.path.join(folder, f"{i:05d}.jpg")
