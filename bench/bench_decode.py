@@ -197,13 +197,15 @@ def bench_packed(height: int, width: int, window: int, runs: int, block: int = 2
             "subsampling": info.subsampling, "fast_path_decodes": taken, "rows": rows}
 
 
-def _jpegtran_cut(data: bytes, top: int, left: int, size: int) -> bytes:
+def jpegtran_cut(data: bytes, top: int, left: int, size: int) -> bytes:
+    """A ``size`` x ``size`` window of ``data`` at (top, left), cut losslessly by jpegtran:
+    the smallest JPEG holding that window, the physical limit of its decode."""
     import shutil
     import subprocess
 
     tool = shutil.which("jpegtran")
     if tool is None:
-        raise SystemExit("--real needs jpegtran (apt-get install libjpeg-turbo-progs)")
+        raise SystemExit("the lossless-cut timing needs jpegtran (apt-get install libjpeg-turbo-progs)")
     return subprocess.run([tool, "-copy", "none", "-optimize", "-crop", f"{size}x{size}+{left}+{top}"], input=data,
                           capture_output=True, check=True).stdout
 
@@ -240,7 +242,7 @@ def bench_real(path: str, data: bytes, packed: bytes, runs: int, block: int, win
     windows = [(int(torch.randint(margin, h - window - margin + 1, (1,), generator=g)),
                 int(torch.randint(margin, w - window - margin + 1, (1,), generator=g)), window, window)
                for _ in range(runs)]
-    cuts = [_as_bytes_tensor(_jpegtran_cut(plain, t - margin, l - margin, cut))
+    cuts = [_as_bytes_tensor(jpegtran_cut(plain, t - margin, l - margin, cut))
             for t, l, _, _ in windows[:distinct_cuts]]
     tensors = {name: _as_bytes_tensor(blob)
                for name, blob in (("original", data), ("plain", plain), ("packed", packed))}

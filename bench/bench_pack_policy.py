@@ -31,15 +31,15 @@ import argparse
 import functools
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import time
 
 import torch
 
 import fastprep.io as fio
 from fastprep import _platform
+
+from bench_decode import jpegtran_cut  # same folder: the script's directory is on sys.path
 
 WINDOW = 224
 CUT = 240
@@ -75,14 +75,6 @@ def interval_label(info, interval: int) -> str:
     if interval % mpr == 0:
         return "row" if interval == mpr else f"{interval // mpr} rows"
     return f"{interval * mcu_w} px"
-
-
-def jpegtran_cut(data: bytes, top: int, left: int, size: int) -> bytes:
-    tool = shutil.which("jpegtran")
-    if tool is None:
-        raise SystemExit("the ROI timing needs jpegtran (apt-get install libjpeg-turbo-progs)")
-    return subprocess.run([tool, "-copy", "none", "-optimize", "-crop", f"{size}x{size}+{left}+{top}"], input=data,
-                          capture_output=True, check=True).stdout
 
 
 def load_photos(folder: str, names=None) -> list:
