@@ -41,6 +41,7 @@
 #include <pthread.h>
 #endif
 
+#include "decode_batch.h"
 #include "jpeg_ops.h"
 #include "resize_aa.h"
 
@@ -57,38 +58,6 @@
 namespace fastprep {
 namespace {
 
-// Columns of a sample's int64 plan row. fastprep/data/native.py (_plan_row) writes them in
-// this order; this is the one place that defines them.
-enum PlanColumn : int64_t {
-  kNum,          // DCT scale: decode at num/8 of the size (1..8)
-  kDecTop,       // decode window in scaled pixels: top, left, height, width
-  kDecLeft,
-  kDecH,
-  kDecW,
-  kResize,       // 1: resize the decoded window (columns kFullInH..kHflip), 0: use it as is
-  kFullInH,      // resize input grid (a virtual image) and the decoded window's place on it
-  kFullInW,
-  kInTop,
-  kInLeft,
-  kFullOutH,     // resize output grid and the window of it that is computed
-  kFullOutW,
-  kOutTop,
-  kOutLeft,
-  kRegionH,      // size of what is placed: the resize output window, or the decoded window
-  kRegionW,
-  kAntialias,    // 1: antialiased bilinear, 0: plain bilinear
-  kHflip,        // 1: the resize output mirrored
-  kPlaced,       // 1: the region goes on the canvas at (kPlaceTop, kPlaceLeft); 0: the
-  kPlaceTop,     //    decode only checks the file (the canvas is all padding)
-  kPlaceLeft,
-  kMask,         // 1: apply the random mask (seed, probability numerator m / 2**16)
-  kMaskSeed,
-  kMaskM,
-  kPlanColumns
-};
-// Columns of a sample's float64 row: resize_aa's scale_h, scale_w (output px per input px;
-// <= 0: full_out / full_in).
-enum ScaleColumn : int64_t { kScaleH, kScaleW, kScaleColumns };
 
 // Conversion fused into the write of a float batch (fastprep/data/native.py picks it; the
 // params rows are per output channel: m0, m1, m2, offset, gain, bias).
@@ -648,19 +617,6 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
   return warning;
 }
 
-// What fastprep.io.DecodeError would say for an error raised in run_sample (the text after
-// the prefix, first line), or the error's own first line.
-std::string error_text(const char* what) {
-  std::string msg(what);
-  const std::string prefix = FASTPREP_DECODE_ERROR_PREFIX;
-  const size_t at = msg.find(prefix);
-  if (at != std::string::npos) msg = msg.substr(at + prefix.size());
-  const size_t nl = msg.find('\n');
-  if (nl != std::string::npos) msg.resize(nl);
-  const size_t a = msg.find_first_not_of(" \t\r"), z = msg.find_last_not_of(" \t\r");
-  return a == std::string::npos ? std::string() : msg.substr(a, z - a + 1);
-}
-
 // ------------------------------------------------------------------------------------
 // Argument checks (on the calling thread, before any work).
 
@@ -795,10 +751,10 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
         codes[i] = messages[i].empty() ? 0 : 1;
       } catch (const c10::Error& e) {
         codes[i] = 2;
-        messages[i] = error_text(e.what_without_backtrace());
+        messages[i] = decode_error_text(e.what_without_backtrace());
       } catch (const std::exception& e) {
         codes[i] = 2;
-        messages[i] = error_text(e.what());
+        messages[i] = decode_error_text(e.what());
       } catch (...) {
         codes[i] = 2;
         messages[i] = "unknown error";
@@ -809,20 +765,7 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   };
   helper_pool().run(work, std::min<int64_t>(num_threads, N) - 1);
 
-  at::Tensor status = at::empty({N, 3}, at::kLong);
-  int64_t* sv = status.data_ptr<int64_t>();
-  int64_t total = 0;
-  for (int64_t i = 0; i < N; i++) {
-    sv[3 * i] = codes[i];
-    sv[3 * i + 1] = total;
-    sv[3 * i + 2] = (int64_t)messages[i].size();
-    total += (int64_t)messages[i].size();
-  }
-  at::Tensor text = at::empty({total}, at::kByte);
-  uint8_t* tp = text.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < N; i++)
-    if (!messages[i].empty()) std::memcpy(tp + sv[3 * i + 1], messages[i].data(), messages[i].size());
-  return {status, text};
+  return status_table(codes, messages);
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <cstring>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "jpeg_decoder.h"
 
@@ -75,6 +78,40 @@ inline std::string unsupported_mode_message(const fp_info& info, int64_t mode) {
 
 inline void check_max_scans(int64_t max_scans) {
   TORCH_CHECK_VALUE(max_scans >= 0, "max_scans must be >= 0 (0 = no limit), got ", max_scans);
+}
+
+// What fastprep.io.DecodeError says for an error whose text is `what`: the text after the
+// prefix (or all of it), first line, trimmed.
+inline std::string decode_error_text(const char* what) {
+  std::string msg(what);
+  const std::string prefix = FASTPREP_DECODE_ERROR_PREFIX;
+  const size_t at = msg.find(prefix);
+  if (at != std::string::npos) msg = msg.substr(at + prefix.size());
+  const size_t nl = msg.find('\n');
+  if (nl != std::string::npos) msg.resize(nl);
+  const size_t a = msg.find_first_not_of(" \t\r"), z = msg.find_last_not_of(" \t\r");
+  return a == std::string::npos ? std::string() : msg.substr(a, z - a + 1);
+}
+
+// The per-sample statuses of a batch op as (status [N, 3] int64: code, offset and length of
+// the sample's message in text; text: a uint8 [M] buffer of the UTF-8 messages).
+inline std::tuple<at::Tensor, at::Tensor> status_table(const std::vector<int8_t>& codes,
+                                                       const std::vector<std::string>& messages) {
+  const int64_t N = (int64_t)codes.size();
+  at::Tensor status = at::empty({N, 3}, at::kLong);
+  int64_t* sv = status.data_ptr<int64_t>();
+  int64_t total = 0;
+  for (int64_t i = 0; i < N; i++) {
+    sv[3 * i] = codes[i];
+    sv[3 * i + 1] = total;
+    sv[3 * i + 2] = (int64_t)messages[i].size();
+    total += (int64_t)messages[i].size();
+  }
+  at::Tensor text = at::empty({total}, at::kByte);
+  uint8_t* tp = text.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < N; i++)
+    if (!messages[i].empty()) std::memcpy(tp + sv[3 * i + 1], messages[i].data(), messages[i].size());
+  return {status, text};
 }
 
 inline fp_info read_header(const Decoder& dec, const uint8_t* bytes, size_t size) {

@@ -48,6 +48,16 @@ TORCH_LIBRARY(fastprep, m) {
       "decode_batch(Tensor[] data, Tensor plans, Tensor scales, Tensor fills, Tensor(a!) out, int decode_mode, "
       "int max_pixels, bool strict, int max_scans, int convert, Tensor params, int num_threads) "
       "-> (Tensor, Tensor)");
+  // The threads engine's readers (plan_batch.cpp). read_files: the bytes of each regular file
+  // (uint8 1-D), and per path 0, an errno value, or a negative code for a path that is not a
+  // regular file (never opened when stat says so). plan_batch: per sample, the route (status
+  // code 0 planned, 1 left to the Python path, 2 error with its message), the decode_batch
+  // plan row and scales of the planned ones, and the image's (height, width); its draws are
+  // those of the decode transform `kind` under the sample's key.
+  m.def("read_files(str[] paths) -> (Tensor[], Tensor)");
+  m.def(
+      "plan_batch(Tensor[] data, Tensor keys, int kind, int[] iparams, float[] fparams, int[] dct_scales, "
+      "int max_pixels, bool exif) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.

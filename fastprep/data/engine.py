@@ -3,9 +3,12 @@
 One process, no pickling, no shared memory. An epoch runs in these stages::
 
     consumer thread   iter(): the epoch's indices (sampler) and sample keys
-    reader threads    dataset.read_encoded(i) -> route (fastprep.data.fallback.image_kind)
-                      -> JPEG: pipeline.plan(bytes, key=the sample's key)
-                      -> other: the dataset's full-decode fallback, same keyed RNG
+    reader threads    a whole batch at a time: dataset.read_encoded_batch(indices)
+                      (one native call for plain files) -> pipeline.plan_batch(bytes,
+                      keys): one native call that routes, reads the headers, draws and
+                      plans; what it leaves to Python (not a JPEG, EXIF-rotated, a draw it
+                      does not make) -> per sample: the dataset's full-decode fallback or
+                      pipeline.plan, same keyed RNG
                       (bounded: a few batches and a byte budget ahead of the builder)
     builder thread    batch k's plans -> ONE pipeline.run(...) into a reused output
                       buffer, native threads, GIL released; substitutes for failed
@@ -16,7 +19,7 @@ One process, no pickling, no shared memory. An epoch runs in these stages::
 
 Randomness never touches torch's default generator outside the consumer thread: each
 sample draws from a private generator seeded by ``sample_key(epoch seed, epoch, index)``
-(``NativePipeline.plan(data, key=...)``; the fallback under
+(``NativePipeline.plan_batch``/``plan(data, key=...)``; the fallback under
 :func:`fastprep._seeding.keyed_thread_rng`), which gives the same draws as the processes
 engine's :func:`~fastprep._seeding.keyed_default_rng`.
 """
@@ -37,6 +40,7 @@ from .. import io as fio
 from .._seeding import keyed_thread_rng, sample_key
 from .._threads import usable_cpus
 from .collate import PooledBatch
+from .datasets import JpegDataset
 from .native import NativePipeline
 
 __all__ = ["ThreadLoader", "native_pipeline"]
@@ -106,10 +110,6 @@ class _BufferRing:
                 self._busy[slot] = False
                 self._events[slot] = event
 
-    def close(self) -> None:
-        with self._lock:
-            self._buffers = [None] * len(self._buffers)
-
 
 _NUMPY_STORAGE = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.uint16}
 
@@ -155,10 +155,6 @@ class _LeasedBuffers:
 
     def release(self, slot: int, event=None) -> None:
         pass
-
-    def close(self) -> None:
-        with self._lock:
-            self._entries = []
 
 
 class _Sample:
@@ -231,7 +227,7 @@ class ThreadLoader:
             consumer's thread at ``next()`` (no threads; for debugging).
         pin_memory: allocate the output buffers in pinned memory (when CUDA is available).
         prefetch: finished batches kept ahead of the consumer (at least 2).
-        read_threads: threads reading and planning samples.
+        read_threads: threads reading and planning batches (each takes a whole batch).
         read_ahead_bytes: encoded bytes the readers may hold beyond the batch being built.
         convert: a :class:`~fastprep.data.BatchConvert` to fuse into the batch run (CPU
             delivery): batches then come out converted (its dtype, colour, mean/std, memory
@@ -264,16 +260,32 @@ class ThreadLoader:
         self._skip = 0
         self._cpu_lock = threading.Lock()
         self._cpu = dict.fromkeys(_CPU_KEYS, 0.0)
+        self._buffers: _BufferRing | _LeasedBuffers | None = None
+
+    def output_buffers(self, shape) -> _BufferRing | _LeasedBuffers:
+        """The output buffers, kept across epochs (no page faults, no pinning per epoch):
+        the uint8 ring (a slot comes back when the prefetcher releases it, or when an
+        epoch closes with the batch never handed out), or, with ``convert``, the pool of
+        converted batches (a buffer comes back once the consumer dropped every batch
+        using it)."""
+        pool = self._buffers
+        if pool is None or pool.shape != tuple(shape):
+            if self.convert is None:
+                pool = _BufferRing(shape, self.prefetch + 3, self.pin_memory)
+            else:
+                pool = _LeasedBuffers(shape, self.convert.dtype, self.convert.channels_last, self.prefetch + 3)
+            self._buffers = pool
+        return pool
 
     def cpu_seconds(self) -> dict:
         """Where this loader's threads spent CPU time, summed over its epochs so far.
 
         Returns:
             dict: ``samples`` and ``batches`` built (ints), and thread-CPU seconds:
-            ``read`` (reader threads in ``dataset.read_encoded``: mostly the file reads,
-            which release the GIL), ``plan`` (reader threads routing and planning the
-            samples, or running the full-decode fallback: Python holding the GIL, but for
-            the header parse), ``build_python`` (builder thread outside the native batch
+            ``read`` (reader threads reading the bytes: one native call per batch for
+            plain files, without the GIL), ``plan`` (reader threads routing and planning
+            the samples -- one native call per batch without the GIL, plus the Python
+            around it -- or running the full-decode fallback), ``build_python`` (builder thread outside the native batch
             call: Python holding the GIL), ``build_native`` (builder thread inside the
             native call: its share of the decoding; the native pool threads' share is not
             counted here). Counted with ``num_workers >= 1`` only.
@@ -326,15 +338,16 @@ class _EpochRun:
         shape = (self.batch_size, self.pipeline.channels) + tuple(self.pipeline.size)
         convert = loader.convert
         self.ring: _BufferRing | _LeasedBuffers
+        self.ring = loader.output_buffers(shape)
         if convert is None:
-            self.ring = _BufferRing(shape, loader.prefetch + 3, loader.pin_memory)
             self.run_options = {}
         else:
-            self.ring = _LeasedBuffers(shape, convert.dtype, convert.channels_last, loader.prefetch + 3)
             self.run_options = dict(color=convert.color, mean=convert.mean, std=convert.std)
+        # the readers plan batches natively unless the dataset routes samples its own way
+        self.batch_planning = type(self.dataset).fallback_reason is JpegDataset.fallback_reason
         self.cond = threading.Condition()
-        self.next_position = 0  # next position a reader takes
-        self.ready: dict[int, _Sample] = {}  # position -> _Sample
+        self.next_batch = 0  # next batch a reader takes
+        self.ready: dict[int, list[_Sample]] = {}  # batch -> its prepared samples
         self.held_bytes = 0
         self.building = 0  # the batch the builder works on
         self.results: dict[int, _Batch] = {}  # batch -> _Batch
@@ -376,6 +389,41 @@ class _EpochRun:
             sample.error = _failure(e, sample.name, index)
             sample.data = sample.plan = sample.image = None
         return sample
+
+    def prepare_batch(self, indices: list[int]) -> tuple[list[_Sample], float]:
+        """:meth:`prepare` for one batch's indices, as two native calls where the dataset
+        and pipeline allow (``read_encoded_batch``, ``NativePipeline.plan_batch``); samples
+        those calls do not plan take :meth:`prepare`. Returns the samples and the thread-CPU
+        seconds spent reading."""
+        if not self.batch_planning:
+            samples = [self.prepare(i) for i in indices]
+            return samples, sum(s.read_s for s in samples)
+        dataset = self.dataset
+        samples = [_Sample(i, _sample_name(dataset, i)) for i in indices]
+        start = time.thread_time()
+        read = dataset.read_encoded_batch(indices)
+        read_s = time.thread_time() - start
+        live = []
+        for j, (data, name) in enumerate(read):
+            s = samples[j]
+            if isinstance(data, Exception):
+                s.error = _failure(data, s.name, s.index)
+            else:
+                s.name, s.data, s.nbytes = name, data, int(data.numel())
+                live.append(j)
+        routes = self.pipeline.plan_batch([samples[j].data for j in live], [self.key(samples[j].index) for j in live],
+                                          max_pixels=dataset.max_pixels or 0, exif=dataset.apply_exif_orientation)
+        for j, (route, value) in zip(live, routes):
+            s = samples[j]
+            if route == "plan":
+                s.plan = value
+            elif route == "error":
+                s.error = _failure(fio.DecodeError(value), s.name, s.index)
+                s.data = None
+            else:  # not a JPEG, EXIF-rotated, ...: the per-sample path, which reads it again
+                samples[j] = self.prepare(s.index)
+                read_s += samples[j].read_s
+        return samples, read_s
 
     def _fill(self, samples: list[_Sample], out: torch.Tensor, batch: _Batch, num_threads: int) -> None:
         """Write ``samples`` into ``out`` (one native run for the planned ones)."""
@@ -456,8 +504,7 @@ class _EpochRun:
     def _positions(self, k: int) -> range:
         return range(k * self.batch_size, min((k + 1) * self.batch_size, len(self.indices)))
 
-    def _may_read(self, position: int) -> bool:
-        k = position // self.batch_size
+    def _may_read(self, k: int) -> bool:
         if k > self.building + self.loader.prefetch:
             return False
         return k == self.building or self.held_bytes < self.loader.read_ahead_bytes
@@ -479,40 +526,46 @@ class _EpochRun:
     def _read_one(self) -> bool:
         with self.cond:
             while True:
-                if self.stopped or self.next_position >= len(self.indices):
+                if self.stopped or self.next_batch >= self.num_batches:
                     return False
-                if self._may_read(self.next_position):
+                if self._may_read(self.next_batch):
                     break
                 self.cond.wait()
-            position = self.next_position
-            self.next_position += 1
-        index = self.indices[position]
+            k = self.next_batch
+            self.next_batch += 1
+        indices = [self.indices[p] for p in self._positions(k)]
         start = time.thread_time()
         try:
-            sample = self.prepare(index)
-        except BaseException as e:  # a bug or an unexpected error: raised at this sample's batch
-            sample = _Sample(index, _sample_name(self.dataset, index))
-            sample.fatal = _thread_error("reading", self.dataset, index, e)
+            samples, read_s = self.prepare_batch(indices)
+        except BaseException:  # a bug or an unexpected error: again per sample, to name it
+            samples = [self._prepare_or_fatal(i) for i in indices]
+            read_s = sum(s.read_s for s in samples)
         spent = time.thread_time() - start
-        self.loader._add_cpu(read=sample.read_s, plan=spent - sample.read_s)
+        self.loader._add_cpu(read=read_s, plan=spent - read_s)
         with self.cond:
-            self.ready[position] = sample
-            self.held_bytes += sample.nbytes
+            self.ready[k] = samples
+            self.held_bytes += sum(s.nbytes for s in samples)
             self.cond.notify_all()
         return True
+
+    def _prepare_or_fatal(self, index: int) -> _Sample:
+        try:
+            return self.prepare(index)
+        except BaseException as e:  # raised at this sample's batch
+            sample = _Sample(index, _sample_name(self.dataset, index))
+            sample.fatal = _thread_error("reading", self.dataset, index, e)
+            return sample
 
     def _build_loop(self) -> None:
         k = 0
         try:
             for k in range(self.num_batches):
-                positions = self._positions(k)
                 with self.cond:
-                    while not self.stopped and (len(self.results) >= self.loader.prefetch
-                                                or any(p not in self.ready for p in positions)):
+                    while not self.stopped and (len(self.results) >= self.loader.prefetch or k not in self.ready):
                         self.cond.wait()
                     if self.stopped:
                         return
-                    samples = [self.ready.pop(p) for p in positions]
+                    samples = self.ready.pop(k)
                 start = time.thread_time()
                 batch = self.build(samples, self.loader.num_workers)
                 spent = time.thread_time() - start
@@ -520,6 +573,9 @@ class _EpochRun:
                 self.loader._add_cpu(samples=len(samples), batches=1, build_python=spent - native, build_native=native)
                 with self.cond:
                     self.held_bytes -= sum(s.nbytes for s in samples)
+                    if self.stopped:  # closed while building: nobody takes this batch
+                        self.ring.release(batch.slot)
+                        return
                     self.results[k] = batch
                     self.building = k + 1
                     self.cond.notify_all()
@@ -530,7 +586,7 @@ class _EpochRun:
     def take(self, k: int) -> _Batch:
         """Batch ``k`` (consumer thread): built here without threads, else waited for."""
         if not self.threads:
-            samples = [self.prepare(self.indices[p]) for p in self._positions(k)]
+            samples, _ = self.prepare_batch([self.indices[p] for p in self._positions(k)])
             return self.build(samples, 1)
         with self.cond:
             while k not in self.results and self.fatal is None:
@@ -546,6 +602,8 @@ class _EpochRun:
         with self.cond:
             self.stopped = True
             self.ready.clear()
+            for batch in self.results.values():  # built, never handed out: the slots go back
+                self.ring.release(batch.slot)
             self.results.clear()
             self.cond.notify_all()
         current = threading.current_thread()
@@ -553,7 +611,6 @@ class _EpochRun:
             if t is not current:
                 t.join(_JOIN_TIMEOUT_S)
         self.threads = []
-        self.ring.close()
 
 
 def _thread_error(stage: str, dataset, index, exc: BaseException) -> Exception:

@@ -43,11 +43,11 @@ from ..transforms import (
     DecodeResizeCenterCrop,
     RandomMask,
 )
-from ..transforms._plan import centered_ratio_window
+from ..transforms._plan import DCT_SCALES, centered_ratio_window
 from .batch import BatchConvert
 from .sample import SampleTransform
 
-__all__ = ["NativePipeline", "Plan", "STATUS_ERROR", "STATUS_OK", "STATUS_WARNING"]
+__all__ = ["NativePipeline", "Plan", "PlanRef", "PlannedBatch", "STATUS_ERROR", "STATUS_OK", "STATUS_WARNING"]
 
 #: :meth:`NativePipeline.run` statuses.
 STATUS_OK, STATUS_WARNING, STATUS_ERROR = 0, 1, 2
@@ -74,6 +74,37 @@ class Plan(NamedTuple):
 
     row: tuple
     scales: tuple
+
+
+class PlannedBatch(NamedTuple):
+    """The plans :meth:`NativePipeline.plan_batch` made for a batch, as the tables
+    ``torch.ops.fastprep.decode_batch`` takes: ``rows`` int64 ``[N, 24]`` and ``scales``
+    float64 ``[N, 2]`` (rows of samples it did not plan are unused)."""
+
+    rows: torch.Tensor
+    scales: torch.Tensor
+
+
+class PlanRef(NamedTuple):
+    """The plan at row ``position`` of a :class:`PlannedBatch`; :meth:`NativePipeline.run`
+    takes it wherever it takes a :class:`Plan`."""
+
+    batch: PlannedBatch
+    position: int
+
+
+class _HeaderSize(NamedTuple):
+    """The header fields the no-draw decode transforms' plans read."""
+
+    height: int
+    width: int
+
+
+# plan_batch's kinds, integer and float parameters (csrc/plan_batch.cpp: enum Kind,
+# IntParam, FloatParam) and its routes (enum Route).
+_KIND_NO_DRAW, _KIND_RESIZED_CROP, _KIND_RANDOM_CROP = range(3)
+_ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
+_MASK_COLUMNS = 3  # the last columns of a plan row: mask flag, seed, numerator
 
 
 def _plan_row(plan: DecodePlan, mask_seed, mask_m: int) -> Plan:
@@ -286,6 +317,25 @@ class NativePipeline:
             self._mask_m = int(round(mask.ratio / MASK_PROBABILITY_RESOLUTION))
         self._fills = torch.tensor([pad, mask_fill], dtype=torch.int64)
         self._keyed_draw = _keyed_draw(decode)
+        self._batch_kind = self._plan_batch_kind()
+        self._size_plans: dict = {}
+
+    def _plan_batch_kind(self):
+        """``(kind, iparams, fparams)`` of ``torch.ops.fastprep.plan_batch`` for this
+        pipeline, or ``None`` where its draws are only made in Python."""
+        draw, decode = self._keyed_draw, self._decode
+        iparams = [*self.size, 0, 0, 0, int(self._mask is not None), self._mask_m]
+        fparams = [0.0] * 8
+        if draw == "none":
+            return _KIND_NO_DRAW, iparams, fparams
+        if isinstance(draw, _ResizedCropDraw):
+            iparams[2:4] = [int(decode.antialias), int(decode.dct_scaling)]
+            fparams = [*draw.scale, draw.log_lo, draw.log_hi, *draw.ratio, draw.flip_p, draw.flip_below]
+            return _KIND_RESIZED_CROP, iparams, fparams
+        if isinstance(draw, _RandomCropDraw):
+            iparams[4] = int(draw.pad_if_needed)
+            return _KIND_RANDOM_CROP, iparams, fparams
+        return None
 
     @classmethod
     def from_transform(cls, transform) -> NativePipeline | None:
@@ -367,6 +417,66 @@ class NativePipeline:
             seed = int(torch.randint(0, _MASK_SEED_HIGH, (), dtype=torch.int64, generator=gen))
         return _plan_row(decode_plan, seed, self._mask_m)
 
+    def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
+        """:meth:`plan` for a batch in one native call (``torch.ops.fastprep.plan_batch``,
+        without the GIL), with a dataset's routing: what :meth:`plan` with each key gives,
+        for the samples it plans.
+
+        Args:
+            datas: the encoded samples, uint8 1-D CPU tensors.
+            keys: their generator seeds (ints in ``[0, 2**64)``), as :meth:`plan`'s ``key``.
+            max_pixels: the dataset's limit on a JPEG's declared pixels (0: none), checked
+                as :meth:`fastprep.data.JpegDataset.fallback_reason` does.
+            exif: route JPEGs with an EXIF orientation other than 1 to Python (the
+                dataset's ``apply_exif_orientation``).
+
+        Returns:
+            Per sample, ``(route, value)``: ``("plan", PlanRef or Plan)``; ``("error",
+            message)``, the :class:`fastprep.io.DecodeError` text :meth:`plan` or the
+            dataset's check would raise; or ``("python", None)``: not planned here (not a
+            JPEG, EXIF-rotated, a header warning, or a draw this call does not make) --
+            route and plan it in Python as before.
+        """
+        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
+        keys = list(keys)
+        if len(keys) != len(datas):
+            raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
+        if self._batch_kind is None:
+            return [("python", None)] * len(datas)
+        kind, iparams, fparams = self._batch_kind
+        signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
+        rows, scales, hw, status, text = torch.ops.fastprep.plan_batch(
+            datas, signed, kind, iparams, fparams, list(DCT_SCALES), int(max_pixels), bool(exif))
+        batch = PlannedBatch(rows, scales)
+        raw = None
+        out: list = []
+        sizes = hw.tolist() if kind == _KIND_NO_DRAW else None
+        for j, (code, start, length) in enumerate(status.tolist()):
+            if code == _ROUTE_PLANNED:
+                if sizes is None:
+                    out.append(("plan", PlanRef(batch, j)))
+                else:
+                    out.append(("plan", self._no_draw_plan(sizes[j], rows[j, -_MASK_COLUMNS:].tolist())))
+            elif code == _ROUTE_ERROR:
+                raw = text.numpy().tobytes() if raw is None else raw
+                out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
+            else:
+                out.append(("python", None))
+        return out
+
+    def _no_draw_plan(self, size, mask) -> Plan:
+        """The :class:`Plan` of a no-draw decode transform on an image of ``size``, with the
+        mask columns ``mask`` (the geometry is cached per image size)."""
+        key = (size[0], size[1])
+        plan = self._size_plans.get(key)
+        if plan is None:
+            plan = _plan_row(self._decode.draw_plan(_HeaderSize(*key)), None, 0)
+            if len(self._size_plans) < 4096:
+                self._size_plans[key] = plan
+        if not mask[0]:
+            return plan
+        return Plan(plan.row[:-_MASK_COLUMNS] + tuple(mask), plan.scales)
+
     def _plan_drawn(self, info) -> Plan:
         """The plan of an image with header ``info``, drawn by the transforms themselves
         (from the default generator, or what a torch function mode redirects it to)."""
@@ -380,7 +490,7 @@ class NativePipeline:
 
         Args:
             datas: the ``N`` encoded JPEGs, uint8 1-D CPU tensors (those given to :meth:`plan`).
-            plans: their ``N`` :class:`Plan` objects, in the same order.
+            plans: their ``N`` :class:`Plan` (or :class:`PlanRef`) objects, in the same order.
             out: ``[N, C, H, W]`` CPU tensor, contiguous or ``torch.channels_last``, with
                 ``(C, H, W) == (channels, *size)``. uint8: the transform's outputs stacked,
                 bit for bit. float32, float16 or bfloat16 (3 channels): what
@@ -411,8 +521,9 @@ class NativePipeline:
         self._check_out(out, n)
         datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
         for i, p in enumerate(plans):
-            if not isinstance(p, Plan):
-                raise TypeError(f"plans[{i}] must be a Plan from NativePipeline.plan, got {type(p).__name__}")
+            if not isinstance(p, (Plan, PlanRef)):
+                raise TypeError(f"plans[{i}] must be a Plan or PlanRef from NativePipeline.plan or plan_batch, "
+                                f"got {type(p).__name__}")
         threads = _check_threads(num_threads, n)
         convert, params, converter = self._conversion(out.dtype, color, mean, std)
         if n == 0:
@@ -422,8 +533,7 @@ class NativePipeline:
             results = self.run(datas, plans, staged, num_threads=threads, timings=timings)
             out.copy_(converter(staged))
             return results
-        rows = torch.tensor([p.row for p in plans], dtype=torch.int64)
-        scales = torch.tensor([p.scales for p in plans], dtype=torch.float64)
+        rows, scales = _plan_tables(plans)
         start = time.thread_time() if timings is not None else 0.0
         status, text = torch.ops.fastprep.decode_batch(
             datas, rows, scales, self._fills, out, self._mode, self._max_pixels, self._strict, self._max_scans,
@@ -488,6 +598,18 @@ class NativePipeline:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transform!r}, channels={self.channels}, size={self.size})"
+
+
+def _plan_tables(plans) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(rows, scales)`` tables of ``decode_batch`` for a list of :class:`Plan` and
+    :class:`PlanRef`; a whole :class:`PlannedBatch` in order is used as it is."""
+    first = plans[0]
+    if (isinstance(first, PlanRef) and len(first.batch.rows) == len(plans)
+            and all(type(p) is PlanRef and p.batch is first.batch and p.position == j for j, p in enumerate(plans))):
+        return first.batch.rows, first.batch.scales
+    rows = [p.row if isinstance(p, Plan) else tuple(p.batch.rows[p.position].tolist()) for p in plans]
+    scales = [p.scales if isinstance(p, Plan) else tuple(p.batch.scales[p.position].tolist()) for p in plans]
+    return torch.tensor(rows, dtype=torch.int64), torch.tensor(scales, dtype=torch.float64)
 
 
 def _check_data(data, name) -> torch.Tensor:
