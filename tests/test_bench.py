@@ -549,7 +549,7 @@ def test_sample_errors_name_the_file_not_an_index(tmp_path):
     ds[48]  # noqa: B018 - good.jpg
     with pytest.raises(SampleError, match=f"^{bad}: DecodeError: ") as e:
         ds[49]
-    assert "49" not in str(e.value)
+    assert "49" not in str(e.value).replace(str(bad), "")  # the temporary path may hold any digits
     loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, collate_fn=parts.collate)
     with pytest.raises(SampleError) as e:
         list(loader)
