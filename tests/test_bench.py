@@ -301,6 +301,13 @@ def test_cli_quick_json_and_plot(cache, tmp_path):
             assert isinstance(r[key], float), (key, r)
         assert 0 <= r["data_wait_fraction"] <= 1
     assert all(r["speedup_vs_reference"] == 1.0 for r in results if r["pipeline"] == "reference")
+    # the threads engine's rows name the stage that held them (with threads only)
+    for r in results:
+        threads = r["pipeline"] in ("fastprep", "fastprep-packed") and r["workers"] > 0
+        assert (r["engine_stage"] is not None) == threads, r
+        if threads:
+            assert r["engine_stage"][0] in ("read", "decode", "hand-over")
+    assert "Engine stage, fastprep (1 worker" in proc.stdout
     machine = report["machine"]
     for key in ("cpu_model", "logical_cores", "torch", "numba", "libjpeg_turbo"):
         assert machine[key], key

@@ -757,3 +757,45 @@ class TestEngineChoice:
             _loader(folder, engine="threads", worker_init_fn=lambda w: None)
         with pytest.raises(ValueError, match="engine must be 'threads', 'processes' or None, got 'fibers'"):
             _loader(folder, engine="fibers")
+
+
+class TestBottleneckStage:
+    """bottleneck_stage from crafted stage_seconds readings, then from real runs held by
+    one stage on purpose (slow reads; a slow consumer)."""
+
+    ZERO = dict(consumer_wait=0.0, building=0.0, builder_wait_readers=0.0, builder_wait_consumer=0.0)
+
+    def _after(self, **shares):
+        return {k: shares.get(k, 0.0) * 10.0 for k in self.ZERO}
+
+    def test_classification(self):
+        from fastprep.data.engine import bottleneck_stage
+
+        stage = lambda **s: bottleneck_stage(self.ZERO, self._after(**s), 10.0)[0]  # noqa: E731
+        assert stage(consumer_wait=0.01, building=0.5, builder_wait_consumer=0.5) == "hand-over"
+        assert stage(consumer_wait=0.6, building=0.3, builder_wait_readers=0.7) == "read"
+        assert stage(consumer_wait=0.6, building=0.95, builder_wait_readers=0.05) == "decode"
+        assert stage(consumer_wait=0.3, building=0.7, builder_wait_readers=0.25) == "decode"  # at the threshold
+        text = bottleneck_stage(self.ZERO, self._after(consumer_wait=0.5, builder_wait_readers=0.4), 10.0)[1]
+        assert "consumer waited 50%" in text and "waiting for the readers 40%" in text
+        with pytest.raises(ValueError, match="window_s"):
+            bottleneck_stage(self.ZERO, self.ZERO, 0.0)
+
+    def _run(self, loader, consumer_sleep=0.0):
+        from fastprep.data.engine import bottleneck_stage
+
+        engine = loader.loader
+        before, t0 = engine.stage_seconds(), time.perf_counter()
+        for _ in loader:
+            time.sleep(consumer_sleep)
+        return bottleneck_stage(before, engine.stage_seconds(), time.perf_counter() - t0)
+
+    def test_slow_reads_are_the_read_stage(self, folder):
+        ds = _Failing(folder, delay=0.03, transform=D.default_transform(CROP))
+        stage, text = self._run(_thread_loader(ds, batch_size=4))
+        assert stage == "read", text
+
+    def test_slow_consumer_is_the_hand_over(self, folder):
+        ds = D.JpegFolder(folder, transform=D.default_transform(CROP))
+        stage, text = self._run(_thread_loader(ds, batch_size=4), consumer_sleep=0.15)
+        assert stage == "hand-over", text

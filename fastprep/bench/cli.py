@@ -397,6 +397,8 @@ def _print_results(results: list[dict], capacity: float | None) -> tuple[str, di
     diag = report.diagnosis(results, capacity)
     print(diag)
     best = report.best_per_pipeline(results)
+    for line in report.engine_lines(best):
+        print(line)
     if "reference" in best and len(best) > 1:
         ref = best["reference"]["samples_per_s"]
         print("Best vs best reference: " + ", ".join(

@@ -165,6 +165,17 @@ def diagnosis(results: list[dict], capacity_samples_per_s: float | None = None) 
     return "Diagnosis: " + "; ".join(parts) + "."
 
 
+def engine_lines(best: dict[str, dict]) -> list[str]:
+    """One line per pipeline run on make_loader's threads engine (its best configuration):
+    the stage that held it -- read, decode, or the hand-over to what takes the batches."""
+    lines = []
+    for name, r in best.items():
+        stage = r.get("engine_stage")
+        if stage:
+            lines.append(f"Engine stage, {name} ({workers_text(r['workers'])}): {stage[0]} -- {stage[1]}.")
+    return lines
+
+
 def write_json(path: str | os.PathLike, report: dict) -> None:
     path = os.fspath(path)
     d = os.path.dirname(path)

@@ -56,6 +56,9 @@ class ConfigResult:
     skipped: str | None = None
     error: str | None = None
     trainer_metrics: dict | None = None
+    #: threads engine only: ``[stage, explanation]`` of
+    #: :func:`fastprep.data.engine.bottleneck_stage` over the measured steps
+    engine_stage: list | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -152,6 +155,8 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
     waits, starts = [], []
     t_create = time.perf_counter()
     iterable = make_iterable()
+    engine = _thread_loader(iterable)
+    stages0 = None
     it = iter(iterable)
     sync_guard = contextlib.nullcontext()
     try:
@@ -160,6 +165,7 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
                 trainer.begin_window()
                 t0 = time.perf_counter()
                 cpu0, main0 = children_cpu_seconds(), time.process_time()
+                stages0 = engine.stage_seconds() if engine is not None else None
                 if check_syncs and trainer.device.type == "cuda" and k > 0:
                     sync_guard = _sync_debug_error()
                     sync_guard.__enter__()
@@ -185,6 +191,10 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
                 on_step()
         busy, t_end = trainer.end_window()
         cpu1, main1 = children_cpu_seconds(), time.process_time()
+        if engine is not None and stages0 is not None:
+            from fastprep.data.engine import bottleneck_stage
+
+            result.engine_stage = list(bottleneck_stage(stages0, engine.stage_seconds(), max(t_end - t0, 1e-9)))
     finally:
         sync_guard.__exit__(None, None, None)
         del it, iterable  # shut the workers down now
@@ -205,6 +215,18 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
     result.main_cpu_cores = (main1 - main0) / window
     result.trainer_metrics = trainer.metrics() or None
     return result
+
+
+def _thread_loader(iterable):
+    """The threads engine's loader behind ``iterable`` (make_loader's prefetcher wraps it
+    as ``.loader``), or ``None`` (also with ``num_workers=0``: no threads, no stages)."""
+    for _ in range(4):
+        if hasattr(iterable, "stage_seconds"):
+            return iterable if iterable.num_workers > 0 else None
+        iterable = getattr(iterable, "loader", None)
+        if iterable is None:
+            return None
+    return None
 
 
 @contextlib.contextmanager

@@ -43,7 +43,7 @@ from .collate import PooledBatch
 from .datasets import JpegDataset
 from .native import NativePipeline
 
-__all__ = ["ThreadLoader", "native_pipeline"]
+__all__ = ["ThreadLoader", "bottleneck_stage", "native_pipeline"]
 
 _JOIN_TIMEOUT_S = 30.0  # a thread still inside one read or one batch after this is left (daemon)
 # epochs with threads: stopped at exit, before daemon threads are frozen
@@ -58,6 +58,9 @@ def _stop_live_runs() -> None:
 
 available_cpus = usable_cpus  # the name the loader and bench used; same function
 _CPU_KEYS = ("samples", "batches", "read", "plan", "build_python", "build_native")
+# wall-clock seconds: the consumer waiting for a batch; the builder building, waiting for
+# the readers, waiting for the consumer (its queue of finished batches full)
+_WAIT_KEYS = ("consumer_wait", "building", "builder_wait_readers", "builder_wait_consumer")
 
 
 def native_pipeline(transform):
@@ -259,7 +262,7 @@ class ThreadLoader:
         self._epoch_seed: int | None = None
         self._skip = 0
         self._cpu_lock = threading.Lock()
-        self._cpu = dict.fromkeys(_CPU_KEYS, 0.0)
+        self._cpu = dict.fromkeys(_CPU_KEYS + _WAIT_KEYS, 0.0)
         self._buffers: _BufferRing | _LeasedBuffers | None = None
 
     def output_buffers(self, shape) -> _BufferRing | _LeasedBuffers:
@@ -291,9 +294,19 @@ class ThreadLoader:
             counted here). Counted with ``num_workers >= 1`` only.
         """
         with self._cpu_lock:
-            out = dict(self._cpu)
+            out = {k: self._cpu[k] for k in _CPU_KEYS}
         out["samples"], out["batches"] = int(out["samples"]), int(out["batches"])
         return out
+
+    def stage_seconds(self) -> dict:
+        """Where the engine's threads spent wall-clock time, summed over its epochs so far
+        (``num_workers >= 1``): ``consumer_wait`` (``next()`` waiting for a batch),
+        ``building`` (the builder making batches), ``builder_wait_readers`` (the builder
+        waiting for a batch's samples) and ``builder_wait_consumer`` (the builder waiting
+        because ``prefetch`` finished batches are not taken yet). Differences of two calls
+        around a run tell which stage held it: :func:`bottleneck_stage`."""
+        with self._cpu_lock:
+            return {k: self._cpu[k] for k in _WAIT_KEYS}
 
     def _add_cpu(self, **seconds) -> None:
         with self._cpu_lock:
@@ -560,17 +573,24 @@ class _EpochRun:
         k = 0
         try:
             for k in range(self.num_batches):
+                waited = {"builder_wait_readers": 0.0, "builder_wait_consumer": 0.0}
                 with self.cond:
                     while not self.stopped and (len(self.results) >= self.loader.prefetch or k not in self.ready):
+                        reason = "builder_wait_consumer" if len(self.results) >= self.loader.prefetch else \
+                            "builder_wait_readers"
+                        t0 = time.perf_counter()
                         self.cond.wait()
+                        waited[reason] += time.perf_counter() - t0
                     if self.stopped:
                         return
                     samples = self.ready.pop(k)
+                wall = time.perf_counter()
                 start = time.thread_time()
                 batch = self.build(samples, self.loader.num_workers)
                 spent = time.thread_time() - start
                 native = batch.timings.get("op_thread_s", 0.0)
-                self.loader._add_cpu(samples=len(samples), batches=1, build_python=spent - native, build_native=native)
+                self.loader._add_cpu(samples=len(samples), batches=1, build_python=spent - native, build_native=native,
+                                     building=time.perf_counter() - wall, **waited)
                 with self.cond:
                     self.held_bytes -= sum(s.nbytes for s in samples)
                     if self.stopped:  # closed while building: nobody takes this batch
@@ -588,9 +608,11 @@ class _EpochRun:
         if not self.threads:
             samples, _ = self.prepare_batch([self.indices[p] for p in self._positions(k)])
             return self.build(samples, 1)
+        t0 = time.perf_counter()
         with self.cond:
             while k not in self.results and self.fatal is None:
                 self.cond.wait(0.25)
+            self.loader._add_cpu(consumer_wait=time.perf_counter() - t0)
             if k not in self.results:
                 assert self.fatal is not None  # the loop above ends on a result or on fatal
                 raise self.fatal
@@ -611,6 +633,38 @@ class _EpochRun:
             if t is not current:
                 t.join(_JOIN_TIMEOUT_S)
         self.threads = []
+
+
+#: :func:`bottleneck_stage`'s thresholds: the consumer waiting less than this share of the
+#: run means the engine keeps up; the builder waiting for the readers more than this share
+#: means reading holds it.
+CONSUMER_WAIT_KEEPS_UP = 0.05
+BUILDER_WAIT_READ_BOUND = 0.25
+
+
+def bottleneck_stage(before: dict, after: dict, window_s: float) -> tuple[str, str]:
+    """Which stage of the threads engine held a run: from two
+    :meth:`ThreadLoader.stage_seconds` readings around it and its wall-clock length.
+
+    Returns:
+        ``(stage, explanation)``: ``"hand-over"`` -- the consumer hardly waited, so the
+        engine kept up and the time went to what takes the batches (the prefetcher's copy
+        or conversion, the training step); ``"read"`` -- the consumer waited and the
+        builder spent more than a quarter of the run waiting for the readers (file reads,
+        routing, planning, the full-decode fallback); ``"decode"`` -- the consumer waited
+        for a builder busy in the native batch calls.
+    """
+    if window_s <= 0:
+        raise ValueError(f"window_s must be > 0, got {window_s}")
+    share = {k: max(0.0, after[k] - before[k]) / window_s for k in _WAIT_KEYS}
+    figures = (f"consumer waited {share['consumer_wait']:.0%}, builder building {share['building']:.0%}, "
+               f"waiting for the readers {share['builder_wait_readers']:.0%}, for the consumer "
+               f"{share['builder_wait_consumer']:.0%} of the run")
+    if share["consumer_wait"] < CONSUMER_WAIT_KEEPS_UP:
+        return "hand-over", f"the engine keeps up; the batches' consumer sets the pace ({figures})"
+    if share["builder_wait_readers"] > BUILDER_WAIT_READ_BOUND:
+        return "read", f"the readers (file reads, routing, planning) hold the builder ({figures})"
+    return "decode", f"the native batch calls hold the consumer ({figures})"
 
 
 def _thread_error(stage: str, dataset, index, exc: BaseException) -> Exception:
