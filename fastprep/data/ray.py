@@ -204,23 +204,34 @@ class DecodeBatch:
         return (torch.stack(images) if images else None), kept, failed
 
     def _batched(self, batch: dict):
-        """As :meth:`_per_sample`, with the plans drawn per sample and one native run (files
+        """As :meth:`_per_sample`, with the plans made by one native call (with a seed;
+        per sample without one, or for what it leaves to Python) and one native run (files
         that need the full-decode fallback are decoded on their own)."""
         native, shape = self._native, self._shape
         assert native is not None and shape is not None  # __call__ takes this path only with a native pipeline
         datas, plans, planned, failed, decoded = [], [], [], {}, {}
-        for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
-            enc = self._encoded(data)
+        encs = [self._encoded(data) for data in batch["bytes"]]
+        indices = [int(index) for index in batch["index"]]
+        routes: list = [("python", None)] * len(encs)
+        if self.seed is not None:  # keyed: routed, read and drawn in one native call
+            routes = native.plan_batch(encs, [sample_key(self.seed, self.epoch, i) for i in indices],
+                                       max_pixels=self._routing.max_pixels or 0,
+                                       exif=self._routing.apply_exif_orientation)
+        for k, (enc, index, (route, value)) in enumerate(zip(encs, indices, routes)):
             try:
-                reason = self._routing.fallback_reason(enc)
-                if reason is not None:
-                    decoded[k] = self._keyed(self._sample, enc, int(index))
-                    continue
-                key = None if self.seed is None else sample_key(self.seed, self.epoch, int(index))
-                plans.append(native.plan(enc, key=key))  # keyed draws on a private generator
+                if route == "error":
+                    raise fio.DecodeError(value)
+                if route == "python":
+                    reason = self._routing.fallback_reason(enc)
+                    if reason is not None:
+                        decoded[k] = self._keyed(self._sample, enc, index)
+                        continue
+                    key = None if self.seed is None else sample_key(self.seed, self.epoch, index)
+                    value = native.plan(enc, key=key)  # keyed draws on a private generator
             except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
                 failed[k] = e
                 continue
+            plans.append(value)
             datas.append(enc)
             planned.append(k)
         out = torch.empty((len(datas), *shape), dtype=torch.uint8)
