@@ -21,7 +21,7 @@ import fastprep.io as fio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__)))
 FUZZ_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
 TARGETS = ["fuzz_jpeg_info", "fuzz_decode_jpeg", "fuzz_decode_roi", "fuzz_transforms", "fuzz_transcode",
-           "fuzz_restart_roi", "fuzz_pack_recipes"]
+           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes"]
 
 try:
     import atheris  # noqa: F401
