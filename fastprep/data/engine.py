@@ -288,10 +288,11 @@ class ThreadLoader:
             ``read`` (reader threads reading the bytes: one native call per batch for
             plain files, without the GIL), ``plan`` (reader threads routing and planning
             the samples -- one native call per batch without the GIL, plus the Python
-            around it -- or running the full-decode fallback), ``build_python`` (builder thread outside the native batch
-            call: Python holding the GIL), ``build_native`` (builder thread inside the
-            native call: its share of the decoding; the native pool threads' share is not
-            counted here). Counted with ``num_workers >= 1`` only.
+            around it -- or running the full-decode fallback), ``build_python`` (builder
+            thread outside the native batch call: Python holding the GIL),
+            ``build_native`` (builder thread inside the native call: its share of the
+            decoding; the native pool threads' share is not counted here). Counted with
+            ``num_workers >= 1`` only.
         """
         with self._cpu_lock:
             out = {k: self._cpu[k] for k in _CPU_KEYS}
