@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <condition_variable>
@@ -321,23 +320,17 @@ __attribute__((target("avx2,fma"))) void convert_row_avx2(const Batch& b, const 
   convert_row_impl<true>(b, in, n, out);
 }
 
-// FASTPREP_ISA=baseline (as for the other kernels) keeps the baseline variants.
-bool isa_baseline_requested() {
-  static const bool yes = [] {
-    const char* env = std::getenv("FASTPREP_ISA");
-    std::string v = env == nullptr ? "" : env;
-    for (auto& ch : v) ch = (char)std::tolower((unsigned char)ch);
-    return v == "baseline";
-  }();
-  return yes;
-}
+// The AVX2 variants run where the CPU has the instructions and fastprep._kernels.isa (the
+// one ISA switch: FASTPREP_ISA, set_isa) has not chosen the baseline; resize_aa keeps the
+// switch's level, so it is read from there at every call.
+bool isa_allows_avx2() { return resize_aa_isa(-1) >= 1; }
 
 bool cpu_has_avx2_fma() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !isa_baseline_requested();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
-  return yes;
+  return yes && isa_allows_avx2();
 }
 #endif
 
@@ -366,9 +359,9 @@ __attribute__((target("avx2,f16c"))) void to_half_f16c(const float* src, int64_t
 bool cpu_has_avx2_f16c() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && !isa_baseline_requested();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   }();
-  return yes;
+  return yes && isa_allows_avx2();
 }
 #endif
 
