@@ -18,7 +18,8 @@ buffers), so every method is timed over a *block* of ``--batch`` samples (DALI: 
 ``run()`` of a ``--batch``-sample batch; fastprep: ``--batch`` consecutive calls) and the
 per-sample time is the block time / ``--batch``. ``--batch 1`` gives the per-call cost
 including DALI's whole per-run overhead. Methods take turns block by block (so drifts of a
-shared machine hit all alike); the table gives the median over ``--reps`` blocks and the
+shared machine hit all alike; the order rotates every block, since the method after a DALI
+run finds the caches cold); the table gives the median over ``--reps`` blocks and the
 ratio to DALI in the same run. Every output is compared with fastprep's full decode sliced
 to the window ("max diff": 0 means bit-identical).
 
@@ -115,9 +116,29 @@ class DaliSlice:
         self.anchors = [np.array([t, l], np.float32) for t, l, _, _ in windows]
         self.shapes = [np.array([h, w], np.float32) for _, _, h, w in windows]
 
-    def run(self) -> list:
+    def run(self):
+        """One run: the batch's decoded windows, left in DALI's output (no copy)."""
         (out,) = self.pipe.run()
-        return [np.array(out[i]) for i in range(self.batch)]
+        return out
+
+    @staticmethod
+    def sample(out, index: int) -> torch.Tensor:
+        """Sample ``index`` of a run's output as a ``[3, H, W]`` tensor (a copy)."""
+        return torch.from_numpy(np.array(out[index])).permute(2, 0, 1)
+
+
+def _timed_in_turns(methods: dict, batch: int, reps: int) -> dict:
+    """Per-sample times of ``reps`` blocks of each method, the methods taking turns in an
+    order rotated every block: whichever runs right after a DALI run finds the caches
+    full of DALI's data (about 0.05-0.1 ms per block here), so no method always pays it."""
+    names = list(methods)
+    times: dict = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            t0 = time.perf_counter()
+            methods[name]()
+            times[name].append((time.perf_counter() - t0) / batch)
+    return times
 
 
 def measure(data: bytes, size: int, position: str, batch: int, reps: int) -> dict:
@@ -138,15 +159,10 @@ def measure(data: bytes, size: int, position: str, batch: int, reps: int) -> dic
     }
     maxdiff = {}
     for name, fn in methods.items():
-        out = fn()[0]
-        out = torch.from_numpy(out).permute(2, 0, 1) if isinstance(out, np.ndarray) else out
+        out = fn()
+        out = out[0] if isinstance(out, list) else DaliSlice.sample(out, 0)
         maxdiff[name] = int((out.int() - ref.int()).abs().max())
-    times = {name: [] for name in methods}
-    for _ in range(reps):
-        for name, fn in methods.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - t0) / batch)
+    times = _timed_in_turns(methods, batch, reps)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     dali_med = med["DALI decoders.image_slice (cpu)"]
     return {"window": [top, left, size, size], "position": position, "batch": batch, "reps": reps,
@@ -169,14 +185,9 @@ def measure_skip(data: bytes, batch: int, reps: int) -> dict:
         dali = DaliSlice(data, batch)
         dali.set_windows([win] * batch)
         methods[("DALI", where)] = dali.run
-    times = {key: [] for key in methods}
     for fn in methods.values():
         fn()
-    for _ in range(reps):
-        for key, fn in methods.items():
-            t0 = time.perf_counter()
-            fn()
-            times[key].append((time.perf_counter() - t0) / batch)
+    times = _timed_in_turns(methods, batch, reps)
     med = {key: statistics.median(ts) for key, ts in times.items()}
     skip = {lib: med[(lib, "bottom")] - med[(lib, "top")] for lib in ("fastprep op", "DALI")}
     return {"top_ms": {lib: med[(lib, "top")] * 1e3 for lib in skip},
