@@ -503,17 +503,26 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
     if ((int64_t)skipped != y0) fp_fail(dec, "internal error: jpeg_skip_scanlines skipped too few rows");
   }
 
-  // Up to an iMCU row per call (libjpeg returns at most a row group; fewer calls).
-  const int rows_per_call = (int)(mcu_h > cinfo->rec_outbuf_height ? mcu_h : cinfo->rec_outbuf_height);
+  // The buffer is filled with up to an iMCU row, never past the window's last row, before
+  // its rows are copied out. jpeg_read_scanlines returns at most one row group (1 or 2
+  // rows) per call; copying each group right after libjpeg wrote it made the ROI decode of
+  // a 256x256 window 5-20 % slower (docs/decoding.md, "ROI decode vs DALI").
+  const int buffer_rows = (int)(mcu_h > cinfo->rec_outbuf_height ? mcu_h : cinfo->rec_outbuf_height);
   JSAMPARRAY buf = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE,
                                                (JDIMENSION)(cinfo->output_width * nc),
-                                               (JDIMENSION)rows_per_call);
+                                               (JDIMENSION)buffer_rows);
   const int64_t end = top + height;
   const int64_t row_bytes = width * fp_output_channels(&dec->info, mode);
   while ((int64_t)cinfo->output_scanline < end) {
     int64_t first = cinfo->output_scanline;
-    JDIMENSION got = jpeg_read_scanlines(cinfo, buf, (JDIMENSION)rows_per_call);
-    if (got == 0) fp_fail(dec, "JPEG decoder returned no rows (corrupt data)");
+    const int64_t left_rows = end - first;
+    const JDIMENSION wanted = (JDIMENSION)(left_rows < buffer_rows ? left_rows : buffer_rows);
+    JDIMENSION got = 0;
+    while (got < wanted) {
+      JDIMENSION n = jpeg_read_scanlines(cinfo, buf + got, wanted - got);
+      if (n == 0) fp_fail(dec, "JPEG decoder returned no rows (corrupt data)");
+      got += n;
+    }
     for (JDIMENSION r = 0; r < got; r++) {
       int64_t y = first + r;
       if (y < top || y >= end) continue;
