@@ -28,7 +28,7 @@ bundled 3.1.x there): a 16x16 window at the bottom-left minus one at the top-lef
 cost of Huffman-decoding every row above it, which neither can avoid in a file without
 restart markers.
 
-    python bench/bench_roi_dali.py --photos /work/photos [--batch 8] [--reps 60]
+    python bench/bench_roi_dali.py --photos PHOTOS_DIR [--batch 8] [--reps 60]
         [--long-side 800] [--full 1080x1920.jpg,LadyBird.jpg] [--json FILE]
 """
 
