@@ -18,9 +18,9 @@ For every JPEG of ``--photos DIR``:
   of fixed intervals (about 32 to 512 px wide, and whole MCU rows): the trade-off the
   policy chooses from.
 
-    python bench/bench_pack_policy.py --photos /work/photos --runs 200
-    python bench/bench_pack_policy.py --photos /work/photos --no-roi            # sizes only
-    python bench/bench_pack_policy.py --photos /work/photos --sweep 5120x2880.jpg,the-mouse.jpg
+    python bench/bench_pack_policy.py --photos PHOTOS_DIR --runs 200
+    python bench/bench_pack_policy.py --photos PHOTOS_DIR --no-roi            # sizes only
+    python bench/bench_pack_policy.py --photos PHOTOS_DIR --sweep 5120x2880.jpg,the-mouse.jpg
 
 Prints Markdown tables and, with ``--json PATH``, writes the raw numbers.
 """
