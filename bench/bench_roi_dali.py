@@ -141,8 +141,9 @@ def _timed_in_turns(methods: dict, batch: int, reps: int) -> dict:
     return times
 
 
-def measure(data: bytes, size: int, position: str, batch: int, reps: int) -> dict:
-    """Per-sample medians of the three methods on ``batch`` copies of one window."""
+def measure(data: bytes, size: int, position: str, batch: int, reps: int, packed: bytes | None = None) -> dict:
+    """Per-sample medians of the three methods on ``batch`` copies of one window (and, with
+    ``packed``, of fastprep on that packed copy of the file: a fourth row)."""
     tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     info = fio.jpeg_info(data)
     top, left = window_at(position, info.height, info.width, size)
@@ -157,6 +158,10 @@ def measure(data: bytes, size: int, position: str, batch: int, reps: int) -> dic
         "torch.ops.fastprep.decode_jpeg_roi": lambda: [op(tensor, *args) for _ in range(batch)],
         "DALI decoders.image_slice (cpu)": dali.run,
     }
+    if packed is not None:
+        packed_tensor = torch.frombuffer(bytearray(packed), dtype=torch.uint8)
+        methods["fastprep.io.decode_jpeg_roi, packed copy"] = (
+            lambda: [fio.decode_jpeg_roi(packed_tensor, *win, max_pixels=0) for _ in range(batch)])
     maxdiff = {}
     for name, fn in methods.items():
         out = fn()
@@ -205,6 +210,8 @@ def main(argv=None):
     ap.add_argument("--sizes", default="256,224", help="window sizes, comma-separated")
     ap.add_argument("--batch", type=int, default=8, help="samples per timed block (DALI: per run())")
     ap.add_argument("--reps", type=int, default=60, help="timed blocks per method and window")
+    ap.add_argument("--packed", action="store_true",
+                    help="also time fastprep on a packed copy of each file (fastprep.io.transcode_jpeg, lossless)")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -218,22 +225,29 @@ def main(argv=None):
     inputs = load_inputs(args.photos, args.long_side, full)
     inputs = inputs[:args.limit] + inputs[len(inputs) - len(full):] if full else inputs[:args.limit]
     results = []
+    extra = (" packed ms | DALI / packed |", "---:|---:|") if args.packed else ("", "")
     print("| file | HxW | window (top, left, size) | fastprep.io ms | op ms | DALI ms | fastprep.io / DALI | "
-          "op / DALI | max diff (fp, DALI) |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+          "op / DALI | max diff (fp, DALI) |" + extra[0])
+    print("|---|---|---|---:|---:|---:|---:|---:|---|" + extra[1])
     for label, data in inputs:
         info = fio.jpeg_info(data)
+        packed = fio.transcode_jpeg(data, max_pixels=0) if args.packed else None
         for size in (int(s) for s in args.sizes.split(",")):
             for position in POSITIONS:
-                res = measure(data, size, position, args.batch, args.reps)
+                res = measure(data, size, position, args.batch, args.reps, packed)
                 res.update(file=label, shape=[info.height, info.width], bytes=len(data))
                 results.append(res)
-                io_row, op_row, dali_row = res["rows"]
+                io_row, op_row, dali_row = res["rows"][:3]
                 t, l, s, _ = res["window"]
+                tail = ""
+                if packed is not None:
+                    packed_row = res["rows"][3]
+                    tail = (f" {packed_row['median_ms']:.3f} | {dali_row['median_ms'] / packed_row['median_ms']:.1f}x "
+                            f"(diff {packed_row['max_abs_diff_vs_full_decode']}) |")
                 print(f"| {label} | {info.height}x{info.width} | {t}, {l}, {s} | {io_row['median_ms']:.3f} | "
                       f"{op_row['median_ms']:.3f} | {dali_row['median_ms']:.3f} | {io_row['time_vs_dali']:.2f}x | "
                       f"{op_row['time_vs_dali']:.2f}x | {io_row['max_abs_diff_vs_full_decode']}, "
-                      f"{dali_row['max_abs_diff_vs_full_decode']} |", flush=True)
+                      f"{dali_row['max_abs_diff_vs_full_decode']} |{tail}", flush=True)
     print("\nEntropy decoding of the rows above a window (16x16 window at the bottom-left minus at the "
           "top-left; the file's bytes per second of that difference)")
     print("| file | bytes | fastprep op top-left ms | DALI top-left ms | fastprep skip ms | DALI skip ms | "
