@@ -195,8 +195,8 @@ class JpegDataset(Dataset):
 
     def read_encoded_batch(self, indices) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded` for several samples: per index ``(bytes, name)``, or
-        ``(error, name)`` with the ``OSError`` (or :class:`fastprep.io.DecodeError`) that
-        :meth:`read_encoded` raises for it.
+        ``(error, "")`` with the ``OSError`` (or :class:`fastprep.io.DecodeError`,
+        ``ValueError``) that :meth:`read_encoded` raises for it.
 
         When :meth:`read_encoded` is this class's (one regular file per sample), the files
         are read in one native call that releases the GIL (``torch.ops.fastprep.read_files``,
@@ -386,15 +386,14 @@ def _read_regular_file(path: str) -> torch.Tensor:
 
 
 # torch.ops.fastprep.read_files' codes for a path that is not a regular file
-# (csrc/plan_batch.cpp, enum NotRegular), as _file_kind names them.
-_NOT_REGULAR = {-1: "a directory", -2: "a FIFO", -3: "a character device", -4: "a block device", -5: "a socket",
-                -6: "not a regular file"}
+# (csrc/plan_batch.cpp, enum NotRegular), as the file types _file_kind names.
+_NOT_REGULAR_MODES = {-1: stat.S_IFDIR, -2: stat.S_IFIFO, -3: stat.S_IFCHR, -4: stat.S_IFBLK, -5: stat.S_IFSOCK}
 
 
 def _read_error(code: int, path: str) -> OSError:
     """The ``OSError`` :func:`_read_regular_file` raises for ``read_files``' ``code``."""
     if code < 0:
-        return OSError(f"not a regular file ({_NOT_REGULAR.get(code, 'not a regular file')})")
+        return OSError(f"not a regular file ({_file_kind(_NOT_REGULAR_MODES.get(code, 0))})")
     return OSError(code, os.strerror(code), path)
 
 
