@@ -55,6 +55,10 @@ TORCH_LIBRARY(fastprep, m) {
   // plan row and scales of the planned ones, and the image's (height, width); its draws are
   // those of the decode transform `kind` under the sample's key.
   m.def("read_files(str[] paths) -> (Tensor[], Tensor)");
+  // read_tar_members: the data of tar members (a shard dataset's samples) located by their
+  // index (data offset and size), each checked against the tar header before it: per member
+  // its bytes and 0, or an empty tensor and 1 (the caller's Python path then names the error).
+  m.def("read_tar_members(str[] shards, int[] offsets, int[] sizes, str[] members) -> (Tensor[], Tensor)");
   m.def(
       "plan_batch(Tensor[] data, Tensor keys, int kind, int[] iparams, float[] fparams, int[] dct_scales, "
       "int max_pixels, bool exif) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");

@@ -517,3 +517,154 @@ class TestBadInput:
         _edit_json(copy / MANIFEST_NAME, lambda m: m["shards"][1].update(bytes=2048))
         with pytest.raises(ValueError, match="shard-000001.tar: not a readable tar file|holds"):
             D.ShardDataset(copy)
+
+
+def _same_entries(batch, single):
+    """read_encoded_batch's entries equal read_encoded's (bytes and name, or error type and text)."""
+    assert len(batch) == len(single)
+    for (got, got_name), (want, want_name) in zip(batch, single):
+        assert got_name == want_name
+        if isinstance(want, Exception):
+            assert type(got) is type(want) and str(got) == str(want)
+        else:
+            assert torch.equal(got, want)
+
+
+def _single_entries(ds, indices):
+    out = []
+    for i in indices:
+        try:
+            out.append(ds.read_encoded(i))
+        except (fio.DecodeError, OSError, ValueError) as e:
+            out.append((e, ""))
+    return out
+
+
+class TestBatchRead:
+    """``ShardDataset.read_encoded_batch``: one native call per batch (read_tar_members)
+    with the same bytes and the same errors as ``read_encoded``, sample by sample."""
+
+    def test_good_shards_read_natively(self, packed, monkeypatch):
+        ds = D.ShardDataset(packed[1])
+        indices = list(range(len(ds)))[::-1] + [0, 0]  # across shards, backwards, repeated
+        want = _single_entries(ds, indices)
+        calls = []
+        monkeypatch.setattr(ds, "_read_or_error", lambda i: calls.append(i) or D.ShardDataset._read_or_error(ds, i))
+        _same_entries(ds.read_encoded_batch(indices), want)
+        assert calls == []  # no sample needed the Python path
+        assert ds.read_encoded_batch([]) == []
+
+    def test_bad_input_same_errors(self, copy):
+        manifest = json.loads((copy / MANIFEST_NAME).read_text())
+        first, second = manifest["shards"][0], manifest["shards"][1]
+        index0 = json.loads((copy / first["index"]).read_text())
+        index1 = json.loads((copy / second["index"]).read_text())
+        with open(copy / first["name"], "r+b") as f:  # damaged header of sample 1
+            f.seek(index0["offsets"][1] - 512 + 50)
+            f.write(b"\x13")
+        with open(copy / second["name"], "r+b") as f:  # truncated inside the second shard's last image
+            f.truncate(index1["offsets"][-1] + index1["sizes"][-1] // 2)
+        index0["keys"][0], index0["keys"][1] = index0["keys"][1], index0["keys"][0]  # a stale index
+        (copy / first["index"]).write_text(json.dumps(index0))
+        with pytest.warns(UserWarning, match="truncated"):
+            ds = D.ShardDataset(copy)
+        indices = list(range(len(ds)))
+        single = _single_entries(ds, indices)
+        kinds = [type(e).__name__ for e, _ in single if isinstance(e, Exception)]
+        assert "OSError" in kinds and "ValueError" in kinds, kinds
+        _same_entries(ds.read_encoded_batch(indices), single)
+        (copy / "shard-000001.tar").unlink()  # gone after the dataset opened
+        (copy / "shard-000001.tar").mkdir()  # and a directory in its place: never read
+        _same_entries(ds.read_encoded_batch(indices), _single_entries(ds, indices))
+
+    def test_sample_without_image(self, tmp_path):
+        root = tmp_path / "foreign"
+        root.mkdir()
+        with tarfile.open(root / "x.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+            for key, name, data in [("s/0", "s/0.jpg", encode_jpeg(photo_like(30, 30, 0))),
+                                    ("s/1", "s/1.txt", b"caption"),
+                                    ("s/" + "l" * 120, "s/" + "l" * 120 + ".jpg", encode_jpeg(photo_like(20, 20, 1))),
+                                    ("s/caf\u00e9", "s/caf\u00e9.jpg", encode_jpeg(photo_like(20, 24, 2)))]:
+                for member, content in ((name, data), (key + ".cls", b"0")):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(content)
+                    tar.addfile(info, io.BytesIO(content))
+        manifest = {"format": "fastprep-webdataset", "version": 1, "classes": ["a"], "num_samples": 4,
+                    "shards": [{"name": "x.tar", "index": "x.idx.json", "num_samples": 4,
+                                "bytes": os.path.getsize(root / "x.tar")}]}
+        (root / MANIFEST_NAME).write_text(json.dumps(manifest))
+        ds = D.ShardDataset(root)
+        batch = ds.read_encoded_batch(range(4))
+        _same_entries(batch, _single_entries(ds, range(4)))
+        assert isinstance(batch[1][0], OSError) and "no image member" in str(batch[1][0])
+
+
+class TestReadTarMembers:
+    """The native header check against ``shards._check_header`` on real tar headers (GNU,
+    PAX and ustar with a prefix) and under random damage."""
+
+    def _tar(self, path, fmt, names):
+        datas = {}
+        with tarfile.open(path, "w", format=fmt) as tar:
+            for k, name in enumerate(names):
+                data = bytes(range(256)) * (k + 1) + b"x" * k
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mtime = 1_700_000_000 + k
+                tar.addfile(info, io.BytesIO(data))
+                datas[name] = data
+        members = []
+        with tarfile.open(path) as tar:
+            for m in tar:
+                members.append((m.name, m.offset_data, m.size))
+        return datas, members
+
+    @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
+    def test_headers(self, tmp_path, fmt):
+        from fastprep.data.shards import _check_header
+
+        names = ["a.jpg", "dir/sub/b.jpg", "p" * 60 + "/" + "q" * 90 + ".jpg", "x" * 98 + ".j", ""]
+        names = [n for n in names if n] + (["caf\u00e9.jpg", "r" * 120 + ".jpg"] if fmt != tarfile.USTAR_FORMAT else [])
+        path = tmp_path / "t.tar"
+        datas, members = self._tar(path, fmt, names)
+        raw = path.read_bytes()
+        rng = np.random.default_rng(5)
+        cases = []  # (member passed, offset, size, python verdict, bytes)
+        for name, offset, size in members:
+            passed = name if name.isascii() else ""
+            cases.append((passed, offset, size, raw))
+            cases.append((passed, offset, size + 1, raw))  # the index's size disagrees
+            other = members[0][0] if name != members[0][0] else members[1][0]
+            cases.append((other, offset, size, raw))  # the index names another member
+            for _ in range(12):  # one damaged header byte
+                damaged = bytearray(raw)
+                damaged[offset - 512 + int(rng.integers(0, 512))] ^= int(rng.integers(1, 256))
+                cases.append((passed, offset, size, bytes(damaged)))
+        accepted = 0
+        for k, (member, offset, size, data) in enumerate(cases):
+            shard = tmp_path / f"case{k}.tar"
+            shard.write_bytes(data)
+            datas_out, codes = torch.ops.fastprep.read_tar_members([str(shard)], [offset], [size], [member])
+            python_ok = _check_header(data[offset - 512:offset], member or "\u00e9", size) is None
+            assert (codes.tolist() == [0]) == python_ok, (k, member, offset, size)
+            if python_ok:
+                accepted += 1
+                assert bytes(datas_out[0].numpy()) == data[offset:offset + size]
+        assert accepted >= len(members)
+
+    def test_bounds_and_files(self, tmp_path):
+        path = tmp_path / "t.tar"
+        _, members = self._tar(path, tarfile.GNU_FORMAT, ["a.jpg"])
+        name, offset, size = members[0]
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        cases = [(str(path), offset, size, name, 0), (str(path), offset, 10**9, name, 1),
+                 (str(path), 0, size, name, 1), (str(path), offset, -1, name, 1),
+                 (str(path), os.path.getsize(path) + 512, 0, name, 1),
+                 (str(tmp_path / "missing.tar"), offset, size, name, 1),
+                 (str(tmp_path), offset, size, name, 1), (str(fifo), offset, size, name, 1)]
+        datas, codes = torch.ops.fastprep.read_tar_members(*[[c[k] for c in cases] for k in range(4)])
+        assert codes.tolist() == [c[4] for c in cases]
+        assert [d.numel() for d in datas] == [size] + [0] * (len(cases) - 1)
+        with pytest.raises(RuntimeError, match="same length"):
+            torch.ops.fastprep.read_tar_members([str(path)], [offset], [], [name])
