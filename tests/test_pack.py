@@ -32,7 +32,10 @@ def _auto_interval(info, source_bytes: int) -> int:
     min(224, 28 % of the shorter side) and skip_cost = (0.9 b + 0.15) / (0.9 b + 1) at b =
     source bytes per pixel; if that makes more than 3 % of the source's bytes / 8 intervals,
     the narrowest divisor that does not, short of whole rows; else whole MCU rows, as few
-    per interval as keep within that count (at most 65535 MCUs)."""
+    per interval as keep within that count (at most 65535 MCUs). Then, if that choice is
+    wider than 0.5 x window / skip_cost (about 1.5x the window's own decode), the widest
+    divisor within that width instead, if it makes at most 7 % of the source's bytes / 8
+    intervals."""
     hmax = max(h for h, _ in info.sampling_factors)
     vmax = max(v for _, v in info.sampling_factors)
     mcu_w, mcu_h = (8, 8) if info.num_components == 1 else (8 * hmax, 8 * vmax)
@@ -47,9 +50,16 @@ def _auto_interval(info, source_bytes: int) -> int:
     fits = [d for d in divisors if d * mcu_w <= math.floor(max_width)] or [1]
     within_budget = [d for d in divisors if d >= max(fits) and (mpr // d) * rows <= max_intervals]
     if 1 in divisors and within_budget:
-        return min(within_budget)
-    rows_per_interval = min(rows if max_intervals < 1 else -(-rows // max_intervals), 65535 // mpr)
-    return rows_per_interval * mpr
+        choice = min(within_budget)
+    else:
+        rows_per_interval = min(rows if max_intervals < 1 else -(-rows // max_intervals), 65535 // mpr)
+        choice = rows_per_interval * mpr
+    limit_width = frac(1, 2) * window / skip_cost
+    if min(choice, mpr) * mcu_w > math.floor(limit_width):
+        narrower = [d for d in divisors if d * mcu_w <= math.floor(limit_width)]
+        if narrower and (mpr // max(narrower)) * rows <= source_bytes * 7 // 800:
+            return max(narrower)
+    return choice
 
 
 def scan_ends(data: bytes) -> list:
@@ -324,7 +334,9 @@ _POLICY_CASES = [
     (333, 500, "4:4:4", "photo", 95, "within a row"),
     (1440, 2560, "4:2:2", "photo", 90, "within a row"),
     (64, 5640, "4:2:2", "noise", 100, "one MCU"),         # 353 MCUs per row (prime), dense
-    (1080, 1920, "4:2:2", "flat", 90, "whole rows"),      # sparse: the marker budget decides
+    (1080, 1920, "4:2:2", "flat", 90, "within a row"),    # sparse: 3 % allows only whole rows, 7 % 640 px
+    (2000, 3200, "4:4:4", "flat", 95, "within a row"),    # sparse: 1600 px at 3 %, 640 px at 7 %
+    (800, 776, "4:4:4", "noise", 95, "one MCU"),          # 97 MCUs per row (prime): rows at 3 %, 1 MCU at 7 %
     (2400, 3840, "4:4:4", "flat", 75, "within a row"),
     (2400, 3840, "gray", "blank", 75, "whole rows"),      # several rows per interval
     (600, 800, "gray", "noise", 90, "within a row"),
