@@ -5,11 +5,14 @@
 Three DataLoader pipelines over the same photo-like 533x800 q90 4:2:0 JPEGs, consumer
 doing nothing, every pipeline producing float32 YUV in [0, 1], 256x256, masked (0.25):
 
-* ``fastprep``: :func:`fastprep.data.make_loader` -- ROI decode + uint8 RandomMask in the
-  workers, ``collate_uint8`` into shared memory, batch YUV/scale in the main process
-  (CPU path: the Cython kernel; on CUDA it would run on the GPU).
+* ``fastprep``: :func:`fastprep.data.make_loader` with its default threads engine -- ROI
+  decode + uint8 RandomMask, one native call per batch on ``--workers`` threads in this
+  process, batch YUV/scale after it (CPU path: the Cython kernel; on CUDA it would run on
+  the GPU). Nothing crosses a process boundary.
 * ``fastprep-packed``: the same on copies made by :func:`fastprep.pack.pack_folder`
   (restart markers: the ROI decode entropy-decodes only the intervals the crop needs).
+* ``fastprep-processes``: ``make_loader(engine="processes")``: the same transform per sample
+  in DataLoader worker processes, ``collate_uint8`` into shared memory.
 * ``reference-optimized``: ROI decode op + numpy mask (shift-OR dilation) + per-sample
   torch YUV (matmul) and /255 in the workers, ``default_collate`` of float32.
 * ``reference-plain``: PIL decode of the whole image + torchvision RandomCrop + scipy
@@ -116,8 +119,11 @@ class ReferencePlain(Dataset):
         return _yuv_scale_per_sample(img), 0
 
 
-def _bytes_per_sample(loader) -> float:
-    """Bytes of one collated batch's tensors per sample: what a worker sends."""
+def _bytes_per_sample(loader) -> float | None:
+    """Bytes of one collated batch's tensors per sample: what a worker sends (``None`` for
+    the threads engine, which has no worker processes)."""
+    if not isinstance(loader, DataLoader):
+        return None
     ds, collate = loader.dataset, loader.collate_fn
     n = min(8, len(ds))
     batch = collate([ds[i] for i in range(n)])
@@ -178,6 +184,8 @@ def run(args):
         pipelines = {
             "fastprep": D.make_loader(files, crop_size=CROP, mask_ratio=RATIO, device="cpu", **common),
             "fastprep-packed": D.make_loader(packed_files, crop_size=CROP, mask_ratio=RATIO, device="cpu", **common),
+            "fastprep-processes": D.make_loader(files, crop_size=CROP, mask_ratio=RATIO, device="cpu",
+                                                engine="processes", **common),
             "reference-optimized": DataLoader(ReferenceOptimized(files), **common),
             "reference-plain": DataLoader(ReferencePlain(files), **common),
         }
@@ -220,6 +228,10 @@ def run(args):
     }
 
 
+def _bytes_cell(value: float | None) -> str:
+    return "- (in-process)" if value is None else f"{value:,.0f}"
+
+
 def table(report) -> str:
     lines = ["| pipeline | samples/s | fastprep speed-up | CPU ms/sample (workers + main) "
              "| bytes/sample across workers |",
@@ -227,7 +239,7 @@ def table(report) -> str:
     for name, r in report["results"].items():
         lines.append(f"| {name} | {r['samples_per_s']:.0f} | {r['fastprep_speedup']:.2f}x | "
                      f"{r['cpu_ms_per_sample']:.2f} ({r['worker_cpu_ms_per_sample']:.2f} + "
-                     f"{r['main_cpu_ms_per_sample']:.2f}) | {r['bytes_per_sample']:,.0f} |")
+                     f"{r['main_cpu_ms_per_sample']:.2f}) | {_bytes_cell(r['bytes_per_sample'])} |")
     c = report["config"]
     lines.append("")
     lines.append(f"{c['workers']} workers, batch {c['batch_size']}, {c['samples_per_epoch']} samples/epoch, "

@@ -308,9 +308,12 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
             image's size and ``data``'s size: the widest divisor of the MCUs per row that
             keeps a 224 px window's decode within about 30 % of its minimum (wider where
             the data has few bytes per pixel), widened further, up to whole MCU rows, where
-            markers would cost more than about 3 % of the file (docs/pack.md, "The restart
-            interval"; on 26 real photos: +1.6 % median size, 1.26x the decode of a
-            240x240 cut for a 224x224 window). ``0`` writes no markers.
+            markers would cost more than about 3 % of the file -- unless that pushes the
+            window past about 1.5x its minimum and narrower intervals stay within about
+            7 % (sparse files; MCU counts per row with no divisor in range, such as a
+            prime) (docs/pack.md, "The restart interval"; on 26 real photos: +1.9 % median
+            size, 1.22x the decode of a 240x240 cut for a 224x224 window). ``0`` writes
+            no markers.
         optimize: compute optimal Huffman tables (smaller files, slower transcoding).
         keep_metadata: copy the APPn (EXIF, ICC, XMP...) and COM markers.
         max_pixels: refuse images with more pixels than this (0: no limit).

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--restart-interval", type=_interval, default="auto",
                     help="MCUs per restart interval, or 'auto' (default: intervals that tile the MCU rows, as wide "
                          "as keeps a 224 px window's decode near its minimum, wider where markers would cost more "
-                         "than 3 %% of the file; docs/pack.md)")
+                         "than 3 %% of the file unless that passes 1.5x the minimum; docs/pack.md)")
     ap.add_argument("--no-optimize", action="store_true", help="keep standard Huffman tables (faster, larger)")
     ap.add_argument("--strip-metadata", action="store_true", help="drop APPn/COM markers (EXIF, ICC, XMP)")
     ap.add_argument("--on-error", choices=("copy", "skip"), default="copy",

@@ -1,0 +1,57 @@
+"""The checkout's benchmark scripts still run against the current API (tiny inputs, no
+timing asserted): a script that breaks when the package changes is caught here."""
+
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(BENCH), reason="no bench/ folder (not a checkout)")
+
+
+@pytest.fixture
+def bench_path(monkeypatch):
+    monkeypatch.syspath_prepend(BENCH)
+    yield
+    for name in [m for m in sys.modules if m.startswith("bench_")]:
+        sys.modules.pop(name)
+
+
+def test_bench_loader_quick(bench_path, capsys):
+    import bench_loader
+
+    report = bench_loader.main(["--quick", "--workers", "1", "--batch-size", "8"])
+    names = set(report["results"])
+    assert names == {"fastprep", "fastprep-packed", "fastprep-processes", "reference-optimized", "reference-plain"}
+    for name, r in report["results"].items():
+        assert r["epochs"][0]["samples"] == 16, name
+        assert r["samples_per_s"] > 0
+    assert report["results"]["fastprep"]["bytes_per_sample"] is None  # threads: nothing crosses processes
+    # uint8 256x256 image + its int64 target, per sample, from the worker processes
+    assert report["results"]["fastprep-processes"]["bytes_per_sample"] == 3 * 256 * 256 + 8
+    assert "- (in-process)" in capsys.readouterr().out
+
+
+def test_bench_window_bytes_counts(bench_path):
+    """The window-bytes counter's parse and interval arithmetic, on a packed 4:2:0 image:
+    one interval per restart, and a window covering the image needs every byte of the scan."""
+    import bench_window_bytes as W
+
+    import fastprep.io as fio
+    from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+    src = encode_jpeg(photo_like(360, 360, seed=1), quality=90, subsampling="4:2:0")
+    for interval in (1, 3, 23, 46):  # 23 MCUs per row: within a row, one row, two rows
+        layout = W.parse_packed(fio.transcode_jpeg(src, restart_interval=interval))
+        assert layout["mcu"] == (16, 16) and layout["mcus_per_row"] == layout["mcu_rows"] == 23
+        assert len(layout["starts"]) == -(-23 * 23 // interval)
+        whole, ranges, span = W.window_cost(layout, 0, 0, 360)
+        assert whole == span == layout["end"] - layout["starts"][0] and ranges == 1
+    layout = W.parse_packed(fio.transcode_jpeg(src, restart_interval=1))
+    # a 16x16 window on MCU boundaries plus one pixel of context: 3x3 MCUs, 3 rows of 3
+    nbytes, ranges, _ = W.window_cost(layout, 32, 48, 16)
+    bounds = layout["starts"] + [layout["end"]]
+    want = sum(bounds[k + 1] - bounds[k] for row in (1, 2, 3) for k in range(row * 23 + 2, row * 23 + 5))
+    assert (nbytes, ranges) == (want, 3)
