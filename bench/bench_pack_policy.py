@@ -162,6 +162,44 @@ def roi_ratios(data: bytes, variants: dict, runs: int, block: int, seed: int, di
     return out
 
 
+def with_restarts(jpeg: bytes, mcus: int) -> bytes:
+    """``jpeg`` re-encoded losslessly by jpegtran with a restart marker every ``mcus`` MCUs."""
+    import shutil
+    import subprocess
+
+    return subprocess.run([shutil.which("jpegtran") or "jpegtran", "-copy", "none", "-optimize", "-restart",
+                           f"{mcus}B"], input=jpeg, capture_output=True, check=True).stdout
+
+
+def restart_cost(data: bytes, runs: int, block: int, seed: int, distinct_cuts: int) -> dict:
+    """The cost of libjpeg-turbo's slower Huffman path on a window's data: with restart
+    markers it decodes every MCU of the scan on its slower path (and reads each marker).
+    The same 240x240 lossless cuts decoded in full without markers, with the packed file's
+    interval, and with a marker every MCU, in turns: ``{label: median time / median time
+    without markers}`` and ``"cut_ms"``. Every version must decode to the same pixels."""
+    plain = fio.transcode_jpeg(data, restart_interval=0, max_pixels=0)
+    interval = fio.jpeg_info(fio.transcode_jpeg(data, max_pixels=0)).restart_interval
+    info = fio.jpeg_info(plain)
+    m = (CUT - WINDOW) // 2
+    cuts = [jpegtran_cut(plain, t - m, l - m, CUT) for t, l, _, _ in random_windows(info.height, info.width,
+                                                                                    distinct_cuts, seed)]
+    versions = {"none": cuts, "packed interval": [with_restarts(c, interval) for c in cuts],
+                "every MCU": [with_restarts(c, 1) for c in cuts]}
+    tensors = {label: [as_tensor(c) for c in blobs] for label, blobs in versions.items()}
+    for k in range(len(cuts)):
+        want = fio.decode_jpeg(tensors["none"][k])
+        for label in ("packed interval", "every MCU"):
+            if fio.jpeg_info(versions[label][k]).restart_interval == 0 or \
+                    not torch.equal(fio.decode_jpeg(tensors[label][k]), want):
+                raise AssertionError(f"{label}: cut {k} lacks markers or decodes to other pixels")
+    methods = {label: functools.partial(lambda ts, k: fio.decode_jpeg(ts[k % len(ts)]), ts)
+               for label, ts in tensors.items()}
+    times = timed_turns(methods, [(k,) for k in range(runs)], block)
+    base = statistics.median(times["none"])
+    return {"packed interval": statistics.median(times["packed interval"]) / base,
+            "every MCU": statistics.median(times["every MCU"]) / base, "cut_ms": base * 1e3, "interval": interval}
+
+
 def sweep(name: str, data: bytes, runs: int, block: int, seed: int, distinct_cuts: int) -> list:
     """Size and ROI-vs-cut ratio for fixed intervals of about 32-512 px and whole rows."""
     info = fio.jpeg_info(data)
@@ -222,6 +260,28 @@ def size_summary(rows: list) -> dict:
     }
 
 
+def print_restart_cost(photos: list, args, results: dict) -> int:
+    print(f"\n240x240 lossless cuts decoded in full with restart markers / without, median of {args.runs} "
+          f"decodes of {args.cuts} cuts per photo, 1 thread\n")
+    print("| photo | cut decode, no markers | packed interval | markers at that interval | a marker every MCU |")
+    print("|---|---:|---|---:|---:|")
+    rows = []
+    for name, data in photos:
+        r = restart_cost(data, args.runs, args.block, args.seed, args.cuts)
+        rows.append({"file": name, **r})
+        print(f"| {name} | {r['cut_ms']:.3f} ms | {r['interval']} MCUs | {r['packed interval']:.3f}x | "
+              f"{r['every MCU']:.3f}x |", flush=True)
+    for key in ("packed interval", "every MCU"):
+        vals = [r[key] for r in rows]
+        print(f"{key}: median {statistics.median(vals):.3f}x, min {min(vals):.3f}x, max {max(vals):.3f}x")
+    print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    results["restart_cost"] = rows
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--photos", required=True, help="folder of JPEG photographs")
@@ -232,6 +292,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-roi", action="store_true", help="sizes only")
     ap.add_argument("--sweep", default="", help="comma-separated photo names: size and ROI time per fixed interval")
     ap.add_argument("--only", default="", help="comma-separated photo names (default: all)")
+    ap.add_argument("--restart-cost", action="store_true",
+                    help="only the slow-Huffman-path cost: the same lossless cuts decoded with and without "
+                         "restart markers")
     ap.add_argument("--json", help="write the raw numbers here")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -239,6 +302,8 @@ def main(argv=None) -> int:
     print(f"libjpeg-turbo via fastprep; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     results: dict = {"cpu": _platform.describe(), "runs": args.runs}
     photos = load_photos(args.photos, set(args.only.split(",")) if args.only else None)
+    if args.restart_cost:
+        return print_restart_cost(photos, args, results)
     if args.sweep:
         results["sweep"] = []
         for name, data in load_photos(args.photos, set(args.sweep.split(","))):

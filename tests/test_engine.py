@@ -626,18 +626,37 @@ class TestThreads:
         assert not _threads()
 
     def test_keyboard_interrupt_while_waiting(self, folder):
-        ds = _Failing(folder, delay=0.2, transform=D.default_transform(CROP))
+        """Ctrl-C while the consumer waits for the first batch: the KeyboardInterrupt reaches
+        the loop and the threads stop. The signal is sent once a reader is inside its first
+        (slow) read, so the consumer is waiting whatever the machine's load; Python's own
+        SIGINT handler is installed for the test's duration, whatever an earlier test left."""
+        reading = threading.Event()
+
+        class _Slow(_Failing):
+            def read_encoded(self, index):
+                reading.set()
+                return super().read_encoded(index)
+
+        ds = _Slow(folder, delay=0.3, transform=D.default_transform(CROP))
         loader = _thread_loader(ds, batch_size=4)
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+
+        def interrupt():
+            if reading.wait(10):
+                time.sleep(0.1)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        sender = threading.Thread(target=interrupt, daemon=True)
         start = time.monotonic()
-        timer.start()
         try:
+            sender.start()
             with pytest.raises(KeyboardInterrupt):
                 for _ in loader:
                     pass
         finally:
-            timer.cancel()
-        assert time.monotonic() - start < 5
+            sender.join(15)
+            signal.signal(signal.SIGINT, previous)
+        assert time.monotonic() - start < 5  # no hang: the readers finish the read in hand and stop
         assert not _threads()
 
     def test_keyboard_interrupt_in_the_loop_body(self, folder):
