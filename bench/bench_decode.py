@@ -197,17 +197,22 @@ def bench_packed(height: int, width: int, window: int, runs: int, block: int = 2
             "subsampling": info.subsampling, "fast_path_decodes": taken, "rows": rows}
 
 
-def jpegtran_cut(data: bytes, top: int, left: int, size: int) -> bytes:
-    """A ``size`` x ``size`` window of ``data`` at (top, left), cut losslessly by jpegtran:
-    the smallest JPEG holding that window, the physical limit of its decode."""
+def jpegtran(data: bytes, *args: str) -> bytes:
+    """``data`` transformed losslessly by ``jpegtran -copy none -optimize ARGS``."""
     import shutil
     import subprocess
 
     tool = shutil.which("jpegtran")
     if tool is None:
         raise SystemExit("the lossless-cut timing needs jpegtran (apt-get install libjpeg-turbo-progs)")
-    return subprocess.run([tool, "-copy", "none", "-optimize", "-crop", f"{size}x{size}+{left}+{top}"], input=data,
-                          capture_output=True, check=True).stdout
+    return subprocess.run([tool, "-copy", "none", "-optimize", *args], input=data, capture_output=True,
+                          check=True).stdout
+
+
+def jpegtran_cut(data: bytes, top: int, left: int, size: int) -> bytes:
+    """A ``size`` x ``size`` window of ``data`` at (top, left), cut losslessly by jpegtran:
+    the smallest JPEG holding that window, the physical limit of its decode."""
+    return jpegtran(data, "-crop", f"{size}x{size}+{left}+{top}")
 
 
 def pick_real_files(folder: str, targets):

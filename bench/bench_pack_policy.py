@@ -39,7 +39,7 @@ import torch
 import fastprep.io as fio
 from fastprep import _platform
 
-from bench_decode import jpegtran_cut  # same folder: the script's directory is on sys.path
+from bench_decode import jpegtran, jpegtran_cut  # same folder: the script's directory is on sys.path
 
 WINDOW = 224
 CUT = 240
@@ -162,15 +162,6 @@ def roi_ratios(data: bytes, variants: dict, runs: int, block: int, seed: int, di
     return out
 
 
-def with_restarts(jpeg: bytes, mcus: int) -> bytes:
-    """``jpeg`` re-encoded losslessly by jpegtran with a restart marker every ``mcus`` MCUs."""
-    import shutil
-    import subprocess
-
-    return subprocess.run([shutil.which("jpegtran") or "jpegtran", "-copy", "none", "-optimize", "-restart",
-                           f"{mcus}B"], input=jpeg, capture_output=True, check=True).stdout
-
-
 def restart_cost(data: bytes, runs: int, block: int, seed: int, distinct_cuts: int) -> dict:
     """The cost of libjpeg-turbo's slower Huffman path on a window's data: with restart
     markers it decodes every MCU of the scan on its slower path (and reads each marker).
@@ -183,8 +174,8 @@ def restart_cost(data: bytes, runs: int, block: int, seed: int, distinct_cuts: i
     m = (CUT - WINDOW) // 2
     cuts = [jpegtran_cut(plain, t - m, l - m, CUT) for t, l, _, _ in random_windows(info.height, info.width,
                                                                                     distinct_cuts, seed)]
-    versions = {"none": cuts, "packed interval": [with_restarts(c, interval) for c in cuts],
-                "every MCU": [with_restarts(c, 1) for c in cuts]}
+    versions = {"none": cuts, "packed interval": [jpegtran(c, "-restart", f"{interval}B") for c in cuts],
+                "every MCU": [jpegtran(c, "-restart", "1B") for c in cuts]}
     tensors = {label: [as_tensor(c) for c in blobs] for label, blobs in versions.items()}
     for k in range(len(cuts)):
         want = fio.decode_jpeg(tensors["none"][k])
@@ -260,6 +251,15 @@ def size_summary(rows: list) -> dict:
     }
 
 
+def finish(results: dict, json_path: str | None) -> int:
+    """The run's closing load average, and its numbers written to ``json_path`` if given."""
+    print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
 def print_restart_cost(photos: list, args, results: dict) -> int:
     print(f"\n240x240 lossless cuts decoded in full with restart markers / without, median of {args.runs} "
           f"decodes of {args.cuts} cuts per photo, 1 thread\n")
@@ -274,12 +274,8 @@ def print_restart_cost(photos: list, args, results: dict) -> int:
     for key in ("packed interval", "every MCU"):
         vals = [r[key] for r in rows]
         print(f"{key}: median {statistics.median(vals):.3f}x, min {min(vals):.3f}x, max {max(vals):.3f}x")
-    print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     results["restart_cost"] = rows
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0
+    return finish(results, args.json)
 
 
 def main(argv=None) -> int:
@@ -318,11 +314,7 @@ def main(argv=None) -> int:
                 mark = " (auto)" if r["auto"] else ""
                 print(f"| {r['label']}{mark} | {pct(r['size_vs_original'])} | {r['roi_vs_cut']:.2f}x | "
                       f"{r['roi_vs_cut_mean']:.2f}x |")
-        print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=1)
-        return 0
+        return finish(results, args.json)
     rows = []
     for name, data in photos:
         rows.append(size_row(name, data))
@@ -349,11 +341,7 @@ def main(argv=None) -> int:
         for key in ("roi_previous", "roi_new", "roi_previous_mean", "roi_new_mean"):
             vals = [r[key] for r in rows]
             print(f"{key}: median {statistics.median(vals):.2f}x, worst {max(vals):.2f}x")
-    print(f"\nload average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0
+    return finish(results, args.json)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """How many bytes of a packed JPEG a random window needs: the figures behind docs/pack.md's
 note on fetching only a window's byte ranges from object storage.
 
-For every JPEG of ``--photos DIR`` (and, with ``--long-side``, a resized q90 copy of each,
-e.g. ImageNet-sized), the file is packed in memory (``fastprep.io.transcode_jpeg``, the
-``auto`` interval, interval index included) and parsed: the header (everything before the
-scan's entropy-coded data, without the interval index), the index, and where every restart
-interval starts and ends. Then for ``--windows`` random ``--size`` x ``--size`` windows:
+For every JPEG of ``--photos DIR`` (and, with ``--long-side``, a copy of each resized to that
+long side, q90 4:2:0, e.g. ImageNet-sized), the file is packed in memory
+(``fastprep.io.transcode_jpeg``, the ``auto`` interval, interval index included) and parsed:
+the header (everything before the scan's entropy-coded data, without the interval index),
+the index, and where every restart interval starts and ends. Then for ``--windows`` random ``--size`` x ``--size`` windows:
 
 * **window bytes**: the intervals the window's MCUs fall in (one pixel of context on every
   side, as the ROI decode reads for upsampling), summed: what a reader must fetch besides
@@ -24,7 +24,6 @@ windows, per file.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import statistics
 import sys
@@ -37,6 +36,8 @@ except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fastprep.io as fio  # noqa: E402
+from bench_pack_policy import load_photos  # noqa: E402  (same folder: on sys.path when run as a script)
+from bench_roi_dali import resized_q90  # noqa: E402
 
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
@@ -98,17 +99,6 @@ def window_cost(layout: dict, top: int, left: int, size: int) -> tuple[int, int,
     return total, ranges, bounds[needed[-1] + 1] - bounds[needed[0]]
 
 
-def resized(data: bytes, long_side: int) -> bytes:
-    from PIL import Image
-
-    img = Image.open(io.BytesIO(data)).convert("RGB")
-    scale = long_side / max(img.size)
-    img = img.resize((max(1, round(img.size[0] * scale)), max(1, round(img.size[1] * scale))), Image.LANCZOS)
-    out = io.BytesIO()
-    img.save(out, "JPEG", quality=90)
-    return out.getvalue()
-
-
 def measure(name: str, data: bytes, windows: int, size: int, rng) -> dict | None:
     packed = fio.transcode_jpeg(data)
     layout = parse_packed(packed)
@@ -146,14 +136,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     rows = []
-    names = sorted(n for n in os.listdir(args.photos) if n.lower().endswith((".jpg", ".jpeg")))
-    for n in names:
-        with open(os.path.join(args.photos, n), "rb") as f:
-            data = f.read()
+    for n, data in load_photos(args.photos):
         stem = n.rsplit(".", 1)[0]
         variants = [(stem, data)]
         if args.long_side:
-            variants.append((f"{stem} @{args.long_side}", resized(data, args.long_side)))
+            variants.append((f"{stem} @{args.long_side}", resized_q90(os.path.join(args.photos, n), args.long_side)))
         for label, blob in variants:
             r = measure(label, blob, args.windows, args.size, rng)
             if r is not None:

@@ -55,47 +55,60 @@ int64_t not_regular_code(mode_t mode) {
   return kOtherKind;
 }
 
-// The bytes of the regular file `path` into `out`; 0, an errno value, or a NotRegular code.
-// As datasets._read_regular_file: a FIFO or device is refused by stat before it is opened,
-// and by fstat of the non-blocking descriptor after, so it never blocks.
-int64_t read_one(const std::string& path, at::Tensor& out) {
-  struct stat st;
+// Opens the regular file `path` into `fd` (with its fstat in `st`); 0, an errno value, or a
+// NotRegular code (then no descriptor is left open). As datasets._read_regular_file: a FIFO
+// or device is refused by stat before it is opened, and by fstat of the non-blocking
+// descriptor after, so it never blocks.
+int64_t open_regular(const std::string& path, int& fd, struct stat& st) {
+  fd = -1;
   if (::stat(path.c_str(), &st) != 0) return errno;
   if (!S_ISREG(st.st_mode)) return not_regular_code(st.st_mode);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno;
   int64_t code = 0;
   if (::fstat(fd, &st) != 0) {
     code = errno;
   } else if (!S_ISREG(st.st_mode)) {
     code = not_regular_code(st.st_mode);
-  } else {
-    std::vector<uint8_t> grown;  // only when the file grew since fstat
-    int64_t size = (int64_t)st.st_size, have = 0;
-    out = at::empty({size}, at::kByte);
-    uint8_t* p = out.data_ptr<uint8_t>();
-    for (;;) {
-      uint8_t chunk[1 << 14];
-      const bool inside = have < size;
-      const ssize_t n = inside ? ::read(fd, p + have, (size_t)(size - have)) : ::read(fd, chunk, sizeof chunk);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        code = errno;
-        break;
-      }
-      if (n == 0) break;
-      if (inside) {
-        have += n;
-      } else {
-        grown.insert(grown.end(), chunk, chunk + n);
-      }
+  }
+  if (code != 0) {
+    ::close(fd);
+    fd = -1;
+  }
+  return code;
+}
+
+// The bytes of the regular file `path` into `out`; 0, an errno value, or a NotRegular code.
+int64_t read_one(const std::string& path, at::Tensor& out) {
+  struct stat st;
+  int fd;
+  int64_t code = open_regular(path, fd, st);
+  if (code != 0) return code;
+  std::vector<uint8_t> grown;  // only when the file grew since fstat
+  int64_t size = (int64_t)st.st_size, have = 0;
+  out = at::empty({size}, at::kByte);
+  uint8_t* p = out.data_ptr<uint8_t>();
+  for (;;) {
+    uint8_t chunk[1 << 14];
+    const bool inside = have < size;
+    const ssize_t n = inside ? ::read(fd, p + have, (size_t)(size - have)) : ::read(fd, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      code = errno;
+      break;
     }
-    if (code == 0 && (have < size || !grown.empty())) {  // shrank or grew: what was read
-      at::Tensor exact = at::empty({have + (int64_t)grown.size()}, at::kByte);
-      std::memcpy(exact.data_ptr<uint8_t>(), p, (size_t)have);
-      if (!grown.empty()) std::memcpy(exact.data_ptr<uint8_t>() + have, grown.data(), grown.size());
-      out = exact;
+    if (n == 0) break;
+    if (inside) {
+      have += n;
+    } else {
+      grown.insert(grown.end(), chunk, chunk + n);
     }
+  }
+  if (code == 0 && (have < size || !grown.empty())) {  // shrank or grew: what was read
+    at::Tensor exact = at::empty({have + (int64_t)grown.size()}, at::kByte);
+    std::memcpy(exact.data_ptr<uint8_t>(), p, (size_t)have);
+    if (!grown.empty()) std::memcpy(exact.data_ptr<uint8_t>() + have, grown.data(), grown.size());
+    out = exact;
   }
   ::close(fd);
   if (code != 0) out = at::Tensor();
@@ -213,14 +226,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> read_tar_members(const std::vect
       if (fd >= 0) ::close(fd);
       open_path = &shards[i];
       struct stat st;
-      fd = -1;
-      if (::stat(open_path->c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-        fd = ::open(open_path->c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-        if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-          ::close(fd);
-          fd = -1;
-        }
-      }
+      open_regular(*open_path, fd, st);  // fd < 0 on any failure: the Python path names it
     }
     cv[i] = fd < 0 ? 1 : read_member(fd, offsets[i], sizes[i], members[i], datas[i]);
     if (cv[i] != 0) datas[i] = at::empty({0}, at::kByte);
