@@ -5,7 +5,8 @@ For every JPEG of ``--photos DIR`` (and, with ``--long-side``, a copy of each re
 long side, q90 4:2:0, e.g. ImageNet-sized), the file is packed in memory
 (``fastprep.io.transcode_jpeg``, the ``auto`` interval, interval index included) and parsed:
 the header (everything before the scan's entropy-coded data, without the interval index),
-the index, and where every restart interval starts and ends. Then for ``--windows`` random ``--size`` x ``--size`` windows:
+the index, and where every restart interval starts and ends. Then for ``--windows`` random
+``--size`` x ``--size`` windows:
 
 * **window bytes**: the intervals the window's MCUs fall in (one pixel of context on every
   side, as the ROI decode reads for upsampling), summed: what a reader must fetch besides
