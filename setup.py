@@ -121,8 +121,10 @@ def main():
         print(f"fastprep: sanitizers for the C++ op: {' '.join(san_compile)}")
 
     csrc = "csrc"
-    sources = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".cpp"))
-    headers = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".h"))
+    # csrc/ and its layer folders (jpeg/, ops/, batch/, readers/)
+    files = sorted(os.path.join(d, f) for d, _, names in os.walk(csrc) for f in names)
+    sources = [f for f in files if f.endswith(".cpp")]
+    headers = [f for f in files if f.endswith(".h")]
     cpp_ext = CppExtension(
         "fastprep._C",
         sources=sources,
@@ -130,9 +132,12 @@ def main():
         library_dirs=library_dirs,
         libraries=["jpeg"],
         depends=headers,
-        # No FP contraction: the batch op's float conversion must round each multiply and
-        # add as fastprep.data.BatchConvert does (it writes fmaf where it means one).
-        extra_compile_args={"cxx": ["-O3", "-ffp-contract=off"] + san_compile},
+        # No FP contraction: the batch op's float conversion and the pixel kernels must round
+        # each multiply and add as the torch code they reproduce does (they write fma where
+        # torch fuses one). -fno-trapping-math changes no value (IEEE rounding, NaNs, signed
+        # zeros and reciprocals stay as written); it lets loops whose selects compare floats
+        # vectorize (the pixel kernels).
+        extra_compile_args={"cxx": ["-O3", "-ffp-contract=off", "-fno-trapping-math"] + san_compile},
         extra_link_args=san_link,
         define_macros=[("FASTPREP_LIBJPEG_VERSION", f'"{version}"')],
     )

@@ -56,6 +56,7 @@ from ._plan import (
 )
 
 __all__ = [
+    "OnDecoded",
     "DecodeCenterCrop",
     "DecodeRandomCrop",
     "DecodeRandomResizedCrop",
@@ -547,6 +548,66 @@ class DecodeResizeCenterCrop(_ResizeBase):
                 f"dct_scaling={self.dct_scaling}, {self._io_repr()}")
 
 
-for _cls in (DecodeRandomCrop, DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize, DecodeResizeCenterCrop):
+# ---------------------------------------------------------------------------------------
+# a pipeline on decoded images
+
+
+class OnDecoded(v2.Transform):
+    """Decode the whole JPEG (:func:`fastprep.io.decode_jpeg`), then apply ``transform``: a
+    pipeline on decoded images, such as an unchanged torchvision v2 recipe.
+
+    This is what ``make_loader(transform=...)`` makes of a pipeline on decoded images; the
+    processes engine calls it per sample, and the threads engine compiles ``transform`` into
+    native steps that give the same bits (``docs/augment.md``). ``fastprep.io.decode_jpeg``
+    gives the bits of ``torchvision.io.decode_jpeg``.
+
+    Args:
+        transform: a callable on a uint8 ``[C, H, W]`` image.
+        {io}
+
+    Output: whatever ``transform`` returns.
+    """
+
+    def __init__(self, transform: Any, mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS,
+                 strict: bool = False, max_scans: int | None = None) -> None:
+        super().__init__()
+        if not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+        _checks.mode_name(mode)
+        self.mode = mode
+        self.max_pixels = _checks.max_pixels(max_pixels)
+        self.strict = bool(strict)
+        self.max_scans = _checks.optional_max_scans(max_scans)
+
+    def forward(self, *inputs: Any) -> Any:
+        if len(inputs) != 1:
+            raise TypeError(f"OnDecoded takes one encoded image, got {len(inputs)} inputs")
+        data, path = _encoded(inputs[0], type(self).__name__)
+        kw: dict[str, Any] = {"max_pixels": self.max_pixels, "strict": self.strict}
+        if self.max_scans is not None:
+            kw["max_scans"] = self.max_scans
+        with _file_named(path):
+            image = fio.decode_jpeg(data, self.mode, **kw)
+        return self.transform(image)
+
+    def decoded_equivalent(self) -> Any:
+        """The transform on a decoded image (the full-decode fallback of a dataset applies it to
+        files fastprep's JPEG decode does not take)."""
+        return self.transform
+
+    def extra_repr(self) -> str:
+        return f"transform={self.transform!r}, mode={self.mode!r}"
+
+
+_DECODE_TYPES = (DecodeRandomCrop, DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize, DecodeResizeCenterCrop)
+
+
+def is_decode_transform(transform: Any) -> bool:
+    """Whether ``transform`` is one of fastprep's window decode transforms (exact types)."""
+    return type(transform) in _DECODE_TYPES
+
+
+for _cls in (*_DECODE_TYPES, OnDecoded):
     _cls.__doc__ = (_cls.__doc__ or "").replace("{io}", _IO_ARGS_DOC)
 del _cls

@@ -1,0 +1,322 @@
+"""The native side of torchvision v2 transforms: how fastprep's threads engine runs them.
+
+Each supported torchvision class has one :class:`NativeTransform` subclass, registered with
+:func:`native_transform` by the class it serves (exact types: a subclass may draw or compute
+differently). It carries the transform's whole native side:
+
+* :meth:`NativeTransform.params`: the transform's static parameters, read from the torchvision
+  object (which the user builds as usual; nothing changes on their side), checked so that an
+  unsupported parameter raises :class:`Unsupported` with the reason;
+* :meth:`NativeTransform.draw`: its random draws, written with an explicit generator: exactly the
+  torch RNG calls the v2 transform makes, in the same order, emitting the pixel steps the native
+  kernels run (csrc/ops/pixel_kernel.h). The same draw is written once in C++
+  (csrc/ops/native_draw.h, registered under :attr:`NativeTransform.draw_name`), which the
+  batch planner runs without the GIL; tests compare the two and both with torchvision.
+
+:func:`build_program` lays a list of native transforms out as the node tables the C++ planner
+reads (csrc/ops/native_draw.h: NodeSpec), :func:`draw_steps` runs the Python draws.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import torch
+from torchvision.transforms import v2
+
+from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
+from .._layout import as_bytes, struct_dtype
+
+__all__ = [
+    "NativeTransform",
+    "Program",
+    "Steps",
+    "TorchDraws",
+    "Unsupported",
+    "build_program",
+    "draw_steps",
+    "kernel_id",
+    "native_transform",
+    "to_native",
+]
+
+
+class Unsupported(ValueError):
+    """A transform, or one of its parameters, has no exact native implementation (the message
+    names the transform and says why); the processes engine runs it instead."""
+
+
+def f32(x: float) -> float:
+    """``x`` rounded to float32, as torch rounds a Python float compared with a float32 tensor."""
+    return float(np.float32(x))
+
+
+class TorchDraws:
+    """The torch draws of one sample on an explicit generator: each method makes the call of the
+    torch function it names (what v2 makes on the default generator) and returns its value. The
+    C++ twin is ``Draws`` in csrc/ops/native_draw.h."""
+
+    def __init__(self, generator: torch.Generator):
+        self.generator = generator
+
+    def uniform(self, low: float, high: float) -> float:
+        """``float(torch.empty(1).uniform_(low, high))``."""
+        return float(torch.empty(1).uniform_(low, high, generator=self.generator))
+
+    def rand(self) -> float:
+        """``torch.rand(1)`` (or ``torch.rand(())``), as a float."""
+        return float(torch.rand(1, generator=self.generator))
+
+    def randint(self, low: int, high: int) -> int:
+        """``int(torch.randint(low, high, (1,)))`` (the same draw as ``torch.randint(high, ())``)."""
+        return int(torch.randint(low, high, (1,), generator=self.generator))
+
+    def randperm(self, n: int) -> list[int]:
+        """``torch.randperm(n).tolist()``."""
+        return torch.randperm(n, generator=self.generator).tolist()
+
+    def multinomial(self, weights: Sequence[float]) -> int:
+        """``int(torch.multinomial(torch.tensor(weights), 1))``."""
+        return int(torch.multinomial(torch.tensor(list(weights)), 1, generator=self.generator))
+
+    def normal(self, shape: Sequence[int]) -> torch.Tensor:
+        """``torch.empty(shape, dtype=torch.float32).normal_()``."""
+        return torch.empty(tuple(shape), dtype=torch.float32).normal_(generator=self.generator)
+
+
+@functools.cache
+def _kernel_ids() -> dict[str, int]:
+    names = torch.ops.fastprep.pixel_kernel_names().split()
+    return {name: k for k, name in enumerate(names)}
+
+
+def kernel_id(name: str) -> int:
+    """The id of pixel kernel ``name`` (csrc/ops/pixel_kernel.h)."""
+    return _kernel_ids()[name]
+
+
+@functools.cache
+def _draw_ids() -> dict[str, int]:
+    names = torch.ops.fastprep.node_draw_names().split()
+    return {name: k for k, name in enumerate(names)}
+
+
+class Steps:
+    """The pixel steps a sample's draws emit, and the image they will see.
+
+    Attributes:
+        channels, height, width: the image the next step sees.
+        items: ``(kernel name, ints, floats)`` per step, in order.
+        extras: tensors steps refer to by index (RandomErasing's noise).
+    """
+
+    def __init__(self, channels: int, height: int, width: int):
+        self.channels, self.height, self.width = channels, height, width
+        self.items: list[tuple[str, tuple, tuple]] = []
+        self.extras: list[torch.Tensor] = []
+
+    def emit(self, kernel: str, ints: Sequence[int] = (), floats: Sequence[float] = ()) -> None:
+        self.items.append((kernel, tuple(int(v) for v in ints), tuple(float(v) for v in floats)))
+
+    def keep(self, tensor: torch.Tensor) -> int:
+        self.extras.append(tensor)
+        return len(self.extras) - 1
+
+    def records(self) -> np.ndarray:
+        """The steps as PixelStep records (csrc/ops/pixel_kernel.h)."""
+        out = np.zeros(len(self.items), dtype=struct_dtype("PixelStep"))
+        for k, (name, ints, floats) in enumerate(self.items):
+            out[k]["kernel"] = kernel_id(name)
+            out[k]["i"][: len(ints)] = ints
+            out[k]["f"][: len(floats)] = floats
+        return out
+
+
+class NativeTransform:
+    """The native side of one torchvision transform class (see the module's docstring).
+
+    Subclasses set :attr:`draw_name` (the C++ draw) and :attr:`stage`, and implement
+    :meth:`params` and :meth:`draw`; containers also :meth:`children`.
+    """
+
+    #: The torchvision class served (set by :func:`native_transform`).
+    source_type: ClassVar[type]
+    #: The name of the C++ draw (csrc/ops/*.cpp: FP_REGISTER_NODE_DRAW).
+    draw_name: ClassVar[str]
+    #: ``"uint8"``: runs on the uint8 image (before ToDtype); ``"float"``: on the float32 image
+    #: after ToDtype + Normalize (RandomErasing).
+    stage: ClassVar[str] = "uint8"
+
+    def __init__(self, transform: Any):
+        self.transform = transform
+
+    def params(self) -> tuple[list[int], list[float]]:
+        """The static ``(ints, floats)`` of the C++ node."""
+        return [], []
+
+    def children(self) -> list[NativeTransform]:
+        """The native sides of the transforms this one contains (containers)."""
+        return []
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        """Make the transform's torch draws on ``draws`` and emit its steps into ``steps``."""
+        raise NotImplementedError
+
+    def unsupported(self, why: str) -> Unsupported:
+        """An :class:`Unsupported` naming this transform."""
+        return Unsupported(f"{type(self.transform).__name__}: {why}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.transform!r})"
+
+
+_REGISTRY: dict[type, type[NativeTransform]] = {}
+
+
+def native_transform(source_type: type):
+    """Class decorator: register a :class:`NativeTransform` subclass as the native side of
+    ``source_type`` (exactly that class, not its subclasses)."""
+
+    def register(cls: type[NativeTransform]) -> type[NativeTransform]:
+        if source_type in _REGISTRY:
+            raise ValueError(f"{source_type.__name__} already has a native side: {_REGISTRY[source_type].__name__}")
+        cls.source_type = source_type
+        _REGISTRY[source_type] = cls
+        return cls
+
+    return register
+
+
+def to_native(transform: Any) -> NativeTransform:
+    """The native side of ``transform``.
+
+    Raises:
+        Unsupported: the transform's class has no native side (or a subclass of one: it may
+            draw or compute differently), or one of its parameters cannot be made exact.
+    """
+    cls = _REGISTRY.get(type(transform))
+    if cls is None:
+        served = [t for t in _REGISTRY if isinstance(transform, t)]
+        if served:
+            raise Unsupported(f"{type(transform).__name__} subclasses {served[0].__name__}, whose native side "
+                              "may not match it; only the torchvision class itself runs natively")
+        raise Unsupported(f"{type(transform).__name__} has no native implementation")
+    return cls(transform)
+
+
+class Program(NamedTuple):
+    """Native transforms laid out for the C++ planner: ``nodes`` (NodeSpec records, as bytes),
+    the ``ints`` and ``floats`` pools, and how many leading nodes run in order (the rest are
+    children, each parent's children contiguous and after it)."""
+
+    nodes: torch.Tensor
+    ints: torch.Tensor
+    floats: torch.Tensor
+    num_roots: int
+
+
+def build_program(roots: Sequence[NativeTransform]) -> Program:
+    """The node tables of ``roots`` (run in order) and all their descendants."""
+    order: list[NativeTransform] = list(roots)
+    first_child: list[int] = []
+    k = 0
+    while k < len(order):  # breadth first: each node's children placed together at the end
+        kids = order[k].children()
+        first_child.append(len(order))
+        order.extend(kids)
+        k += 1
+    nodes = np.zeros(len(order), dtype=struct_dtype("NodeSpec"))
+    ints: list[int] = []
+    floats: list[float] = []
+    draw_ids = _draw_ids()
+    for k, t in enumerate(order):
+        i, f = t.params()
+        nodes[k]["draw"] = draw_ids[t.draw_name]
+        nodes[k]["first_child"] = first_child[k]
+        nodes[k]["num_children"] = len(t.children())
+        nodes[k]["ints_at"], nodes[k]["num_ints"] = len(ints), len(i)
+        nodes[k]["floats_at"], nodes[k]["num_floats"] = len(floats), len(f)
+        ints.extend(int(v) for v in i)
+        floats.extend(float(v) for v in f)
+    return Program(as_bytes(nodes), torch.tensor(ints, dtype=torch.int64), torch.tensor(floats, dtype=torch.float64),
+                   len(roots))
+
+
+def draw_steps(roots: Sequence[NativeTransform], draws: TorchDraws, channels: int, height: int, width: int) -> Steps:
+    """Run the Python draws of ``roots`` in order on an image of that shape."""
+    steps = Steps(channels, height, width)
+    for t in roots:
+        t.draw(draws, steps)
+    return steps
+
+
+# ---------------------------------------------------------------------------------------
+# Containers (v2.Compose is flattened by the compiler).
+
+
+def _children_of(transform: Any) -> list[NativeTransform]:
+    return [to_native(t) for t in transform.transforms]
+
+
+@native_transform(v2.RandomApply)
+class NativeRandomApply(NativeTransform):
+    """``v2.RandomApply(transforms, p)``: ``torch.rand(1) >= p`` skips, else every transform."""
+
+    draw_name = "RandomApply"
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        self._children = _children_of(transform)
+
+    def children(self) -> list[NativeTransform]:
+        return self._children
+
+    def params(self) -> tuple[list[int], list[float]]:
+        return [], [float(self.transform.p)]
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        if draws.rand() >= f32(self.transform.p):
+            return
+        for t in self._children:
+            t.draw(draws, steps)
+
+
+@native_transform(v2.RandomChoice)
+class NativeRandomChoice(NativeTransform):
+    """``v2.RandomChoice(transforms, p)``: ``torch.multinomial(torch.tensor(p), 1)`` picks one."""
+
+    draw_name = "RandomChoice"
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        self._children = _children_of(transform)
+
+    def children(self) -> list[NativeTransform]:
+        return self._children
+
+    def params(self) -> tuple[list[int], list[float]]:
+        return [], [float(p) for p in self.transform.p]
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        self._children[draws.multinomial(self.transform.p)].draw(draws, steps)
+
+
+@native_transform(v2.RandomOrder)
+class NativeRandomOrder(NativeTransform):
+    """``v2.RandomOrder(transforms)``: every transform, in the order of ``torch.randperm(n)``."""
+
+    draw_name = "RandomOrder"
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        self._children = _children_of(transform)
+
+    def children(self) -> list[NativeTransform]:
+        return self._children
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        for k in draws.randperm(len(self._children)):
+            self._children[k].draw(draws, steps)
