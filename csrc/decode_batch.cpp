@@ -2,15 +2,16 @@
 // for a whole batch in one call, on a pool of native threads, each sample written straight
 // into its slot of a preallocated batch.
 //
-// Per sample i (plan row i, written by fastprep/data/native.py from the transforms' own
-// geometry): read the header; decode a window at a DCT scale (decode_roi_into: the
-// restart-interval path on packed files, else libjpeg); optionally resize it with
-// resize_aa's kernel (a window of a virtual full-image grid, hflip fused); place the result
-// on the sample's canvas, the rest of which is padding; optionally apply RandomMask's
-// random, cross-dilated mask (the same bits as fastprep/_kernels/_mask.py for the same
-// seed); write out[i]: uint8, or float with the batch conversion of
-// fastprep.data.BatchConvert fused into the write (same float32 operations in the same
-// order, so the same bits).
+// Per sample i (its SamplePlan, batch/plan.h, written by fastprep/data/native.py from the
+// transforms' own geometry and draws): read the header; decode a window at a DCT scale
+// (decode_roi_into: the restart-interval path on packed files, else libjpeg); optionally
+// resize it with resize_aa's kernel (a window of a virtual full-image grid, hflip fused);
+// place the result on the sample's canvas, the rest of which is padding; optionally apply
+// RandomMask's random, cross-dilated mask (the same bits as fastprep/_kernels/_mask.py for
+// the same seed); run the sample's pixel steps (the native augmentations, ops/pixel_kernel.h);
+// write out[i]: uint8, or float with the batch's conversion fused into the write
+// (fastprep.data.BatchConvert's, or v2 ToDtype + Normalize's: the same float32 operations in
+// the same order, so the same bits), then the float steps (RandomErasing after Normalize).
 //
 // Errors never abort the batch: each sample gets a status (0 ok, 1 ok with a libjpeg
 // warning, 2 error) and a message. Threads take samples from an atomic counter: the calling
@@ -40,8 +41,9 @@
 #include <pthread.h>
 #endif
 
-#include "decode_batch.h"
+#include "batch/plan.h"
 #include "jpeg_ops.h"
+#include "ops/pixel_kernel.h"
 #include "resize_aa.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
@@ -58,27 +60,19 @@ namespace fastprep {
 namespace {
 
 
-// Conversion fused into the write of a float batch (fastprep/data/native.py picks it; the
-// params rows are per output channel: m0, m1, m2, offset, gain, bias).
-enum Convert : int64_t {
-  kNoConvert = 0,     // uint8 out
-  kDiv255 = 1,        // x / 255
-  kAffine = 2,        // x * gain + bias (two roundings)
-  kYuv = 3,           // ((m0 r + m1 g) + m2 b) + offset (each step rounded)
-  kYuvAffine = 4,     // kYuv, then * gain + bias (two roundings)
-  kYuvAffineFma = 5,  // kYuv, then fma(., gain, bias) (one rounding)
-};
-constexpr int64_t kParamColumns = 6;
 constexpr int64_t kMaskPrecisionBits = 16;
 
 struct Batch {
   std::vector<const uint8_t*> bytes;
   std::vector<size_t> sizes;
-  const int64_t* plans = nullptr;
-  const double* scales = nullptr;
+  const SamplePlan* plans = nullptr;
+  const PixelStep* steps = nullptr;
+  int64_t num_steps = 0;
+  StepExtras extras;
   int64_t mode = 0, max_pixels = 0, max_scans = 0;
   bool strict = false;
-  int64_t C = 0, H = 0, W = 0;
+  int64_t C = 0, H = 0, W = 0;  // out's channels and size
+  int64_t DC = 0;               // channels of the decoded canvas (C unless a step changes it)
   at::ScalarType dtype = at::kByte;
   char* out = nullptr;
   int64_t sn = 0, sc = 0, sh = 0, sw = 0;  // out strides, in elements
@@ -86,7 +80,10 @@ struct Batch {
   uint8_t mask_fill[4] = {0, 0, 0, 0};
   int64_t convert = kNoConvert;
   float coef[3][4] = {};
-  float gain[3] = {}, bias[3] = {};
+  float gain[4] = {}, bias[4] = {};
+  float scale = 0, mean[4] = {}, std_[4] = {};
+  // The sample goes through a planar float32 image (the v2 conversions, float steps).
+  bool via_float = false;
 };
 
 // A sample's uint8 pixels: channel c, row y, column x at p[c * cs + y * ys + x * xs].
@@ -99,15 +96,10 @@ struct Canvas {
 struct Scratch {
   std::vector<uint8_t> decoded, region, canvas, mask_row;
   std::vector<uint64_t> bits, dilated;
-  std::vector<float> rows;
+  std::vector<float> rows, image;
   std::vector<uint16_t> half_rows;
+  KernelScratch kernels;
 };
-
-template <typename T>
-T* grown(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
 
 // ------------------------------------------------------------------------------------
 // Random mask: fastprep/_kernels/_mask.py ported word for word (same counters, same bits).
@@ -199,7 +191,7 @@ void apply_mask(const Canvas& cv, const Batch& b, uint64_t seed, int64_t m, Scra
   uint8_t* mask = grown(s.mask_row, (size_t)W);
   for (int64_t y = 0; y < H; y++) {
     unpack_mask_row(dil + y * nw, W, mask);
-    for (int64_t c = 0; c < b.C; c++) blend_row(cv.p + c * cv.cs + y * cv.ys, cv.xs, mask, W, b.mask_fill[c]);
+    for (int64_t c = 0; c < b.DC; c++) blend_row(cv.p + c * cv.cs + y * cv.ys, cv.xs, mask, W, b.mask_fill[c]);
   }
 }
 
@@ -207,7 +199,7 @@ void apply_mask(const Canvas& cv, const Batch& b, uint64_t seed, int64_t m, Scra
 // Canvas assembly.
 
 void fill_canvas(const Canvas& cv, const Batch& b) {
-  for (int64_t c = 0; c < b.C; c++)
+  for (int64_t c = 0; c < b.DC; c++)
     for (int64_t y = 0; y < b.H; y++) {
       uint8_t* p = cv.p + c * cv.cs + y * cv.ys;
       if (cv.xs == 1) {
@@ -276,6 +268,16 @@ void place_region(int64_t C, const uint8_t* src, bool interleaved, int64_t h, in
 template <bool FMA>
 __attribute__((always_inline)) inline void convert_row_impl(const Batch& b, const uint8_t* const* in, int64_t n, float* const* out) {
   switch (b.convert) {
+    case kToFloat:
+      for (int64_t c = 0; c < b.C; c++)
+        for (int64_t x = 0; x < n; x++) out[c][x] = (float)in[c][x] * b.scale;
+      break;
+    case kToFloatNormalize:  // v2: image.sub(mean).div_(std) after the scale
+      for (int64_t c = 0; c < b.C; c++) {
+        const float m = b.mean[c], d = b.std_[c];
+        for (int64_t x = 0; x < n; x++) out[c][x] = ((float)in[c][x] * b.scale - m) / d;
+      }
+      break;
     case kDiv255:
       for (int64_t c = 0; c < b.C; c++)
         for (int64_t x = 0; x < n; x++) out[c][x] = (float)in[c][x] / 255.0f;
@@ -441,6 +443,80 @@ void write_float(const Batch& b, int64_t i, const uint8_t* planes, Scratch& s) {
 
 
 // ------------------------------------------------------------------------------------
+// The path through a planar float32 image (the v2 conversions, and float steps): convert
+// the canvas, run the float steps, then store the image into out[i].
+
+// Whether out[i] is itself a contiguous planar float32 image (the steps then run in place).
+bool out_is_planar_f32(const Batch& b) {
+  return b.dtype == at::kFloat && b.sw == 1 && b.sh == b.W && b.sc == b.H * b.W;
+}
+
+// The canvas's planar uint8 image converted into `image` (planar float32, b.C channels).
+void convert_image(const Batch& b, const uint8_t* planes, float* image) {
+  const int64_t H = b.H, W = b.W, plane = H * W;
+  const uint8_t* in[4];
+  float* out[4];
+  for (int64_t c = 0; c < b.C; c++) {
+    in[c] = planes + c * plane;
+    out[c] = image + c * plane;
+  }
+  convert_row(b, in, plane, out);  // the planes are contiguous: one "row" of H * W pixels
+}
+
+// A planar float32 image into out[i]: float32, float16 or bfloat16, planar or channels-last.
+void store_image(const Batch& b, int64_t i, const float* image, Scratch& s) {
+  const int64_t C = b.C, H = b.H, W = b.W;
+  const size_t esize = b.dtype == at::kFloat ? 4 : 2;
+  char* base = b.out + i * b.sn * (int64_t)esize;
+  uint16_t* bits = grown(s.half_rows, (size_t)W);
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t y = 0; y < H; y++) {
+      const float* src = image + (c * H + y) * W;
+      char* dst = base + (c * b.sc + y * b.sh) * (int64_t)esize;
+      if (b.dtype == at::kFloat) {
+        float* d = reinterpret_cast<float*>(dst);
+        if (b.sw == 1) {
+          if (d != src) std::memcpy(d, src, (size_t)W * sizeof(float));
+        } else {
+          for (int64_t x = 0; x < W; x++) d[x * b.sw] = src[x];
+        }
+        continue;
+      }
+      uint16_t* target = b.sw == 1 ? reinterpret_cast<uint16_t*>(dst) : bits;
+      if (b.dtype == at::kHalf)
+        to_half(src, W, target);
+      else
+        to_bfloat16(src, W, target);
+      if (b.sw != 1) {
+        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t x = 0; x < W; x++) d[x * b.sw] = bits[x];
+      }
+    }
+}
+
+// A planar uint8 image (b.C channels) into the uint8 out[i], whatever its strides.
+void store_u8(const Batch& b, int64_t i, const uint8_t* planes) {
+  uint8_t* base = reinterpret_cast<uint8_t*>(b.out) + i * b.sn;
+  for (int64_t c = 0; c < b.C; c++)
+    for (int64_t y = 0; y < b.H; y++) {
+      const uint8_t* src = planes + (c * b.H + y) * b.W;
+      uint8_t* dst = base + c * b.sc + y * b.sh;
+      if (b.sw == 1) {
+        std::memcpy(dst, src, (size_t)b.W);
+      } else {
+        for (int64_t x = 0; x < b.W; x++) dst[x * b.sw] = src[x];
+      }
+    }
+}
+
+// Runs steps [first, first + count) on `image`.
+void run_steps(const Batch& b, int64_t first, int64_t count, Image& image, Scratch& s) {
+  s.kernels.extras = b.extras;
+  for (int64_t k = first; k < first + count; k++) run_pixel_step(b.steps[k], image, s.kernels);
+}
+
+
+// ------------------------------------------------------------------------------------
 // Helper threads, created once and reused by every call (a call used to start and join
 // its own threads, and their scratch buffers were allocated and page-faulted again).
 //
@@ -544,103 +620,129 @@ void trim(Scratch& s) {
   trim(s.dilated);
   trim(s.rows);
   trim(s.half_rows);
+  trim(s.image);
+  for (auto& v : s.kernels.f32) trim(v);
+  trim(s.kernels.u8);
+  trim(s.kernels.i32);
 }
 
 // ------------------------------------------------------------------------------------
 // One sample.
 
-// Decodes, resizes, places, masks and writes sample i. Returns its libjpeg warning ("" for
-// none); raises (c10::Error) on errors.
+// Decodes, resizes, places, masks, augments and writes sample i. Returns its libjpeg warning
+// ("" for none); raises (c10::Error) on errors.
 std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
-  const int64_t* p = b.plans + i * kPlanColumns;
-  const double* f = b.scales + i * kScaleColumns;
-  const int64_t C = b.C, H = b.H, W = b.W;
+  const SamplePlan& p = b.plans[i];
+  const int64_t DC = b.DC, H = b.H, W = b.W;
   thread_warning().clear();
   Decoder dec(b.strict);
   const fp_info info = read_header(dec, b.bytes[i], b.sizes[i]);
-  const int64_t num = p[kNum], dh = p[kDecH], dw = p[kDecW];
-  check_window_fits(info, p[kDecTop], p[kDecLeft], dh, dw, num);
+  const int64_t num = p.scale_num, dh = p.height, dw = p.width;
+  check_window_fits(info, p.top, p.left, dh, dw, num);
   const int channels = decodable_channels(info, b.mode, b.max_pixels);
-  TORCH_CHECK_VALUE(channels == C, "the image decodes to ", channels, " channels in this mode; the batch has ",
-                    C);
+  TORCH_CHECK_VALUE(channels == DC, "the image decodes to ", channels, " channels in this mode; the batch has ",
+                    DC);
 
   const bool u8 = b.dtype == at::kByte;
-  Canvas cv = u8 ? Canvas{reinterpret_cast<uint8_t*>(b.out) + i * b.sn, b.sc, b.sh, b.sw}
-                 : Canvas{grown(s.canvas, (size_t)(C * H * W)), H * W, W, 1};
-  const bool placed = p[kPlaced] != 0;
-  const int64_t rh = p[kRegionH], rw = p[kRegionW], top = p[kPlaceTop], left = p[kPlaceLeft];
+  const bool stepped = p.num_steps > 0 || p.num_float_steps > 0;
+  // The canvas: out[i] itself for a plain uint8 batch, else a planar scratch image.
+  const bool in_out = u8 && !stepped;
+  Canvas cv = in_out ? Canvas{reinterpret_cast<uint8_t*>(b.out) + i * b.sn, b.sc, b.sh, b.sw}
+                     : Canvas{grown(s.canvas, (size_t)(DC * H * W)), H * W, W, 1};
+  const bool placed = p.placed != 0;
+  const int64_t rh = p.region_h, rw = p.region_w, top = p.place_top, left = p.place_left;
   const bool covers = placed && top == 0 && left == 0 && rh == H && rw == W;
   const bool planar_dense = cv.xs == 1 && cv.ys == W && cv.cs == H * W;
-  const bool interleaved_dense = cv.cs == 1 && cv.xs == C && cv.ys == W * C;
+  const bool interleaved_dense = cv.cs == 1 && cv.xs == DC && cv.ys == W * DC;
   if (!covers) fill_canvas(cv, b);
 
   auto decode = [&](bool channels_last, uint8_t* dst) {
-    decode_roi_into(dec, info, b.bytes[i], b.sizes[i], b.mode, p[kDecTop], p[kDecLeft], dh, dw, b.max_pixels, num,
+    decode_roi_into(dec, info, b.bytes[i], b.sizes[i], b.mode, p.top, p.left, dh, dw, b.max_pixels, num,
                     b.max_scans, channels_last, [dst]() { return dst; });
   };
   // slack after each buffer: the resize kernels may read a few bytes past a row
   constexpr size_t kSlack = 32;
   if (!placed) {
-    decode(false, grown(s.decoded, (size_t)(C * dh * dw) + kSlack));
-  } else if (!p[kResize]) {
+    decode(false, grown(s.decoded, (size_t)(DC * dh * dw) + kSlack));
+  } else if (!p.resize) {
     if (covers && (planar_dense || interleaved_dense)) {
       decode(interleaved_dense, cv.p);
     } else {
       const bool interleaved = cv.cs == 1;
-      uint8_t* d = grown(s.decoded, (size_t)(C * dh * dw) + kSlack);
+      uint8_t* d = grown(s.decoded, (size_t)(DC * dh * dw) + kSlack);
       decode(interleaved, d);
-      place_region(C, d, interleaved, dh, dw, cv, top, left);
+      place_region(DC, d, interleaved, dh, dw, cv, top, left);
     }
   } else {
-    const size_t in_bytes = (size_t)(C * dh * dw) + kSlack;
+    const size_t in_bytes = (size_t)(DC * dh * dw) + kSlack;
     uint8_t* d = grown(s.decoded, in_bytes);
     decode(true, d);
     const bool direct = covers && interleaved_dense;
-    uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(C * rh * rw) + kSlack);
-    resize_aa_into(d, C, dh, dw, dw * C, (int64_t)in_bytes, p[kFullOutH], p[kFullOutW], p[kOutTop], p[kOutLeft], rh,
-                   rw, p[kFullInH], p[kFullInW], p[kInTop], p[kInLeft], f[kScaleH], f[kScaleW], p[kAntialias] != 0,
-                   p[kHflip] != 0, r);
-    if (!direct) place_region(C, r, true, rh, rw, cv, top, left);
+    uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(DC * rh * rw) + kSlack);
+    resize_aa_into(d, DC, dh, dw, dw * DC, (int64_t)in_bytes, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh,
+                   rw, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w, p.antialias != 0,
+                   p.hflip != 0, r);
+    if (!direct) place_region(DC, r, true, rh, rw, cv, top, left);
   }
   std::string warning = std::move(thread_warning());
   thread_warning().clear();
 
-  if (p[kMask]) apply_mask(cv, b, (uint64_t)p[kMaskSeed], p[kMaskM], s);
-  if (!u8) write_float(b, i, cv.p, s);
+  if (p.mask) apply_mask(cv, b, (uint64_t)p.mask_seed, p.mask_m, s);
+  if (in_out) return warning;
+  Image image{cv.p, at::kByte, DC, H, W, DC * H * W};
+  run_steps(b, p.first_step, p.num_steps, image, s);
+  TORCH_CHECK_VALUE(image.channels == b.C, "the sample's steps leave ", image.channels,
+                    " channels; the batch has ", b.C);
+  if (u8) {
+    store_u8(b, i, cv.p);
+  } else if (!b.via_float && p.num_float_steps == 0) {
+    write_float(b, i, cv.p, s);
+  } else {
+    const bool in_place = out_is_planar_f32(b);
+    float* f = in_place ? reinterpret_cast<float*>(b.out) + i * b.sn : grown(s.image, (size_t)(b.C * H * W));
+    convert_image(b, cv.p, f);
+    Image fimage{f, at::kFloat, b.C, H, W, b.C * H * W};
+    run_steps(b, p.first_step + p.num_steps, p.num_float_steps, fimage, s);
+    TORCH_CHECK_VALUE(fimage.channels == b.C, "the sample's float steps changed its channels");
+    if (!in_place) store_image(b, i, f, s);
+  }
   return warning;
 }
 
 // ------------------------------------------------------------------------------------
 // Argument checks (on the calling thread, before any work).
 
-void check_plan_row(const int64_t* p, const double* f, int64_t i, int64_t C, int64_t H, int64_t W) {
-  auto flag = [&](int64_t col, const char* name) {
-    TORCH_CHECK_VALUE(p[col] == 0 || p[col] == 1, "decode_batch: plan ", i, ": ", name, " must be 0 or 1, got ",
-                      p[col]);
+void check_plan(const SamplePlan& p, int64_t i, int64_t C, int64_t H, int64_t W, int64_t num_steps) {
+  auto flag = [&](int64_t v, const char* name) {
+    TORCH_CHECK_VALUE(v == 0 || v == 1, "decode_batch: plan ", i, ": ", name, " must be 0 or 1, got ", v);
   };
-  flag(kResize, "resize");
-  flag(kAntialias, "antialias");
-  flag(kHflip, "hflip");
-  flag(kPlaced, "placed");
-  flag(kMask, "mask");
-  TORCH_CHECK_VALUE(p[kNum] >= 1 && p[kNum] <= 8, "decode_batch: plan ", i, ": the DCT scale must be in [1, 8], got ",
-                    p[kNum]);
-  TORCH_CHECK_VALUE(p[kDecTop] >= 0 && p[kDecLeft] >= 0 && p[kDecH] > 0 && p[kDecW] > 0, "decode_batch: plan ", i,
-                    ": bad decode window (top=", p[kDecTop], ", left=", p[kDecLeft], ", height=", p[kDecH],
-                    ", width=", p[kDecW], ")");
-  if (!p[kPlaced]) return;
-  const int64_t rh = p[kRegionH], rw = p[kRegionW];
-  if (p[kResize]) {
-    check_resize_args(C, p[kDecH], p[kDecW], p[kFullOutH], p[kFullOutW], p[kOutTop], p[kOutLeft], rh, rw,
-                      p[kFullInH], p[kFullInW], p[kInTop], p[kInLeft], f[kScaleH], f[kScaleW]);
+  flag(p.resize, "resize");
+  flag(p.antialias, "antialias");
+  flag(p.hflip, "hflip");
+  flag(p.placed, "placed");
+  flag(p.mask, "mask");
+  TORCH_CHECK_VALUE(p.scale_num >= 1 && p.scale_num <= 8, "decode_batch: plan ", i,
+                    ": the DCT scale must be in [1, 8], got ", p.scale_num);
+  TORCH_CHECK_VALUE(p.top >= 0 && p.left >= 0 && p.height > 0 && p.width > 0, "decode_batch: plan ", i,
+                    ": bad decode window (top=", p.top, ", left=", p.left, ", height=", p.height, ", width=", p.width,
+                    ")");
+  TORCH_CHECK_VALUE(p.first_step >= 0 && p.num_steps >= 0 && p.num_float_steps >= 0 &&
+                        p.first_step + p.num_steps + p.num_float_steps <= num_steps,
+                    "decode_batch: plan ", i, ": steps [", p.first_step, ", +", p.num_steps + p.num_float_steps,
+                    ") outside the ", num_steps, " steps given");
+  TORCH_CHECK_VALUE(p.mask_m >= 0, "decode_batch: plan ", i, ": the mask numerator must be >= 0, got ", p.mask_m);
+  if (!p.placed) return;
+  const int64_t rh = p.region_h, rw = p.region_w;
+  if (p.resize) {
+    check_resize_args(C, p.height, p.width, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh, rw, p.full_in_h,
+                      p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w);
   } else {
-    TORCH_CHECK_VALUE(rh == p[kDecH] && rw == p[kDecW], "decode_batch: plan ", i, ": without a resize the region (",
-                      rh, "x", rw, ") must be the decoded window (", p[kDecH], "x", p[kDecW], ")");
+    TORCH_CHECK_VALUE(rh == p.height && rw == p.width, "decode_batch: plan ", i, ": without a resize the region (",
+                      rh, "x", rw, ") must be the decoded window (", p.height, "x", p.width, ")");
   }
-  TORCH_CHECK_VALUE(p[kPlaceTop] >= 0 && p[kPlaceLeft] >= 0 && rh <= H - p[kPlaceTop] && rw <= W - p[kPlaceLeft],
-                    "decode_batch: plan ", i, ": the ", rh, "x", rw, " region at (", p[kPlaceTop], ", ",
-                    p[kPlaceLeft], ") does not fit in the ", H, "x", W, " output");
-  TORCH_CHECK_VALUE(p[kMaskM] >= 0, "decode_batch: plan ", i, ": the mask numerator must be >= 0, got ", p[kMaskM]);
+  TORCH_CHECK_VALUE(p.place_top >= 0 && p.place_left >= 0 && rh <= H - p.place_top && rw <= W - p.place_left,
+                    "decode_batch: plan ", i, ": the ", rh, "x", rw, " region at (", p.place_top, ", ", p.place_left,
+                    ") does not fit in the ", H, "x", W, " output");
 }
 
 void check_out(const at::Tensor& out) {
@@ -657,11 +759,49 @@ void check_out(const at::Tensor& out) {
                     "decode_batch: out must be contiguous or channels_last, got strides ", out.strides());
 }
 
+// A record table given as bytes: `count` records of T (count < 0: any number); returns them.
+template <typename T>
+const T* records(const at::Tensor& t, int64_t count, const char* name) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kByte && t.dim() == 1 && t.device().is_cpu() && t.is_contiguous() &&
+                        t.numel() % (int64_t)sizeof(T) == 0 &&
+                        (count < 0 || t.numel() == count * (int64_t)sizeof(T)),
+                    "decode_batch: ", name, " must be a contiguous uint8 CPU tensor of ",
+                    count < 0 ? std::string("whole") : std::to_string(count), " records of ", sizeof(T),
+                    " bytes, got shape ", t.sizes(), " ", t.scalar_type());
+  return reinterpret_cast<const T*>(t.data_ptr<uint8_t>());
+}
+
+// The output conversion of a float batch (ConvertSpec), checked, into `b`.
+void set_conversion(Batch& b, const ConvertSpec& cs) {
+  const int64_t kind = cs.kind;
+  TORCH_CHECK_VALUE(kind >= kNoConvert && kind <= kToFloatNormalize, "decode_batch: unknown conversion ", kind);
+  TORCH_CHECK_VALUE((kind == kNoConvert) == (b.dtype == at::kByte),
+                    "decode_batch: a uint8 out takes no conversion and a float out one, got conversion ", kind,
+                    " for ", b.dtype);
+  const bool v2_kind = kind == kToFloat || kind == kToFloatNormalize;
+  TORCH_CHECK_VALUE(kind == kNoConvert || v2_kind || b.C == 3,
+                    "decode_batch: the YUV/BatchConvert conversions take 3 channels, got ", b.C);
+  const double* all = &cs.yuv[0][0];
+  for (size_t k = 0; k < (sizeof(ConvertSpec) - sizeof(int64_t)) / sizeof(double); k++)
+    TORCH_CHECK_VALUE(std::isfinite(all[k]), "decode_batch: the conversion's parameters must be finite");
+  b.convert = kind;
+  b.via_float = v2_kind;
+  for (int c = 0; c < 3; c++)
+    for (int k = 0; k < 4; k++) b.coef[c][k] = (float)cs.yuv[c][k];
+  for (int c = 0; c < 4; c++) {
+    b.gain[c] = (float)cs.gain[c];
+    b.bias[c] = (float)cs.bias[c];
+    b.mean[c] = (float)cs.mean[c];
+    b.std_[c] = (float)cs.std[c];
+  }
+  b.scale = (float)cs.scale;
+}
+
 std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& data, const at::Tensor& plans,
-                                                const at::Tensor& scales, const at::Tensor& fills,
-                                                const at::Tensor& out, int64_t mode, int64_t max_pixels, bool strict,
-                                                int64_t max_scans, int64_t convert, const at::Tensor& params,
-                                                int64_t num_threads) {
+                                                const at::Tensor& steps, const std::vector<at::Tensor>& extras,
+                                                const at::Tensor& fills, const at::Tensor& out,
+                                                int64_t decode_channels, int64_t mode, int64_t max_pixels, bool strict,
+                                                int64_t max_scans, const at::Tensor& convert, int64_t num_threads) {
   check_out(out);
   const int64_t N = out.size(0), C = out.size(1), H = out.size(2), W = out.size(3);
   TORCH_CHECK_VALUE((int64_t)data.size() == N, "decode_batch: ", data.size(), " data tensors for a batch of ", N);
@@ -669,26 +809,26 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   TORCH_CHECK_VALUE(max_pixels >= 0, "decode_batch: max_pixels must be >= 0 (0 = no limit), got ", max_pixels);
   check_max_scans(max_scans);
   TORCH_CHECK_VALUE(num_threads >= 1, "decode_batch: num_threads must be >= 1, got ", num_threads);
-  auto check_table = [](const at::Tensor& t, at::ScalarType dtype, int64_t rows, int64_t cols, const char* name) {
-    TORCH_CHECK_TYPE(t.scalar_type() == dtype, "decode_batch: ", name, " must be ", dtype, ", got ", t.scalar_type());
-    TORCH_CHECK_VALUE(t.device().is_cpu() && t.is_contiguous() && t.dim() == 2 && t.size(0) == rows &&
-                          t.size(1) == cols,
-                      "decode_batch: ", name, " must be a contiguous CPU tensor [", rows, ", ", cols, "], got shape ",
-                      t.sizes(), " strides ", t.strides());
-  };
-  check_table(plans, at::kLong, N, kPlanColumns, "plans");
-  check_table(scales, at::kDouble, N, kScaleColumns, "scales");
-  check_table(fills, at::kLong, 2, C, "fills");
-  check_table(params, at::kDouble, 3, kParamColumns, "params");
+  TORCH_CHECK_VALUE(decode_channels >= 1 && decode_channels <= 4, "decode_batch: decode_channels must be 1 to 4, got ",
+                    decode_channels);
+  TORCH_CHECK_TYPE(fills.scalar_type() == at::kLong, "decode_batch: fills must be int64, got ", fills.scalar_type());
+  TORCH_CHECK_VALUE(fills.device().is_cpu() && fills.is_contiguous() && fills.dim() == 2 && fills.size(0) == 2 &&
+                        fills.size(1) == decode_channels,
+                    "decode_batch: fills must be a contiguous CPU tensor [2, ", decode_channels, "], got shape ",
+                    fills.sizes());
 
   Batch b;
-  b.plans = plans.data_ptr<int64_t>();
-  b.scales = scales.data_ptr<double>();
+  b.plans = records<SamplePlan>(plans, N, "plans");
+  b.steps = records<PixelStep>(steps, -1, "steps");
+  b.num_steps = steps.numel() / (int64_t)sizeof(PixelStep);
+  for (int64_t k = 0; k < b.num_steps; k++) check_pixel_step(b.steps[k], "decode_batch");
+  b.extras = {extras.data(), (int64_t)extras.size()};
   b.mode = mode;
   b.max_pixels = max_pixels;
   b.max_scans = max_scans;
   b.strict = strict;
   b.C = C;
+  b.DC = decode_channels;
   b.H = H;
   b.W = W;
   b.dtype = out.scalar_type();
@@ -698,26 +838,13 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   b.sh = out.stride(2);
   b.sw = out.stride(3);
   const int64_t* fv = fills.data_ptr<int64_t>();
-  for (int64_t c = 0; c < C; c++) {
-    TORCH_CHECK_VALUE(fv[c] >= 0 && fv[c] <= 255 && fv[C + c] >= 0 && fv[C + c] <= 255,
+  for (int64_t c = 0; c < decode_channels; c++) {
+    TORCH_CHECK_VALUE(fv[c] >= 0 && fv[c] <= 255 && fv[decode_channels + c] >= 0 && fv[decode_channels + c] <= 255,
                       "decode_batch: fills must be in [0, 255], got ", fills);
     b.pad[c] = (uint8_t)fv[c];
-    b.mask_fill[c] = (uint8_t)fv[C + c];
+    b.mask_fill[c] = (uint8_t)fv[decode_channels + c];
   }
-  TORCH_CHECK_VALUE(convert >= kNoConvert && convert <= kYuvAffineFma, "decode_batch: unknown convert ", convert);
-  TORCH_CHECK_VALUE((convert == kNoConvert) == (b.dtype == at::kByte),
-                    "decode_batch: a uint8 out takes convert=0 and a float out a conversion, got convert=", convert,
-                    " for ", b.dtype);
-  TORCH_CHECK_VALUE(convert == kNoConvert || C == 3, "decode_batch: the float conversions take 3 channels, got ", C);
-  const double* pv = params.data_ptr<double>();
-  for (int64_t k = 0; k < 3 * kParamColumns; k++)
-    TORCH_CHECK_VALUE(std::isfinite(pv[k]), "decode_batch: params must be finite, got ", params);
-  b.convert = convert;
-  for (int c = 0; c < 3; c++) {
-    for (int k = 0; k < 4; k++) b.coef[c][k] = (float)pv[c * kParamColumns + k];
-    b.gain[c] = (float)pv[c * kParamColumns + 4];
-    b.bias[c] = (float)pv[c * kParamColumns + 5];
-  }
+  set_conversion(b, *records<ConvertSpec>(convert, 1, "convert"));
   b.bytes.resize(N);
   b.sizes.resize(N);
   for (int64_t i = 0; i < N; i++) {
@@ -728,8 +855,10 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
                       "] must be a contiguous 1-D CPU tensor, got shape ", d.sizes(), " on ", d.device());
     b.bytes[i] = d.data_ptr<uint8_t>();
     b.sizes[i] = (size_t)d.numel();
-    check_plan_row(b.plans + i * kPlanColumns, b.scales + i * kScaleColumns, i, C, H, W);
-  }
+    const SamplePlan& p = b.plans[i];
+    check_plan(p, i, decode_channels, H, W, b.num_steps);
+    TORCH_CHECK_VALUE(p.num_steps + p.num_float_steps > 0 || decode_channels == C, "decode_batch: plan ", i,
+                      " has no steps, so the decoded channels (", decode_channels, ") must be the batch's (", C, ")");  }
 
   std::vector<int8_t> codes((size_t)N, 0);
   std::vector<std::string> messages((size_t)N);

@@ -10,8 +10,6 @@
 // Anything it does not plan (not a JPEG, an EXIF rotation, a header warning, a crop larger
 // than the image) is routed back to the Python path, which then does exactly what it did.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/DistributionsHelper.h>
 #include <torch/library.h>
 
 #include <fcntl.h>
@@ -27,8 +25,9 @@
 #include <tuple>
 #include <vector>
 
-#include "decode_batch.h"
+#include "batch/plan.h"
 #include "jpeg_ops.h"
+#include "ops/native_draw.h"
 
 namespace fastprep {
 namespace {
@@ -238,17 +237,6 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> read_tar_members(const std::vect
 // ------------------------------------------------------------------------------------
 // plan_batch
 
-// What plan_batch plans (fastprep/data/native.py picks it from the decode transform).
-enum Kind : int64_t {
-  kNoDraw = 0,       // no random window: the header only (and the mask's seed); Python plans
-  kResizedCrop = 1,  // DecodeRandomResizedCrop (v2 RandomResizedCrop, then the flip)
-  kRandomCrop = 2    // DecodeRandomCrop without padding (v2 RandomCrop's offsets)
-};
-// iparams: output size, flags and the mask's numerator; fparams: RandomResizedCrop's bounds.
-enum IntParam : int64_t { kOutH, kOutW, kAntialiasFlag, kDctScaling, kPadIfNeeded, kHasMask, kMaskNum, kIntParams };
-enum FloatParam : int64_t {
-  kScaleLo, kScaleHi, kLogRatioLo, kLogRatioHi, kRatioLo, kRatioHi, kFlipP, kFlipBelow, kFloatParams
-};
 // A sample's status.
 enum Route : int8_t { kPlanned = 0, kPython = 1, kError = 2 };
 
@@ -309,44 +297,21 @@ int exif_orientation(const uint8_t* d, size_t size) {
   return 0;
 }
 
-// A torch CPU generator seeded as torch.Generator().manual_seed(key), and the draws of
-// torch's CPU kernels on it: uniform_ on a float32 tensor, randint on int64, exp of float32.
-class Draws {
- public:
-  explicit Draws(uint64_t key) : gen_(key) {}
-
-  float uniform(double from, double to) {  // Tensor.uniform_(from, to), float32
-    const float lo = (float)from, hi = (float)to;
-    at::uniform_real_distribution<float> u(lo, hi);
-    const float v = (float)u(&gen_);
-    return v == hi ? lo : v;  // as the kernel: a value rounded up to `to` becomes `from`
-  }
-
-  int64_t randint(int64_t low, int64_t high) {  // torch.randint(low, high, ...), int64
-    at::uniform_int_from_to_distribution<int64_t> r((uint64_t)(high - low), low);
-    return r(&gen_);
-  }
-
-  static float exp(float x) {  // torch.exp on a one-element float32 tensor
-    return at::exp(at::scalar_tensor(x, at::kFloat)).item<float>();
-  }
-
- private:
-  at::CPUGeneratorImpl gen_;
-};
-
 inline int64_t round_half_even(double x) { return (int64_t)std::nearbyint(x); }
+
+// torch.exp on a one-element float32 tensor (v2 RandomResizedCrop's aspect ratio).
+float torch_exp(float x) { return at::exp(at::scalar_tensor(x, at::kFloat)).item<float>(); }
 
 struct Window {
   int64_t top, left, h, w;
 };
 
 // v2 RandomResizedCrop's window (native.py _ResizedCropDraw, _plan.centered_ratio_window).
-Window resized_crop_window(Draws& g, int64_t height, int64_t width, const double* f) {
+Window resized_crop_window(Draws& g, int64_t height, int64_t width, const DecodeSpec& d) {
   const double area = (double)(height * width);
   for (int attempt = 0; attempt < 10; attempt++) {
-    const double target_area = area * (double)g.uniform(f[kScaleLo], f[kScaleHi]);
-    const double aspect = (double)Draws::exp(g.uniform(f[kLogRatioLo], f[kLogRatioHi]));
+    const double target_area = area * (double)g.uniform(d.scale_lo, d.scale_hi);
+    const double aspect = (double)torch_exp(g.uniform(d.log_ratio_lo, d.log_ratio_hi));
     const int64_t w = round_half_even(std::sqrt(target_area * aspect));
     const int64_t h = round_half_even(std::sqrt(target_area / aspect));
     if (0 < w && w <= width && 0 < h && h <= height) {
@@ -357,10 +322,10 @@ Window resized_crop_window(Draws& g, int64_t height, int64_t width, const double
   }
   const double in_ratio = (double)width / (double)height;
   int64_t h = height, w = width;
-  if (in_ratio < f[kRatioLo]) {
-    h = round_half_even((double)width / f[kRatioLo]);
-  } else if (in_ratio > f[kRatioHi]) {
-    w = round_half_even((double)height * f[kRatioHi]);
+  if (in_ratio < d.ratio_lo) {
+    h = round_half_even((double)width / d.ratio_lo);
+  } else if (in_ratio > d.ratio_hi) {
+    w = round_half_even((double)height * d.ratio_hi);
   }
   return {(height - h) / 2, (width - w) / 2, h, w};
 }
@@ -381,55 +346,66 @@ int64_t scaled_window(int64_t height, int64_t width, Window& win, int64_t oh, in
   return 8;
 }
 
-// The plan row of DecodeRandomResizedCrop: the (scaled) window resized to the output, then
-// maybe mirrored, placed at (0, 0).
-void resized_crop_row(int64_t* p, int64_t height, int64_t width, Draws& g, const int64_t* ip, const double* f,
-                      const std::vector<int64_t>& scales) {
-  Window win = resized_crop_window(g, height, width, f);
+// The plan of DecodeRandomResizedCrop: the (scaled) window resized to the output, then maybe
+// mirrored, placed at (0, 0).
+void resized_crop_plan(SamplePlan& p, int64_t height, int64_t width, Draws& g, const DecodeSpec& d,
+                       const std::vector<int64_t>& scales) {
+  Window win = resized_crop_window(g, height, width, d);
   bool flip = false;
-  if (f[kFlipP] > 0) flip = (double)g.uniform(0.0, 1.0) < f[kFlipBelow];
-  const int64_t oh = ip[kOutH], ow = ip[kOutW];
-  p[kNum] = ip[kDctScaling] ? scaled_window(height, width, win, oh, ow, scales) : 8;
-  p[kDecTop] = win.top, p[kDecLeft] = win.left, p[kDecH] = win.h, p[kDecW] = win.w;
-  p[kResize] = 1;
-  p[kFullInH] = win.h, p[kFullInW] = win.w, p[kInTop] = 0, p[kInLeft] = 0;
-  p[kFullOutH] = oh, p[kFullOutW] = ow, p[kOutTop] = 0, p[kOutLeft] = 0, p[kRegionH] = oh, p[kRegionW] = ow;
-  p[kAntialias] = ip[kAntialiasFlag] ? 1 : 0;
-  p[kHflip] = flip ? 1 : 0;
-  p[kPlaced] = 1, p[kPlaceTop] = 0, p[kPlaceLeft] = 0;
+  if (d.flip_p > 0) flip = (double)g.rand() < d.flip_below;
+  const int64_t oh = d.out_h, ow = d.out_w;
+  p.scale_num = d.dct_scaling ? scaled_window(height, width, win, oh, ow, scales) : 8;
+  p.top = win.top, p.left = win.left, p.height = win.h, p.width = win.w;
+  p.resize = 1;
+  p.full_in_h = win.h, p.full_in_w = win.w, p.in_top = 0, p.in_left = 0;
+  p.full_out_h = oh, p.full_out_w = ow, p.out_top = 0, p.out_left = 0, p.region_h = oh, p.region_w = ow;
+  p.antialias = d.antialias ? 1 : 0;
+  p.hflip = flip ? 1 : 0;
+  p.placed = 1, p.place_top = 0, p.place_left = 0;
 }
 
-// The plan row of DecodeRandomCrop without padding (v2 RandomCrop, then _plan.padded_plan);
+// The plan of DecodeRandomCrop without padding (v2 RandomCrop, then _plan.padded_plan);
 // false where the transform raises (the image is smaller than the crop).
-bool random_crop_row(int64_t* p, int64_t height, int64_t width, Draws& g, const int64_t* ip) {
-  const int64_t th = ip[kOutH], tw = ip[kOutW];
+bool random_crop_plan(SamplePlan& p, int64_t height, int64_t width, Draws& g, const DecodeSpec& d) {
+  const int64_t th = d.out_h, tw = d.out_w;
   int64_t h = height, w = width, pl = 0, pt = 0;
-  if (ip[kPadIfNeeded] && w < tw) pl = tw - w, w += 2 * (tw - w);
-  if (ip[kPadIfNeeded] && h < th) pt = th - h, h += 2 * (th - h);
+  if (d.pad_if_needed && w < tw) pl = tw - w, w += 2 * (tw - w);
+  if (d.pad_if_needed && h < th) pt = th - h, h += 2 * (th - h);
   if (h < th || w < tw) return false;
   const int64_t i = h > th ? g.randint(0, h - th + 1) : 0;
   const int64_t j = w > tw ? g.randint(0, w - tw + 1) : 0;
   const int64_t y0 = std::max<int64_t>(i - pt, 0), x0 = std::max<int64_t>(j - pl, 0);
   const int64_t y1 = std::min(i - pt + th, height), x1 = std::min(j - pl + tw, width);
-  p[kNum] = 8;
+  p.scale_num = 8;
   if (y1 <= y0 || x1 <= x0) {  // all padding: decode one pixel only to check the file
-    p[kDecTop] = 0, p[kDecLeft] = 0, p[kDecH] = 1, p[kDecW] = 1, p[kRegionH] = 1, p[kRegionW] = 1;
+    p.top = 0, p.left = 0, p.height = 1, p.width = 1, p.region_h = 1, p.region_w = 1;
     return true;
   }
-  p[kDecTop] = y0, p[kDecLeft] = x0, p[kDecH] = y1 - y0, p[kDecW] = x1 - x0;
-  p[kRegionH] = y1 - y0, p[kRegionW] = x1 - x0;
-  p[kPlaced] = 1, p[kPlaceTop] = y0 - (i - pt), p[kPlaceLeft] = x0 - (j - pl);
+  p.top = y0, p.left = x0, p.height = y1 - y0, p.width = x1 - x0;
+  p.region_h = y1 - y0, p.region_w = x1 - x0;
+  p.placed = 1, p.place_top = y0 - (i - pt), p.place_left = x0 - (j - pl);
   return true;
 }
 
-// Sample i: route, header, limits, draws. Returns its route; `message` holds an error's text.
-Route plan_one(const at::Tensor& data, uint64_t key, int64_t kind, const int64_t* ip, const double* f,
-               const std::vector<int64_t>& scales, int64_t max_pixels, bool exif, int64_t* p,
-               int64_t* hw, std::string& message) {
+// What plan_one needs besides the sample.
+struct PlanInputs {
+  const DecodeSpec& spec;
+  const Program& program;
+  int64_t num_float_roots;
+  const std::vector<int64_t>& scales;
+  int64_t max_pixels;
+  bool exif;
+};
+
+// Sample i: route, header, limits, the decode's draws, the mask's seed, then the
+// augmentations' draws (their steps appended to `steps`). Returns its route; `message` holds
+// an error's text.
+Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, SamplePlan& p, int64_t* hw,
+               std::vector<PixelStep>& steps, std::vector<at::Tensor>& extras, std::string& message) {
   const uint8_t* d = data.data_ptr<uint8_t>();
   const size_t n = (size_t)data.numel();
   if (n < 3 || d[0] != 0xFF || d[1] != 0xD8 || d[2] != 0xFF) return kPython;  // not a JPEG's signature
-  if (exif) {
+  if (in.exif) {
     const int orientation = exif_orientation(d, n);
     if (orientation > 1) return kPython;  // the dataset's EXIF-rotation fallback
   }
@@ -447,66 +423,91 @@ Route plan_one(const at::Tensor& data, uint64_t key, int64_t kind, const int64_t
     return kPython;
   }
   const int64_t height = info.height, width = info.width;
-  if (max_pixels > 0 && height * width > max_pixels) {
+  if (in.max_pixels > 0 && height * width > in.max_pixels) {
     message = "image of " + std::to_string(height) + "x" + std::to_string(width) + " = " +
-              std::to_string(height * width) + " pixels exceeds max_pixels=" + std::to_string(max_pixels);
+              std::to_string(height * width) + " pixels exceeds max_pixels=" + std::to_string(in.max_pixels);
     return kError;
   }
   hw[0] = height, hw[1] = width;
   Draws g(key);
-  if (kind == kResizedCrop) {
-    resized_crop_row(p, height, width, g, ip, f, scales);
-  } else if (kind == kRandomCrop) {
-    if (!random_crop_row(p, height, width, g, ip)) return kPython;  // the transform raises
+  const DecodeSpec& spec = in.spec;
+  if (spec.kind == kResizedCrop) {
+    resized_crop_plan(p, height, width, g, spec, in.scales);
+  } else if (spec.kind == kRandomCrop) {
+    if (!random_crop_plan(p, height, width, g, spec)) return kPython;  // the transform raises
   }
-  if (ip[kHasMask]) {  // RandomMask.get_params: torch.randint(0, 2**63 - 1, ())
-    p[kMask] = 1;
-    p[kMaskSeed] = g.randint(0, INT64_MAX);
-    p[kMaskM] = ip[kMaskNum];
+  if (spec.has_mask) {  // RandomMask.get_params: torch.randint(0, 2**63 - 1, ())
+    p.mask = 1;
+    p.mask_seed = g.randint(0, INT64_MAX);
+    p.mask_m = spec.mask_m;
   }
+  p.first_step = (int64_t)steps.size();
+  DrawContext ctx(g, in.program, spec.channels, spec.out_h, spec.out_w, &steps, &extras);
+  const int64_t uint8_roots = in.program.num_roots - in.num_float_roots;
+  for (int64_t k = 0; k < uint8_roots; k++) ctx.draw(k);
+  p.num_steps = (int64_t)steps.size() - p.first_step;
+  for (int64_t k = uint8_roots; k < in.program.num_roots; k++) ctx.draw(k);
+  p.num_float_steps = (int64_t)steps.size() - p.first_step - p.num_steps;
   return kPlanned;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> plan_batch(
-    const std::vector<at::Tensor>& data, const at::Tensor& keys, int64_t kind, const std::vector<int64_t>& iparams,
-    const std::vector<double>& fparams, const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif) {
+template <typename T>
+at::Tensor as_bytes(const std::vector<T>& v) {
+  at::Tensor out = at::empty({(int64_t)(v.size() * sizeof(T))}, at::kByte);
+  if (!v.empty()) std::memcpy(out.data_ptr<uint8_t>(), v.data(), v.size() * sizeof(T));
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tensor, at::Tensor> plan_batch(
+    const std::vector<at::Tensor>& data, const at::Tensor& keys, const at::Tensor& spec_bytes, const at::Tensor& nodes,
+    const at::Tensor& ints, const at::Tensor& floats, int64_t num_roots, int64_t num_float_roots,
+    const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif) {
   const int64_t N = (int64_t)data.size();
-  TORCH_CHECK_VALUE(kind == kNoDraw || kind == kResizedCrop || kind == kRandomCrop, "plan_batch: unknown kind ",
-                    kind);
-  TORCH_CHECK_VALUE((int64_t)iparams.size() == kIntParams && (int64_t)fparams.size() == kFloatParams,
-                    "plan_batch: iparams must have ", (int64_t)kIntParams, " values and fparams ",
-                    (int64_t)kFloatParams, ", got ", iparams.size(), " and ", fparams.size());
+  TORCH_CHECK_VALUE(spec_bytes.scalar_type() == at::kByte && spec_bytes.dim() == 1 && spec_bytes.is_contiguous() &&
+                        spec_bytes.numel() == (int64_t)sizeof(DecodeSpec),
+                    "plan_batch: spec must be one DecodeSpec record (", sizeof(DecodeSpec), " bytes)");
+  const DecodeSpec& spec = *reinterpret_cast<const DecodeSpec*>(spec_bytes.data_ptr<uint8_t>());
+  TORCH_CHECK_VALUE(spec.kind == kNoDraw || spec.kind == kResizedCrop || spec.kind == kRandomCrop,
+                    "plan_batch: unknown decode kind ", spec.kind);
   TORCH_CHECK_VALUE(keys.scalar_type() == at::kLong && keys.dim() == 1 && keys.numel() == N && keys.is_contiguous() &&
                         keys.device().is_cpu(),
                     "plan_batch: keys must be a contiguous int64 CPU tensor [", N, "]");
   TORCH_CHECK_VALUE(max_pixels >= 0, "plan_batch: max_pixels must be >= 0, got ", max_pixels);
-  TORCH_CHECK_VALUE(iparams[kOutH] > 0 && iparams[kOutW] > 0 && iparams[kMaskNum] >= 0,
-                    "plan_batch: bad output size or mask numerator");
+  TORCH_CHECK_VALUE(spec.out_h > 0 && spec.out_w > 0 && spec.mask_m >= 0 && spec.channels >= 1 && spec.channels <= 4,
+                    "plan_batch: bad output size, channels or mask numerator");
   for (const int64_t s : dct_scales) TORCH_CHECK_VALUE(s >= 1 && s <= 8, "plan_batch: DCT scales are 1..8, got ", s);
-  if (kind == kResizedCrop)
-    TORCH_CHECK_VALUE(fparams[kScaleLo] <= fparams[kScaleHi] && fparams[kLogRatioLo] <= fparams[kLogRatioHi] &&
-                          fparams[kRatioLo] > 0,
+  if (spec.kind == kResizedCrop)
+    TORCH_CHECK_VALUE(spec.scale_lo <= spec.scale_hi && spec.log_ratio_lo <= spec.log_ratio_hi && spec.ratio_lo > 0,
                       "plan_batch: bad RandomResizedCrop bounds");
+  const Program program = program_of(nodes, ints, floats, num_roots, "plan_batch");
+  TORCH_CHECK_VALUE(num_float_roots >= 0 && num_float_roots <= num_roots, "plan_batch: num_float_roots must be in [0, ",
+                    num_roots, "], got ", num_float_roots);
   for (int64_t i = 0; i < N; i++) {
     const at::Tensor& d = data[i];
     TORCH_CHECK_TYPE(d.scalar_type() == at::kByte, "plan_batch: data[", i, "] must be uint8, got ", d.scalar_type());
     TORCH_CHECK_VALUE(d.dim() == 1 && d.device().is_cpu() && d.is_contiguous(), "plan_batch: data[", i,
                       "] must be a contiguous 1-D CPU tensor");
   }
-  at::Tensor plans = at::zeros({N, kPlanColumns}, at::kLong);
-  at::Tensor scales = at::zeros({N, kScaleColumns}, at::kDouble);
+  std::vector<SamplePlan> plans((size_t)N);
+  std::vector<PixelStep> steps;
+  std::vector<at::Tensor> extras;
   at::Tensor hw = at::zeros({N, 2}, at::kLong);
-  int64_t* pv = plans.data_ptr<int64_t>();
   int64_t* hv = hw.data_ptr<int64_t>();
   const int64_t* kv = keys.data_ptr<int64_t>();
   std::vector<int8_t> codes((size_t)N, kPlanned);
   std::vector<std::string> messages((size_t)N);
+  const PlanInputs in{spec, program, num_float_roots, dct_scales, max_pixels, exif};
   for (int64_t i = 0; i < N; i++) {
-    codes[i] = plan_one(data[i], (uint64_t)kv[i], kind, iparams.data(), fparams.data(), dct_scales, max_pixels, exif,
-                        pv + i * kPlanColumns, hv + 2 * i, messages[i]);
+    const size_t before = steps.size(), kept = extras.size();
+    codes[i] = plan_one(data[i], (uint64_t)kv[i], in, plans[i], hv + 2 * i, steps, extras, messages[i]);
+    if (codes[i] != kPlanned) {  // a sample left to Python or failed has no steps here
+      steps.resize(before);
+      extras.resize(kept);
+      plans[i] = SamplePlan();
+    }
   }
   auto [status, text] = status_table(codes, messages);
-  return {plans, scales, hw, status, text};
+  return {as_bytes(plans), as_bytes(steps), extras, hw, status, text};
 }
 
 }  // namespace

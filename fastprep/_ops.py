@@ -95,9 +95,17 @@ def _resize_aa_fake(image, full_out, out_window, full_in, in_origin, scale, anti
 
 
 @torch.library.register_fake("fastprep::decode_batch")
-def _decode_batch_fake(data, plans, scales, fills, out, decode_mode, max_pixels, strict, max_scans, convert, params,
-                       num_threads):
+def _decode_batch_fake(data, plans, steps, extras, fills, out, decode_channels, decode_mode, max_pixels, strict,
+                       max_scans, convert, num_threads):
     torch._check(out.dim() == 4)
     status = plans.new_empty((out.shape[0], 3), dtype=torch.int64)
     messages = plans.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)
     return status, messages
+
+
+@torch.library.register_fake("fastprep::apply_pixel_kernel")
+def _apply_pixel_kernel_fake(image, name, ints, floats, variant=0):
+    torch._check(image.dim() == 3)
+    # a kernel may reduce the channels (rgb_to_grayscale to 1)
+    channels = torch.library.get_ctx().new_dynamic_size(min=1, max=image.shape[0])
+    return image.new_empty((channels, image.shape[1], image.shape[2]))

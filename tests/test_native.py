@@ -16,7 +16,8 @@ from conftest import make_jpeg
 from fastprep import _C
 from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.data import BatchConvert, default_transform
-from fastprep.data.native import STATUS_ERROR, STATUS_OK, STATUS_WARNING, NativePipeline
+from fastprep._layout import as_bytes, struct_dtype
+from fastprep.data.native import STATUS_ERROR, STATUS_OK, STATUS_WARNING, NativePipeline, Plan, _batch_tables
 from fastprep.transforms import (
     DecodeCenterCrop,
     DecodeRandomCrop,
@@ -196,7 +197,7 @@ class TestKeyedPlans:
                 want = pipe.plan(data)
             got = pipe.plan(data, key=key)
             assert got == want, i
-            flips += got.row[17]  # the hflip column
+            flips += int(got.record["hflip"])
         assert 0 < flips or flip_p < 0.5
 
     def test_keyed_plan_raises_like_the_transform(self):
@@ -324,7 +325,7 @@ class TestArguments:
         for t in (lambda d: d, MyCrop(8), DecodeRandomCrop(8, mode="UNCHANGED"), DecodeResize(64),
                   DecodeResize(64, max_size=80), v2.Compose([DecodeCenterCrop(8), RandomMask(0.2, fill=0.5)]),
                   v2.Compose([DecodeCenterCrop(8), RandomMask(0.2, fill=(1, 2))]),
-                  v2.Compose([DecodeCenterCrop(8), v2.RandomHorizontalFlip()]),
+                  v2.Compose([DecodeCenterCrop(8), v2.RandomHorizontalFlip(), RandomMask(0.2)]),
                   v2.Compose([RandomMask(0.2), DecodeCenterCrop(8)]), RandomMask(0.5), None):
             assert NativePipeline.from_transform(t) is None, t
 
@@ -364,37 +365,42 @@ class TestArguments:
             self.pipe.plan(self.datas[0][None])
         assert run([], [], torch.empty((0, 3, 32, 32), dtype=torch.uint8)) == []
 
-    def test_op_checks_plan_rows(self):
-        rows = torch.tensor([p.row for p in self.plans])
-        scales = torch.zeros((3, 2), dtype=torch.float64)
-        fills = torch.zeros((2, 3), dtype=torch.int64)
-        params = torch.zeros((3, 6), dtype=torch.float64)
+    def _op_args(self, plans=None, fills=None, out=None, convert=None, threads=2):
+        records, steps, extras = _batch_tables(self.plans if plans is None else plans)
+        if convert is None:
+            convert = as_bytes(np.zeros(1, dtype=struct_dtype("ConvertSpec")))
+        fills = torch.zeros((2, 3), dtype=torch.int64) if fills is None else fills
+        return (self.datas if plans is None else self.datas[:len(plans)], records, steps, extras, fills,
+                self.out if out is None else out, 3, 3, 0, False, 64, convert, threads)
 
-        def call(rows=rows, fills=fills, out=self.out, convert=0, threads=2):
-            return torch.ops.fastprep.decode_batch(self.datas, rows, scales, fills, out, 3, 0, False, 64, convert,
-                                                   params, threads)
+    def test_op_checks_plans(self):
+        def call(**kw):
+            return torch.ops.fastprep.decode_batch(*self._op_args(**kw))
 
         assert [int(s) for s in call()[0][:, 0]] == [0, 0, 0]
-        for col, value, match in ((0, 9, "DCT scale"), (3, 0, "decode window"), (19, 5, "does not fit"),
-                                  (5, 2, "resize must be 0 or 1"), (14, 7, "region")):
-            bad = rows.clone()
-            bad[1, col] = value
+        for field, value, match in (("scale_num", 9, "DCT scale"), ("height", 0, "decode window"),
+                                    ("place_top", 5, "does not fit"), ("resize", 2, "resize must be 0 or 1"),
+                                    ("region_h", 7, "region"), ("num_steps", 3, "outside the 0 steps")):
+            bad = [Plan(p.record.copy(), p.steps, p.extras) for p in self.plans]
+            bad[1].record[field] = value
             with pytest.raises(ValueError, match=match):
-                call(rows=bad)
+                call(plans=bad)
         with pytest.raises(ValueError, match="fills"):
             call(fills=torch.full((2, 3), 256, dtype=torch.int64))
-        with pytest.raises(ValueError, match="convert"):
-            call(convert=3)
+        spec = np.zeros(1, dtype=struct_dtype("ConvertSpec"))
+        spec[0]["kind"] = 3
+        with pytest.raises(ValueError, match="conversion"):
+            call(convert=as_bytes(spec))
+        records, steps, extras = _batch_tables(self.plans)
+        args = list(self._op_args())
+        args[1] = records[:-8]
         with pytest.raises(ValueError, match="plans must be"):
-            call(rows=rows[:2])
+            torch.ops.fastprep.decode_batch(*args)
         with pytest.raises(ValueError, match="num_threads"):
             call(threads=0)
 
     def test_opcheck(self):
-        rows = torch.tensor([p.row for p in self.plans])
-        args = (self.datas, rows, torch.zeros((3, 2), dtype=torch.float64), torch.zeros((2, 3), dtype=torch.int64),
-                self.out, 3, 0, False, 64, 0, torch.zeros((3, 6), dtype=torch.float64), 2)
-        torch.library.opcheck(torch.ops.fastprep.decode_batch.default, args)
+        torch.library.opcheck(torch.ops.fastprep.decode_batch.default, self._op_args())
 
 
 def test_gil_released_during_the_batch():
@@ -403,9 +409,9 @@ def test_gil_released_during_the_batch():
     plans = [pipe.plan(d) for d in big]
     out = torch.empty((len(big), 3, 700, 900), dtype=torch.uint8)
     # the op itself, called directly: no other torch call (which may release the GIL) inside
-    args = (big, torch.tensor([p.row for p in plans]), torch.zeros((len(big), 2), dtype=torch.float64),
-            torch.zeros((2, 3), dtype=torch.int64), out, 3, 0, False, 64, 0, torch.zeros((3, 6), dtype=torch.float64),
-            1)
+    records, steps, extras = _batch_tables(plans)
+    args = (big, records, steps, extras, torch.zeros((2, 3), dtype=torch.int64), out, 3, 3, 0, False, 64,
+            as_bytes(np.zeros(1, dtype=struct_dtype("ConvertSpec"))), 1)
     count, stop = [0], threading.Event()
 
     def spin():

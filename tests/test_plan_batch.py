@@ -59,9 +59,7 @@ TRANSFORMS = {
 
 
 def _row(plan):
-    if isinstance(plan, PlanRef):
-        return tuple(plan.batch.rows[plan.position].tolist()), tuple(plan.batch.scales[plan.position].tolist())
-    return tuple(plan.row), tuple(plan.scales)
+    return (plan.resolve() if isinstance(plan, PlanRef) else plan).key()
 
 
 def _python_plan(pipeline, data, key):

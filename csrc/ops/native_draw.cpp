@@ -136,7 +136,7 @@ void DrawContext::draw_children(const NodeSpec& node) {
 }
 
 PixelStep& DrawContext::emit(int64_t kernel) {
-  steps_->emplace_back();
+  steps_->emplace_back();  // extra = -1 until the draw keeps a tensor for it
   PixelStep& s = steps_->back();
   s.kernel = kernel;
   return s;
@@ -150,6 +150,28 @@ int64_t DrawContext::keep(at::Tensor t) {
 void draw_program(DrawContext& ctx) {
   for (int64_t k = 0; k < ctx.program.num_roots; k++) ctx.draw(k);
 }
+
+Program program_of(const at::Tensor& nodes, const at::Tensor& ints, const at::Tensor& floats, int64_t num_roots,
+                   const char* where) {
+  TORCH_CHECK_VALUE(nodes.scalar_type() == at::kByte && nodes.dim() == 1 && nodes.is_contiguous() &&
+                        nodes.numel() % (int64_t)sizeof(NodeSpec) == 0,
+                    where, ": nodes must be a contiguous uint8 tensor of NodeSpec records");
+  TORCH_CHECK_VALUE(ints.scalar_type() == at::kLong && ints.dim() == 1 && ints.is_contiguous(), where,
+                    ": ints must be a contiguous int64 1-D tensor");
+  TORCH_CHECK_VALUE(floats.scalar_type() == at::kDouble && floats.dim() == 1 && floats.is_contiguous(), where,
+                    ": floats must be a contiguous float64 1-D tensor");
+  Program p;
+  p.nodes = reinterpret_cast<const NodeSpec*>(nodes.data_ptr<uint8_t>());
+  p.num_nodes = nodes.numel() / (int64_t)sizeof(NodeSpec);
+  p.ints = ints.data_ptr<int64_t>();
+  p.num_ints = ints.numel();
+  p.floats = floats.data_ptr<double>();
+  p.num_floats = floats.numel();
+  p.num_roots = num_roots;
+  check_program(p, where);
+  return p;
+}
+
 
 namespace {
 
@@ -187,57 +209,10 @@ FP_REGISTER_NODE_DRAW("RandomOrder", draw_random_order);
 namespace fastprep {
 namespace {
 
-// "size;name:type:offset:count;..." for a struct that crosses into Python (type i8 or f8).
-std::string struct_layout(const std::string& name) {
-  std::string out;
-  auto field = [&](const char* f, const char* type, size_t offset, int count) {
-    out += std::string(";") + f + ":" + type + ":" + std::to_string(offset) + ":" + std::to_string(count);
-  };
-  if (name == "PixelStep") {
-    out = std::to_string(sizeof(PixelStep));
-    field("kernel", "i8", offsetof(PixelStep, kernel), 1);
-    field("i", "i8", offsetof(PixelStep, i), kStepInts);
-    field("f", "f8", offsetof(PixelStep, f), kStepFloats);
-  } else if (name == "NodeSpec") {
-    out = std::to_string(sizeof(NodeSpec));
-    field("draw", "i8", offsetof(NodeSpec, draw), 1);
-    field("first_child", "i8", offsetof(NodeSpec, first_child), 1);
-    field("num_children", "i8", offsetof(NodeSpec, num_children), 1);
-    field("ints_at", "i8", offsetof(NodeSpec, ints_at), 1);
-    field("num_ints", "i8", offsetof(NodeSpec, num_ints), 1);
-    field("floats_at", "i8", offsetof(NodeSpec, floats_at), 1);
-    field("num_floats", "i8", offsetof(NodeSpec, num_floats), 1);
-  } else {
-    TORCH_CHECK_VALUE(false, "struct_layout: unknown struct '", name, "'");
-  }
-  return out;
-}
-
 std::string node_draw_names() {
   std::string out;
   for (const DrawEntry& e : draw_registry()) out += e.name + "\n";
   return out;
-}
-
-Program program_of(const at::Tensor& nodes, const at::Tensor& ints, const at::Tensor& floats, int64_t num_roots,
-                   const char* where) {
-  TORCH_CHECK_VALUE(nodes.scalar_type() == at::kByte && nodes.dim() == 1 && nodes.is_contiguous() &&
-                        nodes.numel() % (int64_t)sizeof(NodeSpec) == 0,
-                    where, ": nodes must be a contiguous uint8 tensor of NodeSpec records");
-  TORCH_CHECK_VALUE(ints.scalar_type() == at::kLong && ints.dim() == 1 && ints.is_contiguous(), where,
-                    ": ints must be a contiguous int64 1-D tensor");
-  TORCH_CHECK_VALUE(floats.scalar_type() == at::kDouble && floats.dim() == 1 && floats.is_contiguous(), where,
-                    ": floats must be a contiguous float64 1-D tensor");
-  Program p;
-  p.nodes = reinterpret_cast<const NodeSpec*>(nodes.data_ptr<uint8_t>());
-  p.num_nodes = nodes.numel() / (int64_t)sizeof(NodeSpec);
-  p.ints = ints.data_ptr<int64_t>();
-  p.num_ints = ints.numel();
-  p.floats = floats.data_ptr<double>();
-  p.num_floats = floats.numel();
-  p.num_roots = num_roots;
-  check_program(p, where);
-  return p;
 }
 
 // native_draws(...): the steps (PixelStep records as bytes) and kept tensors of one sample's
@@ -281,7 +256,6 @@ at::Tensor apply_pixel_steps(const at::Tensor& image, const at::Tensor& steps, c
 }  // namespace fastprep
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
-  m.def("struct_layout(str name) -> str");
   m.def("node_draw_names() -> str");
   m.def(
       "native_draws(Tensor nodes, Tensor ints, Tensor floats, int num_roots, int key, int channels, int height, "
@@ -294,6 +268,5 @@ TORCH_LIBRARY_IMPL(fastprep, CPU, m) {
   m.impl("apply_pixel_steps", &fastprep::apply_pixel_steps);
 }
 TORCH_LIBRARY_IMPL(fastprep, CompositeImplicitAutograd, m) {
-  m.impl("struct_layout", &fastprep::struct_layout);
   m.impl("node_draw_names", &fastprep::node_draw_names);
 }

@@ -104,6 +104,9 @@ int64_t node_draw_id(const std::string& name);
 void check_program(const Program& program, const char* where);
 // Runs the program's top-level nodes in order.
 void draw_program(DrawContext& ctx);
+// The program in byte/int64/float64 tensors (fastprep/transforms/_native.py: Program), checked.
+Program program_of(const at::Tensor& nodes, const at::Tensor& ints, const at::Tensor& floats, int64_t num_roots,
+                   const char* where);
 
 #define FP_REGISTER_NODE_DRAW(name, fn) \
   static const int64_t FP_CONCAT(fp_node_draw_, __LINE__) = ::fastprep::register_node_draw(name, fn)

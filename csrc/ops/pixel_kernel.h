@@ -54,6 +54,7 @@ constexpr int kStepInts = 6;
 constexpr int kStepFloats = 10;
 struct PixelStep {
   int64_t kernel = -1;
+  int64_t extra = -1;  // index of a tensor the step needs in the sample's extras (StepExtras), or -1
   int64_t i[kStepInts] = {};
   double f[kStepFloats] = {};
 };

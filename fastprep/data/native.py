@@ -1,17 +1,21 @@
-"""The built-in per-sample pipelines as one native call per batch.
+"""The per-sample pipelines as one native call per batch.
 
 A per-sample transform run by DataLoader worker processes pays, per sample, Python calls,
-tensor allocations and the trip of the result through shared memory. For the built-in
-decode transforms :class:`NativePipeline` splits the work in two:
+tensor allocations and the trip of the result through shared memory. For the pipelines it
+can compile (:func:`fastprep.transforms._compile.compile_pipeline`: a fastprep decode
+transform, or an unchanged torchvision v2 recipe on decoded images, with the native
+augmentations of :mod:`fastprep.transforms._native`) :class:`NativePipeline` splits the work in
+two:
 
-* :meth:`NativePipeline.plan` (per sample, Python, cheap): reads the JPEG header and draws
-  the random parameters with exactly the torch RNG calls the transform makes, reusing the
-  transform's own drawing and geometry (``draw_plan``), so under
-  :func:`fastprep._seeding.keyed_default_rng` a sample gets the same pixels either way;
+* :meth:`NativePipeline.plan` (per sample) / :meth:`NativePipeline.plan_batch` (per batch,
+  one native call without the GIL): read the JPEG header and draw the random parameters with
+  exactly the torch RNG calls the pipeline makes -- the decode transform's window, the mask's
+  seed, each augmentation's draws -- giving a :class:`Plan`: one ``SamplePlan`` record
+  (csrc/batch/plan.h) and the sample's pixel steps (csrc/ops/pixel_kernel.h);
 * :meth:`NativePipeline.run` (per batch): one call of ``torch.ops.fastprep.decode_batch``
-  (csrc/decode_batch.cpp), which decodes, resizes, pads and masks every sample on a pool
-  of native threads, without the GIL, straight into a preallocated batch -- uint8, or
-  float with :class:`fastprep.data.BatchConvert`'s conversion fused into the write.
+  (csrc/decode_batch.cpp), which decodes, resizes, pads, masks and augments every sample on a
+  pool of native threads, without the GIL, straight into a preallocated batch -- uint8, or
+  float with the output conversion fused into the write.
 
 Bad files never abort a batch: :meth:`run` returns a status per sample.
 """
@@ -22,8 +26,9 @@ import math
 import numbers
 import threading
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torchvision.transforms import v2
 
@@ -31,6 +36,7 @@ from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
 from .._checks import is_int
 from .._kernels.coeffs import YUV_COEFFS
+from .._layout import as_bytes, struct_dtype
 from .._seeding import keyed_thread_rng
 from .._threads import usable_cpus
 from ..functional import MASK_PROBABILITY_RESOLUTION
@@ -43,54 +49,93 @@ from ..transforms import (
     DecodeResizeCenterCrop,
     RandomMask,
 )
+from ..transforms._compile import CompiledPipeline, compile_pipeline
+from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
 from ..transforms._plan import DCT_SCALES, centered_ratio_window
 from .batch import BatchConvert
 from .sample import SampleTransform
 
-__all__ = ["NativePipeline", "Plan", "PlanRef", "PlannedBatch", "STATUS_ERROR", "STATUS_OK", "STATUS_WARNING"]
+__all__ = ["NativePipeline", "Plan", "PlanRef", "PlannedBatch", "STATUS_ERROR", "STATUS_OK", "STATUS_WARNING",
+           "Unsupported"]
 
 #: :meth:`NativePipeline.run` statuses.
 STATUS_OK, STATUS_WARNING, STATUS_ERROR = 0, 1, 2
 
-_DECODE_TRANSFORMS = (DecodeRandomCrop, DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize,
-                      DecodeResizeCenterCrop)
 _CHANNELS = {fio.ImageReadMode.GRAY: 1, fio.ImageReadMode.RGB: 3, fio.ImageReadMode.YCbCr: 3}
 _OUT_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 
-# Conversions of csrc/decode_batch.cpp (enum Convert).
-_NO_CONVERT, _DIV255, _AFFINE, _YUV, _YUV_AFFINE, _YUV_AFFINE_FMA = range(6)
+# csrc/batch/plan.h: DecodeKind, ConvertKind
+_KIND_NO_DRAW, _KIND_RESIZED_CROP, _KIND_RANDOM_CROP = range(3)
+(_NO_CONVERT, _DIV255, _AFFINE, _YUV, _YUV_AFFINE, _YUV_AFFINE_FMA, _TO_FLOAT,
+ _TO_FLOAT_NORMALIZE) = range(8)
+_ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
+
+_PLAN = struct_dtype("SamplePlan")
+_STEP = struct_dtype("PixelStep")
 
 
-class Plan(NamedTuple):
+class Plan:
     """One sample's work for :meth:`NativePipeline.run`, made by :meth:`NativePipeline.plan`.
 
     Attributes:
-        row: the int64 plan row of ``torch.ops.fastprep.decode_batch`` (its columns are
-            defined in csrc/decode_batch.cpp, ``enum PlanColumn``; :func:`_plan_row`
-            writes them).
-        scales: ``(scale_h, scale_w)`` of the resize (output pixels per input pixel; 0:
-            the output size over the input size).
+        record: its ``SamplePlan`` record (a numpy structured scalar; fields named in
+            csrc/batch/plan.h; ``first_step`` is rewritten when a batch is assembled).
+        steps: its ``PixelStep`` records, the uint8 steps then ``record["num_float_steps"]``
+            float steps.
+        extras: tensors its steps refer to by index (RandomErasing's noise).
+
+    Two plans are equal when they describe the same work (:meth:`key`).
     """
 
-    row: tuple
-    scales: tuple
+    __slots__ = ("record", "steps", "extras")
+
+    def __init__(self, record, steps: np.ndarray, extras: tuple):
+        self.record, self.steps, self.extras = record, steps, tuple(extras)
+
+    def key(self) -> tuple:
+        """A comparable form: the record's and the steps' bytes (first_step zeroed) and the
+        extras' values."""
+        record = self.record.copy()
+        record["first_step"] = 0
+        return (record.tobytes(), self.steps.tobytes(), tuple(tuple(t.reshape(-1).tolist()) for t in self.extras))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Plan) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={self.record[name]}" for name in ("scale_num", "top", "left", "height", "width"))
+        return f"Plan({fields}, steps={len(self.steps)})"
 
 
 class PlannedBatch(NamedTuple):
-    """The plans :meth:`NativePipeline.plan_batch` made for a batch, as the tables
-    ``torch.ops.fastprep.decode_batch`` takes: ``rows`` int64 ``[N, 24]`` and ``scales``
-    float64 ``[N, 2]`` (rows of samples it did not plan are unused)."""
+    """The plans :meth:`NativePipeline.plan_batch` made for a batch, as ``decode_batch`` takes
+    them: ``plans`` (SamplePlan records, numpy), ``steps`` (PixelStep records as bytes),
+    ``extras`` (the tensors they keep). Records of samples it did not plan are unused."""
 
-    rows: torch.Tensor
-    scales: torch.Tensor
+    plans: np.ndarray
+    steps: torch.Tensor
+    extras: list
 
 
 class PlanRef(NamedTuple):
-    """The plan at row ``position`` of a :class:`PlannedBatch`; :meth:`NativePipeline.run`
-    takes it wherever it takes a :class:`Plan`."""
+    """The plan at ``position`` of a :class:`PlannedBatch`; :meth:`NativePipeline.run` takes
+    it wherever it takes a :class:`Plan`."""
 
     batch: PlannedBatch
     position: int
+
+    def resolve(self) -> Plan:
+        """The same plan as a standalone :class:`Plan`."""
+        record = self.batch.plans[self.position].copy()
+        first = int(record["first_step"])
+        count = int(record["num_steps"]) + int(record["num_float_steps"])
+        steps = self.batch.steps.numpy().view(_STEP)[first:first + count].copy()
+        used = sorted({int(v) for v in steps["extra"] if v >= 0})
+        return Plan(record, _renumber_extras(steps, {old: new for new, old in enumerate(used)}),
+                    tuple(self.batch.extras[k] for k in used))
 
 
 class _HeaderSize(NamedTuple):
@@ -100,29 +145,49 @@ class _HeaderSize(NamedTuple):
     width: int
 
 
-# plan_batch's kinds, integer and float parameters (csrc/plan_batch.cpp: enum Kind,
-# IntParam, FloatParam) and its routes (enum Route).
-_KIND_NO_DRAW, _KIND_RESIZED_CROP, _KIND_RANDOM_CROP = range(3)
-_ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
-_MASK_COLUMNS = 3  # the last columns of a plan row: mask flag, seed, numerator
+def _renumber_extras(steps: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
+    """``steps`` with their ``extra`` indices mapped through ``mapping``."""
+    for s in steps:
+        if int(s["extra"]) >= 0:
+            s["extra"] = mapping[int(s["extra"])]
+    return steps
 
 
-def _plan_row(plan: DecodePlan, mask_seed, mask_m: int) -> Plan:
-    """A :class:`Plan` from a transform's :class:`~fastprep.transforms.DecodePlan`
-    and the mask's seed (``None``: no mask), in the column order of ``enum PlanColumn``."""
+def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
+    """A ``SamplePlan`` record from a transform's :class:`~fastprep.transforms.DecodePlan` and
+    the mask's seed (``None``: no mask); no steps."""
+    rec = np.zeros((), dtype=_PLAN)
     top, left, height, width = plan.window
+    rec["scale_num"], rec["top"], rec["left"], rec["height"], rec["width"] = plan.num, top, left, height, width
     r = plan.resize
     placed = plan.offset is not None
     if r is not None and placed:
-        (oy, ox, oh, ow) = r.out_window
-        resize = (1, *r.full_in, *r.in_offset, *r.full_out, oy, ox, oh, ow, int(r.antialias), int(r.hflip))
-        scales = (0.0, 0.0) if r.scale is None else (float(r.scale[0]), float(r.scale[1]))
+        rec["resize"] = 1
+        rec["full_in_h"], rec["full_in_w"] = r.full_in
+        rec["in_top"], rec["in_left"] = r.in_offset
+        rec["full_out_h"], rec["full_out_w"] = r.full_out
+        rec["out_top"], rec["out_left"], rec["region_h"], rec["region_w"] = r.out_window
+        rec["antialias"], rec["hflip"] = int(r.antialias), int(r.hflip)
+        if r.scale is not None:
+            rec["scale_h"], rec["scale_w"] = float(r.scale[0]), float(r.scale[1])
     else:
-        resize = (0, 0, 0, 0, 0, 0, 0, 0, 0, height, width, 0, 0)
-        scales = (0.0, 0.0)
-    place = (0, 0, 0) if plan.offset is None else (1, *plan.offset)
-    mask = (0, 0, 0) if mask_seed is None else (1, int(mask_seed), mask_m)
-    return Plan((plan.num, top, left, height, width) + resize + place + mask, scales)
+        rec["region_h"], rec["region_w"] = height, width
+    if placed:
+        rec["placed"] = 1
+        rec["place_top"], rec["place_left"] = plan.offset
+    if mask_seed is not None:
+        rec["mask"], rec["mask_seed"], rec["mask_m"] = 1, int(mask_seed), mask_m
+    return rec
+
+
+def _with_steps(record, steps: Steps | None) -> Plan:
+    """A :class:`Plan` of ``record`` and the steps a sample's draws emitted."""
+    if steps is None or not steps.items:
+        return Plan(record, np.zeros(0, dtype=_STEP), ())
+    records = steps.records()
+    record["num_steps"] = steps.num_uint8 if steps.num_uint8 is not None else len(records)
+    record["num_float_steps"] = len(records) - int(record["num_steps"])
+    return Plan(record, records, tuple(steps.extras))
 
 
 def _mode_number(mode) -> int:
@@ -152,16 +217,23 @@ def _uint8_fill(fill, channels: int):
     return tuple(out)
 
 
-def _split(transform):
-    """``(decode transform, RandomMask or None)`` of a transform :meth:`NativePipeline.from_transform`
-    takes, else ``None``. Exact types only: a subclass may draw or decode differently."""
-
+def _compile(transform, decode_kwargs: dict | None = None) -> CompiledPipeline:
+    """The compiled form of a transform the threads engine may run (the default transform
+    included); raises :class:`Unsupported` saying why not."""
     if type(transform) is SampleTransform:
-        return transform.crop, transform.mask
-    if type(transform) is v2.Compose and 1 <= len(transform.transforms) <= 2:
-        parts = list(transform.transforms)
-        return parts[0], (parts[1] if len(parts) == 2 else None)
-    return transform, None
+        transform = v2.Compose([transform.crop] + ([transform.mask] if transform.mask is not None else []))
+    compiled = compile_pipeline(transform, decode_kwargs)
+    decode, mask = compiled.decode, compiled.mask
+    try:
+        mode = _mode_number(decode.mode)
+    except ValueError:
+        raise Unsupported(f"{type(decode).__name__}(mode={decode.mode!r}) is not a decode mode") from None
+    if mode not in _CHANNELS:
+        raise Unsupported(f"{type(decode).__name__}(mode={decode.mode!r}): mode UNCHANGED gives each file its own "
+                          "channel count; the native engine takes RGB, YCbCr or GRAY")
+    if mask is not None and _uint8_fill(mask.fill, _CHANNELS[fio.ImageReadMode(mode)]) is None:
+        raise Unsupported(f"RandomMask(fill={mask.fill!r}) is not a uint8 value per channel")
+    return compiled
 
 
 # ---------------------------------------------------------------------------------------
@@ -287,99 +359,111 @@ def _torch_affine_rounding():
 
 
 class NativePipeline:
-    """The built-in per-sample pipelines as one native call per batch.
+    """A compiled per-sample pipeline as one native call per batch.
 
-    Build it with :meth:`from_transform`; then per sample :meth:`plan` (draws the random
+    Build it with :meth:`from_transform` (or :meth:`compile`, which says why a transform is
+    refused); then per sample :meth:`plan` or per batch :meth:`plan_batch` (draws the random
     parameters, as a call of the transform would) and per batch :meth:`run`.
 
     Attributes:
         transform: the transform it replaces.
-        channels: output channels (3 for ``"RGB"``/``"YCbCr"`` modes, 1 for ``"GRAY"``).
+        compiled: its :class:`~fastprep.transforms._compile.CompiledPipeline`.
+        channels: output channels.
         size: ``(H, W)`` of every sample's output.
+        float_output: the pipeline ends with ``ToDtype(torch.float32, scale=True)`` (+
+            ``Normalize``): batches are float, converted as the pipeline says, and
+            :meth:`run` takes a float ``out`` only.
     """
 
-    def __init__(self, transform, decode, mask):
+    def __init__(self, transform, compiled: CompiledPipeline):
         self.transform = transform
+        self.compiled = compiled
+        decode = compiled.decode
         self._decode = decode
-        self._mask = mask
+        self._mask = compiled.mask
         self._mode = _mode_number(decode.mode)
-        self.channels = _CHANNELS[fio.ImageReadMode(self._mode)]
-        size = decode.crop_size if isinstance(decode, DecodeResizeCenterCrop) else decode.size
-        self.size = (int(size[0]), int(size[1]))
+        self.decode_channels = _CHANNELS[fio.ImageReadMode(self._mode)]
+        self.channels = compiled.channels
+        self.size = compiled.size
+        self.float_output = compiled.to_float
         self._max_pixels = int(decode.max_pixels)
         self._strict = bool(decode.strict)
         self._max_scans = int(decode.max_scans if decode.max_scans is not None else fio.DEFAULT_MAX_SCANS)
-        pad = tuple(int(v) for v in decode.padding_values(self.channels))
-        mask_fill = (0,) * self.channels
+        pad = tuple(int(v) for v in decode.padding_values(self.decode_channels))
+        mask_fill = (0,) * self.decode_channels
         self._mask_m = 0
-        if mask is not None:
-            mask_fill = _uint8_fill(mask.fill, self.channels)
-            self._mask_m = int(round(mask.ratio / MASK_PROBABILITY_RESOLUTION))
+        if self._mask is not None:
+            mask_fill = _uint8_fill(self._mask.fill, self.decode_channels)
+            self._mask_m = int(round(self._mask.ratio / MASK_PROBABILITY_RESOLUTION))
         self._fills = torch.tensor([pad, mask_fill], dtype=torch.int64)
+        self._augment = list(compiled.augment) + list(compiled.after_float)
+        self._num_float = len(compiled.after_float)
+        self._program = build_program(self._augment)
         self._keyed_draw = _keyed_draw(decode)
-        self._batch_kind = self._plan_batch_kind()
+        self._spec = self._decode_spec()
         self._size_plans: dict = {}
 
-    def _plan_batch_kind(self):
-        """``(kind, iparams, fparams)`` of ``torch.ops.fastprep.plan_batch`` for this
-        pipeline, or ``None`` where its draws are only made in Python."""
+    def _decode_spec(self) -> torch.Tensor | None:
+        """The ``DecodeSpec`` record of ``plan_batch`` (as bytes), or ``None`` where the
+        decode's draws are only made in Python."""
         draw, decode = self._keyed_draw, self._decode
-        iparams = [*self.size, 0, 0, 0, int(self._mask is not None), self._mask_m]
-        fparams = [0.0] * 8
+        spec = np.zeros((), dtype=struct_dtype("DecodeSpec"))
+        spec["out_h"], spec["out_w"] = self.size
+        spec["channels"] = self.decode_channels
+        spec["has_mask"], spec["mask_m"] = int(self._mask is not None), self._mask_m
         if draw == "none":
-            return _KIND_NO_DRAW, iparams, fparams
-        if isinstance(draw, _ResizedCropDraw):
-            iparams[2:4] = [int(decode.antialias), int(decode.dct_scaling)]
-            fparams = [*draw.scale, draw.log_lo, draw.log_hi, *draw.ratio, draw.flip_p, draw.flip_below]
-            return _KIND_RESIZED_CROP, iparams, fparams
-        if isinstance(draw, _RandomCropDraw):
-            iparams[4] = int(draw.pad_if_needed)
-            return _KIND_RANDOM_CROP, iparams, fparams
-        return None
+            spec["kind"] = _KIND_NO_DRAW
+        elif isinstance(draw, _ResizedCropDraw):
+            spec["kind"] = _KIND_RESIZED_CROP
+            spec["antialias"], spec["dct_scaling"] = int(decode.antialias), int(decode.dct_scaling)
+            spec["scale_lo"], spec["scale_hi"] = draw.scale
+            spec["log_ratio_lo"], spec["log_ratio_hi"] = draw.log_lo, draw.log_hi
+            spec["ratio_lo"], spec["ratio_hi"] = draw.ratio
+            spec["flip_p"], spec["flip_below"] = draw.flip_p, draw.flip_below
+        elif isinstance(draw, _RandomCropDraw):
+            spec["kind"] = _KIND_RANDOM_CROP
+            spec["pad_if_needed"] = int(draw.pad_if_needed)
+        else:
+            return None
+        return as_bytes(spec.reshape(1))
 
     @classmethod
-    def from_transform(cls, transform) -> NativePipeline | None:
-        """The native pipeline equivalent to ``transform``, or ``None`` when there is none.
+    def compile(cls, transform, decode_kwargs: dict | None = None) -> NativePipeline:
+        """The native pipeline of ``transform``.
 
-        Recognised (exact types; modes ``"RGB"``, ``"YCbCr"``, ``"GRAY"``):
+        Recognised (exact types): a fastprep decode transform (``DecodeRandomCrop``,
+        ``DecodeCenterCrop``, ``DecodeRandomResizedCrop``, ``DecodeResizeCenterCrop``,
+        ``DecodeResize`` with an ``(h, w)`` size; modes RGB, YCbCr, GRAY) or
+        :class:`~fastprep.transforms.OnDecoded` of a torchvision v2 recipe whose geometry comes
+        first, then optionally fastprep's ``RandomMask`` (uint8 fill), the native
+        augmentations, ``ToDtype(torch.float32, scale=True)`` + ``Normalize`` and the float
+        transforms (``docs/augment.md`` lists them); :func:`fastprep.data.default_transform`.
 
-        * :func:`fastprep.data.default_transform`'s ``DecodeRandomCrop(pad_if_needed=True)``
-          + optional :class:`fastprep.transforms.RandomMask` (uint8 fill), and
-          ``v2.Compose([decode transform])`` or ``v2.Compose([decode transform, RandomMask])``;
-        * :class:`~fastprep.transforms.DecodeRandomCrop`,
-          :class:`~fastprep.transforms.DecodeCenterCrop`,
-          :class:`~fastprep.transforms.DecodeRandomResizedCrop`,
-          :class:`~fastprep.transforms.DecodeResizeCenterCrop`, and
-          :class:`~fastprep.transforms.DecodeResize` with an ``(h, w)`` size.
+        Args:
+            decode_kwargs: ``max_pixels``/``strict``/``max_scans`` for a decode built from a
+                v2 geometry.
 
-        Anything else (user transforms, subclasses, ``"UNCHANGED"`` mode, whose channel
-        count depends on the file) gives ``None``: run it per sample.
+        Raises:
+            Unsupported: a step cannot run natively; the message names it and says why.
         """
-        decode, mask = _split(transform)
-        if type(decode) not in _DECODE_TRANSFORMS or (mask is not None and type(mask) is not RandomMask):
-            return None
+        return cls(transform, _compile(transform, decode_kwargs))
+
+    @classmethod
+    def from_transform(cls, transform, decode_kwargs: dict | None = None) -> NativePipeline | None:
+        """:meth:`compile`, or ``None`` where it raises :class:`Unsupported`."""
         try:
-            mode = _mode_number(decode.mode)
-        except ValueError:
+            return cls.compile(transform, decode_kwargs)
+        except Unsupported:
             return None
-        if mode not in _CHANNELS:
-            return None
-        if type(decode) is DecodeResize and not isinstance(decode.size, tuple):
-            return None  # the output size follows each image's aspect ratio
-        if mask is not None and _uint8_fill(mask.fill, _CHANNELS[fio.ImageReadMode(mode)]) is None:
-            return None
-        return cls(transform, decode, mask)
 
     def plan(self, data: torch.Tensor, key: int | None = None) -> Plan:
         """Read the header of ``data`` and draw this sample's random parameters.
 
-        The torch RNG calls are exactly those of ``transform(data)`` (the decode
-        transform's window and flip, then the mask's seed): from torch's default CPU
-        generator, or with ``key``, from a private generator seeded by ``key`` -- the draws
-        of ``transform(data)`` under :func:`fastprep._seeding.keyed_default_rng` ``(key)``,
-        without touching the default generator (safe in any thread; the built-in
-        transforms' draws are made with an explicit generator, not through a torch
-        function mode).
+        The torch RNG calls are exactly those of the transform on ``data`` (the decode
+        transform's window and flip, the mask's seed, then each augmentation's draws): from
+        torch's default CPU generator, or with ``key``, from a private generator seeded by
+        ``key`` -- the draws under :func:`fastprep._seeding.keyed_default_rng` ``(key)``, without
+        touching the default generator (safe in any thread).
 
         Args:
             data: the encoded JPEG, uint8 1-D CPU tensor.
@@ -396,13 +480,11 @@ class NativePipeline:
         data = _check_data(data, "data")
         info = fio.jpeg_info(data)
         if key is None:
-            return self._plan_drawn(info)
+            return self._plan_drawn(info, None)
         draw = self._keyed_draw
-        if draw == "none" and self._mask is None:
-            return self._plan_drawn(info)
         if draw is None:
             with keyed_thread_rng(key):
-                return self._plan_drawn(info)
+                return self._plan_drawn(info, None)
         gen = _keyed_generator(key)
         if draw == "none":
             decode_plan = self._decode.draw_plan(info)
@@ -410,12 +492,32 @@ class NativePipeline:
             params = draw(info, gen)
             if params is None:  # the transform raises: its own draw, for its error
                 with keyed_thread_rng(key):
-                    return self._plan_drawn(info)
+                    return self._plan_drawn(info, None)
             decode_plan = self._decode.decode_plan(info, params)
         seed = None
         if self._mask is not None:
             seed = int(torch.randint(0, _MASK_SEED_HIGH, (), dtype=torch.int64, generator=gen))
-        return _plan_row(decode_plan, seed, self._mask_m)
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m), self._draw_augment(gen))
+
+    def _draw_augment(self, gen: torch.Generator | None) -> Steps | None:
+        """The augmentations' draws on ``gen`` (``None``: the default generator, or what a
+        torch function mode hands out)."""
+        if not self._augment:
+            return None
+        draws = TorchDraws(gen)
+        steps = draw_steps(self._augment[:len(self._augment) - self._num_float], draws, self.decode_channels,
+                           *self.size)
+        steps.num_uint8 = len(steps.items)
+        for t in self._augment[len(self._augment) - self._num_float:]:
+            t.draw(draws, steps)
+        return steps
+
+    def _plan_drawn(self, info, gen) -> Plan:
+        """The plan of an image with header ``info``, drawn by the transforms themselves
+        (from the default generator, or what a torch function mode redirects it to)."""
+        decode_plan = self._decode.draw_plan(info)
+        seed = self._mask.get_params() if self._mask is not None else None
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m), self._draw_augment(gen))
 
     def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
         """:meth:`plan` for a batch in one native call (``torch.ops.fastprep.plan_batch``,
@@ -441,22 +543,24 @@ class NativePipeline:
         keys = list(keys)
         if len(keys) != len(datas):
             raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
-        if self._batch_kind is None:
+        if self._spec is None:
             return [("python", None)] * len(datas)
-        kind, iparams, fparams = self._batch_kind
         signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
-        rows, scales, hw, status, text = torch.ops.fastprep.plan_batch(
-            datas, signed, kind, iparams, fparams, list(DCT_SCALES), int(max_pixels), bool(exif))
-        batch = PlannedBatch(rows, scales)
+        prog = self._program
+        plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
+            datas, signed, self._spec, prog.nodes, prog.ints, prog.floats, prog.num_roots, self._num_float,
+            list(DCT_SCALES), int(max_pixels), bool(exif))
+        plans = plans_b.numpy().view(_PLAN)
+        batch = PlannedBatch(plans, steps, list(extras))
+        no_draw = self._keyed_draw == "none"
+        sizes = hw.tolist() if no_draw else None
         raw = None
         out: list = []
-        sizes = hw.tolist() if kind == _KIND_NO_DRAW else None
         for j, (code, start, length) in enumerate(status.tolist()):
             if code == _ROUTE_PLANNED:
-                if sizes is None:
-                    out.append(("plan", PlanRef(batch, j)))
-                else:
-                    out.append(("plan", self._no_draw_plan(sizes[j], rows[j, -_MASK_COLUMNS:].tolist())))
+                if sizes is not None:
+                    self._fill_no_draw(plans[j], sizes[j])
+                out.append(("plan", PlanRef(batch, j)))
             elif code == _ROUTE_ERROR:
                 raw = text.numpy().tobytes() if raw is None else raw
                 out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
@@ -464,25 +568,21 @@ class NativePipeline:
                 out.append(("python", None))
         return out
 
-    def _no_draw_plan(self, size, mask) -> Plan:
-        """The :class:`Plan` of a no-draw decode transform on an image of ``size``, with the
-        mask columns ``mask`` (the geometry is cached per image size)."""
-        key = (size[0], size[1])
-        plan = self._size_plans.get(key)
-        if plan is None:
-            plan = _plan_row(self._decode.draw_plan(_HeaderSize(*key)), None, 0)
-            if len(self._size_plans) < 4096:
-                self._size_plans[key] = plan
-        if not mask[0]:
-            return plan
-        return Plan(plan.row[:-_MASK_COLUMNS] + tuple(mask), plan.scales)
+    _DECODE_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
+                      "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w",
+                      "antialias", "hflip", "placed", "place_top", "place_left", "scale_h", "scale_w")
 
-    def _plan_drawn(self, info) -> Plan:
-        """The plan of an image with header ``info``, drawn by the transforms themselves
-        (from the default generator, or what a torch function mode redirects it to)."""
-        decode_plan = self._decode.draw_plan(info)
-        seed = self._mask.get_params() if self._mask is not None else None
-        return _plan_row(decode_plan, seed, self._mask_m)
+    def _fill_no_draw(self, record, size) -> None:
+        """Write the geometry of a no-draw decode transform on an image of ``size`` into
+        ``record`` (the geometry is cached per image size)."""
+        key = (size[0], size[1])
+        geometry = self._size_plans.get(key)
+        if geometry is None:
+            geometry = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0)
+            if len(self._size_plans) < 4096:
+                self._size_plans[key] = geometry
+        for name in self._DECODE_FIELDS:
+            record[name] = geometry[name]
 
     def run(self, datas, plans, out: torch.Tensor, *, num_threads: int | None = None, mean=None, std=None,
             color: str | None = None, timings: dict | None = None) -> list[tuple[int, str]]:
@@ -493,14 +593,16 @@ class NativePipeline:
             plans: their ``N`` :class:`Plan` (or :class:`PlanRef`) objects, in the same order.
             out: ``[N, C, H, W]`` CPU tensor, contiguous or ``torch.channels_last``, with
                 ``(C, H, W) == (channels, *size)``. uint8: the transform's outputs stacked,
-                bit for bit. float32, float16 or bfloat16 (3 channels): what
-                ``BatchConvert(color, mean, std, out.dtype)`` computes on the CPU from that
+                bit for bit. float32, float16 or bfloat16: for a pipeline with
+                :attr:`float_output`, its float output (cast to ``out``'s dtype); otherwise
+                what ``BatchConvert(color, mean, std, out.dtype)`` computes on the CPU from the
                 uint8 batch, bit for bit.
             num_threads: threads working on the batch, the calling one included (default:
                 the CPUs this process may run on; never more than ``N``).
             mean, std: per-channel normalisation of a float ``out`` on the [0, 1] scale (3
-                values or one for all), both or neither.
-            color: conversion of a float ``out``: ``"yuv"`` (default) or ``"rgb"``.
+                values or one for all), both or neither (not with :attr:`float_output`).
+            color: conversion of a float ``out``: ``"yuv"`` (default) or ``"rgb"`` (not with
+                :attr:`float_output`).
             timings: a dict to which ``"op_thread_s"`` (float) is added: the calling
                 thread's CPU seconds inside the native call (its share of the decoding; the
                 rest of this call is Python holding the GIL).
@@ -525,7 +627,7 @@ class NativePipeline:
                 raise TypeError(f"plans[{i}] must be a Plan or PlanRef from NativePipeline.plan or plan_batch, "
                                 f"got {type(p).__name__}")
         threads = _check_threads(num_threads, n)
-        convert, params, converter = self._conversion(out.dtype, color, mean, std)
+        convert, converter = self._conversion(out.dtype, color, mean, std)
         if n == 0:
             return []
         if converter is not None:  # this torch rounds BatchConvert's last step in no single way
@@ -533,11 +635,11 @@ class NativePipeline:
             results = self.run(datas, plans, staged, num_threads=threads, timings=timings)
             out.copy_(converter(staged))
             return results
-        rows, scales = _plan_tables(plans)
+        records, steps, extras = _batch_tables(plans)
         start = time.thread_time() if timings is not None else 0.0
         status, text = torch.ops.fastprep.decode_batch(
-            datas, rows, scales, self._fills, out, self._mode, self._max_pixels, self._strict, self._max_scans,
-            convert, params, threads)
+            datas, records, steps, extras, self._fills, out, self.decode_channels, self._mode, self._max_pixels,
+            self._strict, self._max_scans, convert, threads)
         if timings is not None:
             timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
         raw = text.numpy().tobytes()
@@ -549,6 +651,8 @@ class NativePipeline:
             raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
         if out.dtype not in _OUT_DTYPES:
             raise TypeError(f"out must be uint8, float32, float16 or bfloat16, got {out.dtype}")
+        if self.float_output and out.dtype == torch.uint8:
+            raise TypeError("this pipeline ends with ToDtype(torch.float32): out must be float32, float16 or bfloat16")
         if out.device.type != "cpu":
             raise ValueError(f"out must be on the CPU, got {out.device}")
         want = (n, self.channels, *self.size)
@@ -558,58 +662,92 @@ class NativePipeline:
             raise ValueError(f"out must be contiguous or channels_last, got strides {out.stride()}")
 
     def _conversion(self, dtype, color, mean, std):
-        """``(convert, params [3, 6] float64, fallback)`` of ``torch.ops.fastprep.decode_batch``
-        for an ``out`` of ``dtype``; ``fallback``: a BatchConvert to apply to a uint8 batch
-        instead, when this torch's arithmetic cannot be matched natively."""
-        params = torch.zeros((3, 6), dtype=torch.float64)
+        """``(ConvertSpec record as bytes, fallback)`` of ``decode_batch`` for an ``out`` of
+        ``dtype``; ``fallback``: a BatchConvert to apply to a uint8 batch instead, when this
+        torch's arithmetic cannot be matched natively."""
+        spec = np.zeros(1, dtype=struct_dtype("ConvertSpec"))
+        rec = spec[0]
+        if self.float_output:
+            if color is not None or mean is not None or std is not None:
+                raise ValueError("this pipeline converts to float itself (ToDtype + Normalize): color, mean and std "
+                                 "do not apply")
+            c = self.compiled
+            rec["scale"] = float(np.float32(1.0 / 255))  # v2 ToDtype: image.to(float32).mul_(1 / 255)
+            if c.mean is None:
+                rec["kind"] = _TO_FLOAT
+            else:
+                rec["kind"] = _TO_FLOAT_NORMALIZE
+                k = self.channels
+                rec["mean"][:k] = (c.mean * k)[:k] if len(c.mean) == 1 else c.mean
+                rec["std"][:k] = (c.std * k)[:k] if len(c.std) == 1 else c.std
+            return as_bytes(spec), None
         if dtype == torch.uint8:
             if color is not None or mean is not None or std is not None:
                 raise ValueError("color, mean and std apply to a float out; out is uint8")
-            return _NO_CONVERT, params, None
+            return as_bytes(spec), None
         if self.channels != 3:
             raise ValueError(f"a float out needs 3 channels (RGB or YCbCr mode), this pipeline has {self.channels}")
         convert = BatchConvert("yuv" if color is None else color, mean, std, dtype)  # validates
         if convert.mean is not None and not all(math.isfinite(v) for v in convert.mean + convert.std):
             raise ValueError(f"mean and std must be finite, got {convert.mean} and {convert.std}")
+        yuv = rec["yuv"].reshape(3, 4)
         if convert.color == "rgb":
             if convert.mean is None:
-                return _DIV255, params, None
+                rec["kind"] = _DIV255
+                return as_bytes(spec), None
             # fastprep.functional.scale_normalize's gain and bias, in double
             for c, (m, s) in enumerate(zip(convert.mean, convert.std)):
-                params[c, 4], params[c, 5] = 1.0 / (255.0 * s), -m / s
-            return _AFFINE, params, None
+                rec["gain"][c], rec["bias"][c] = 1.0 / (255.0 * s), -m / s
+            rec["kind"] = _AFFINE
+            return as_bytes(spec), None
         if convert.mean is None:
             # fastprep.functional.yuv_scale: coefficients times 1/255 in double
             gain = 1.0 / 255.0
             for c, row in enumerate(YUV_COEFFS):
                 for k, v in enumerate(row):
-                    params[c, k] = v * gain
-            return _YUV, params, None
+                    yuv[c, k] = v * gain
+            rec["kind"] = _YUV
+            rec["yuv"] = yuv.reshape(-1)
+            return as_bytes(spec), None
         rounding = _torch_affine_rounding()
         if rounding is None:
-            return _NO_CONVERT, params, convert
+            return as_bytes(spec), convert
         # BatchConvert's torch path: YUV with the plain coefficients, then addcmul
         for c, row in enumerate(YUV_COEFFS):
             for k, v in enumerate(row):
-                params[c, k] = v
-            params[c, 4] = 1.0 / (255.0 * convert.std[c])
-            params[c, 5] = -convert.mean[c] / convert.std[c]
-        return (_YUV_AFFINE_FMA if rounding == "fma" else _YUV_AFFINE), params, None
+                yuv[c, k] = v
+            rec["gain"][c] = 1.0 / (255.0 * convert.std[c])
+            rec["bias"][c] = -convert.mean[c] / convert.std[c]
+        rec["yuv"] = yuv.reshape(-1)
+        rec["kind"] = _YUV_AFFINE_FMA if rounding == "fma" else _YUV_AFFINE
+        return as_bytes(spec), None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transform!r}, channels={self.channels}, size={self.size})"
 
 
-def _plan_tables(plans) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``(rows, scales)`` tables of ``decode_batch`` for a list of :class:`Plan` and
+def _batch_tables(plans) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """The ``(plans, steps, extras)`` of ``decode_batch`` for a list of :class:`Plan` and
     :class:`PlanRef`; a whole :class:`PlannedBatch` in order is used as it is."""
     first = plans[0]
-    if (isinstance(first, PlanRef) and len(first.batch.rows) == len(plans)
+    if (isinstance(first, PlanRef) and len(first.batch.plans) == len(plans)
             and all(type(p) is PlanRef and p.batch is first.batch and p.position == j for j, p in enumerate(plans))):
-        return first.batch.rows, first.batch.scales
-    rows = [p.row if isinstance(p, Plan) else tuple(p.batch.rows[p.position].tolist()) for p in plans]
-    scales = [p.scales if isinstance(p, Plan) else tuple(p.batch.scales[p.position].tolist()) for p in plans]
-    return torch.tensor(rows, dtype=torch.int64), torch.tensor(scales, dtype=torch.float64)
+        return as_bytes(first.batch.plans), first.batch.steps, first.batch.extras
+    records = np.zeros(len(plans), dtype=_PLAN)
+    step_lists, extras = [], []
+    total = 0
+    for j, p in enumerate(plans):
+        plan = p.resolve() if isinstance(p, PlanRef) else p
+        records[j] = plan.record
+        records[j]["first_step"] = total
+        steps = plan.steps.copy()
+        if plan.extras:
+            steps = _renumber_extras(steps, {k: len(extras) + k for k in range(len(plan.extras))})
+            extras.extend(plan.extras)
+        step_lists.append(steps)
+        total += len(steps)
+    steps = np.concatenate(step_lists) if step_lists else np.zeros(0, dtype=_STEP)
+    return as_bytes(records), as_bytes(steps), extras
 
 
 def _check_data(data, name) -> torch.Tensor:

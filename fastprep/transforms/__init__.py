@@ -23,9 +23,15 @@ JPEG bytes; each reads the header, draws its window with the torch RNG calls of 
 transform it replaces, and decodes only what the output needs (a :class:`DecodePlan`;
 :func:`plan_scaled_window` chooses the DCT scale of a window).
 
+:class:`OnDecoded` decodes the whole JPEG and applies a pipeline on decoded images (an
+unchanged torchvision v2 recipe); the threads engine compiles such pipelines into native
+steps that give the same bits (``_compile``, ``_native``, ``_native_*``: the native side of
+each supported torchvision transform; ``docs/augment.md``).
+
 Layout: ``_kernel_transforms`` (kernel transforms), ``_compose`` (the fusing Compose),
-``_decode`` (decode transforms) and ``_plan`` (their integer geometry, no randomness and
-no torch). This module only hands their public names on.
+``_decode`` (decode transforms, OnDecoded), ``_plan`` (their integer geometry, no
+randomness and no torch), ``_compile`` and ``_native*`` (the native engine's side of a
+pipeline). This module only hands their public names on.
 """
 
 from ._compose import Compose
@@ -35,6 +41,7 @@ from ._decode import (
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
+    OnDecoded,
 )
 from ._kernel_transforms import ConvertColor, MaskYUVScale, RandomMask, Scale, YUVScale
 from ._plan import DCT_SCALES, DecodePlan, ResizeStep, plan_scaled_window
@@ -50,6 +57,7 @@ __all__ = [
     "DecodeResize",
     "DecodeResizeCenterCrop",
     "MaskYUVScale",
+    "OnDecoded",
     "RandomMask",
     "ResizeStep",
     "Scale",

@@ -190,7 +190,7 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     """
     decode_kwargs = dict(decode_kwargs or {})
     if isinstance(transform, OnDecoded):
-        steps = [s for s in _steps(transform.transform) if not isinstance(s, _NO_OPS)]
+        steps = [s for s in _steps(transform.pipeline) if not isinstance(s, _NO_OPS)]
         if not steps:
             raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
         decode_kwargs.setdefault("mode", transform.mode)

@@ -553,7 +553,7 @@ class DecodeResizeCenterCrop(_ResizeBase):
 
 
 class OnDecoded(v2.Transform):
-    """Decode the whole JPEG (:func:`fastprep.io.decode_jpeg`), then apply ``transform``: a
+    """Decode the whole JPEG (:func:`fastprep.io.decode_jpeg`), then apply ``pipeline``: a
     pipeline on decoded images, such as an unchanged torchvision v2 recipe.
 
     This is what ``make_loader(transform=...)`` makes of a pipeline on decoded images; the
@@ -562,18 +562,18 @@ class OnDecoded(v2.Transform):
     gives the bits of ``torchvision.io.decode_jpeg``.
 
     Args:
-        transform: a callable on a uint8 ``[C, H, W]`` image.
+        pipeline: a callable on a uint8 ``[C, H, W]`` image.
         {io}
 
-    Output: whatever ``transform`` returns.
+    Output: whatever ``pipeline`` returns.
     """
 
-    def __init__(self, transform: Any, mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS,
+    def __init__(self, pipeline: Any, mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS,
                  strict: bool = False, max_scans: int | None = None) -> None:
         super().__init__()
-        if not callable(transform):
-            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        self.transform = transform
+        if not callable(pipeline):
+            raise TypeError(f"pipeline must be callable, got {type(pipeline).__name__}")
+        self.pipeline = pipeline
         _checks.mode_name(mode)
         self.mode = mode
         self.max_pixels = _checks.max_pixels(max_pixels)
@@ -589,15 +589,15 @@ class OnDecoded(v2.Transform):
             kw["max_scans"] = self.max_scans
         with _file_named(path):
             image = fio.decode_jpeg(data, self.mode, **kw)
-        return self.transform(image)
+        return self.pipeline(image)
 
     def decoded_equivalent(self) -> Any:
-        """The transform on a decoded image (the full-decode fallback of a dataset applies it to
+        """The pipeline on a decoded image (the full-decode fallback of a dataset applies it to
         files fastprep's JPEG decode does not take)."""
-        return self.transform
+        return self.pipeline
 
     def extra_repr(self) -> str:
-        return f"transform={self.transform!r}, mode={self.mode!r}"
+        return f"mode={self.mode!r}"
 
 
 _DECODE_TYPES = (DecodeRandomCrop, DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize, DecodeResizeCenterCrop)

@@ -115,21 +115,26 @@ class Steps:
 
     def __init__(self, channels: int, height: int, width: int):
         self.channels, self.height, self.width = channels, height, width
-        self.items: list[tuple[str, tuple, tuple]] = []
+        self.items: list[tuple[str, tuple, tuple, int]] = []
         self.extras: list[torch.Tensor] = []
+        #: how many of the items run on the uint8 image (the rest on the float image); ``None``: all
+        self.num_uint8: int | None = None
 
-    def emit(self, kernel: str, ints: Sequence[int] = (), floats: Sequence[float] = ()) -> None:
-        self.items.append((kernel, tuple(int(v) for v in ints), tuple(float(v) for v in floats)))
+    def emit(self, kernel: str, ints: Sequence[int] = (), floats: Sequence[float] = (), extra: int = -1) -> None:
+        """Append a step of kernel ``kernel``; ``extra``: the index of a tensor it needs (:meth:`keep`)."""
+        self.items.append((kernel, tuple(int(v) for v in ints), tuple(float(v) for v in floats), int(extra)))
 
     def keep(self, tensor: torch.Tensor) -> int:
+        """Keep a tensor a step needs (RandomErasing's noise); returns its index for ``extra``."""
         self.extras.append(tensor)
         return len(self.extras) - 1
 
     def records(self) -> np.ndarray:
         """The steps as PixelStep records (csrc/ops/pixel_kernel.h)."""
         out = np.zeros(len(self.items), dtype=struct_dtype("PixelStep"))
-        for k, (name, ints, floats) in enumerate(self.items):
+        for k, (name, ints, floats, extra) in enumerate(self.items):
             out[k]["kernel"] = kernel_id(name)
+            out[k]["extra"] = extra
             out[k]["i"][: len(ints)] = ints
             out[k]["f"][: len(floats)] = floats
         return out
