@@ -398,13 +398,32 @@ class _Measured(NamedTuple):
     failed: bool
 
 
+def _measure_alone(cfg: BenchConfig, rows: list[dict], runnable: list[_Planned],
+                   files: dict[str, list[str] | Exception], data: BenchData, device: torch.device,
+                   bar: tqdm) -> dict | None:
+    """A pipeline alone, at the worker count :func:`~fastprep.bench.uncapped.uncapped_workers`
+    picks from its ``rows``: its :func:`~fastprep.bench.uncapped.uncapped_entry`, or ``None``
+    when none of its rows ran."""
+    counts = cfg.counts
+    workers = uncapped_workers(rows)
+    prepared = files.get(rows[0]["pipeline"]) if rows else None
+    if workers is None or prepared is None or isinstance(prepared, Exception):
+        bar.update(counts.warmup + counts.steps)
+        return None
+    item = next(i for i in runnable if i.pipe.name == rows[0]["pipeline"] and i.workers == workers)
+    res = ConfigResult(item.pipe.name, workers, counts.batch_size, counts.steps, counts.warmup)
+    _measure_one(cfg, item, prepared, data, NullConsumer(device), res, bar)
+    fed = next(r for r in rows if r["workers"] == workers)
+    return uncapped_entry(res.as_dict(), fed, cfg.target_rate, cpu_measured=cfg.engine != "ray")
+
+
 def _measure_all(cfg: BenchConfig, planned: list[_Planned], data: BenchData, device: torch.device,
                  num_classes: int) -> _Measured:
-    """Run every configuration in turn, then each pipeline that ran alone at its best
-    worker count (:func:`~fastprep.bench.uncapped.uncapped_workers`).
+    """Run every configuration in turn and, right after a pipeline's rows (so that both see
+    the same machine), that pipeline alone (:func:`_measure_alone`).
 
     With ``on_error="raise"`` the configurations after the first failure are recorded as
-    not run (and nothing is measured alone)."""
+    not run (nor measured alone)."""
     from tqdm import tqdm
 
     counts = cfg.counts
@@ -412,9 +431,10 @@ def _measure_all(cfg: BenchConfig, planned: list[_Planned], data: BenchData, dev
     runnable = [item for item in planned if not item.reason]
     total = (len(runnable) + len({item.pipe.name for item in runnable})) * (counts.warmup + counts.steps)
     bar = tqdm(total=total, unit="step", disable=not show_progress(cfg.progress), leave=False, dynamic_ncols=True)
-    results = []
+    results: list[dict] = []
+    alone: dict[str, dict] = {}
     failed = False
-    for item in planned:
+    for k, item in enumerate(planned):
         res = ConfigResult(item.pipe.name, item.workers, counts.batch_size, counts.steps, counts.warmup)
         if item.reason or (failed and cfg.on_error == "raise"):
             res.skipped = item.reason or "not run: an earlier configuration failed (--on-error raise)"
@@ -430,20 +450,14 @@ def _measure_all(cfg: BenchConfig, planned: list[_Planned], data: BenchData, dev
                 failed = True
         res.capped_by_accelerator = is_capped(res.as_dict())
         results.append(res.as_dict())
-    alone: dict[str, dict] = {}
-    for name in dict.fromkeys(item.pipe.name for item in runnable):
-        rows = [r for r in results if r["pipeline"] == name]
-        workers = uncapped_workers(rows)
-        if workers is None or (failed and cfg.on_error == "raise"):
-            bar.update(counts.warmup + counts.steps)
-            continue
-        item = next(i for i in runnable if i.pipe.name == name and i.workers == workers)
-        res = ConfigResult(name, workers, counts.batch_size, counts.steps, counts.warmup)
-        prepared = files[name]
-        assert not isinstance(prepared, Exception)  # its rows ran
-        failed |= not _measure_one(cfg, item, prepared, data, NullConsumer(device), res, bar)
-        fed = next(r for r in rows if r["workers"] == workers)
-        alone[name] = uncapped_entry(res.as_dict(), fed, cfg.target_rate, cpu_measured=cfg.engine != "ray")
+        last_row = k + 1 == len(planned) or planned[k + 1].pipe.name != item.pipe.name
+        stop = failed and cfg.on_error == "raise"
+        if last_row and not stop and any(i.pipe.name == item.pipe.name for i in runnable):
+            rows = [r for r in results if r["pipeline"] == item.pipe.name and not r["skipped"]]
+            entry = _measure_alone(cfg, rows, runnable, files, data, device, bar)
+            if entry is not None:
+                alone[item.pipe.name] = entry
+                failed |= entry["error"] is not None
     bar.close()
     if cfg.engine == "ray":
         _stop_ray()
