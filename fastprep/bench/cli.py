@@ -324,8 +324,8 @@ def _print_plan(cfg: BenchConfig) -> None:
     if cfg.max_steps > counts.steps:
         steps += f" (more until {cfg.min_window_s:g} s have passed, at most {cfg.max_steps})"
     print(f"Measuring {steps} after {counts.warmup} warm-up steps, batch {counts.batch_size}, crop "
-          f"{cfg.crop_size}, {what}{engine}, workers {', '.join(map(str, cfg.workers))}; then each pipeline alone "
-          "at its best worker count (uncapped)", flush=True)
+          f"{cfg.crop_size}, {what}{engine}, workers {', '.join(map(str, cfg.workers))}; after its rows, each "
+          "pipeline alone at its best worker count (uncapped)", flush=True)
 
 
 def _schedule(cfg: BenchConfig) -> list[_Planned]:
