@@ -490,7 +490,7 @@ def _print_results(cfg: BenchConfig, measured: _Measured, capacity: float | None
     best-vs-best ratios (JSON)."""
     results, alone = measured.results, measured.uncapped
     print()
-    print(report.format_table(results))
+    print(report.format_table(results, capped_by))
     print()
     diag = report.diagnosis(results, capacity, alone)
     print(diag)
@@ -498,8 +498,8 @@ def _print_results(cfg: BenchConfig, measured: _Measured, capacity: float | None
         print(line)
     if alone:
         print()
-        print(format_uncapped(alone, cfg.target_rate, TARGET_SOURCE if cfg.target_rate == TARGET_RATE
-                              else "set by --target-rate"))
+        source = f"{TARGET_SOURCE} (--target-rate to change)" if cfg.target_rate == TARGET_RATE else "--target-rate"
+        print(format_uncapped(alone, cfg.target_rate, source, capped_by))
     best = report.best_per_pipeline(results)
     lines, ratios = best_vs_reference(best, alone, capped_by)
     gap = packed_gap_line(best, alone)

@@ -70,8 +70,10 @@ def _fmt(v, spec, none="-"):
     return none if v is None else format(v, spec)
 
 
-def format_table(results: list[dict]) -> str:
-    """The results as an aligned text table (one row per pipeline x workers)."""
+def format_table(results: list[dict], capped_by: str = "accelerator") -> str:
+    """The results as an aligned text table (one row per pipeline x workers); rows the
+    ``capped_by`` (the accelerator, or the training step on the CPU) set the rate of are
+    marked ``*``."""
     head = ["pipeline", "workers", "samples/s", "steps/s", "starved", "data wait", "1st batch",
             "worker CPU", "speed-up"]
     rows = []
@@ -109,7 +111,7 @@ def format_table(results: list[dict]) -> str:
         out.append(line(row))
         prev = row[0]
     if any(r.get("capped_by_accelerator") for r in results):
-        out.append("* capped: the accelerator was busy (starved < 5 %), so the row shows its rate, not the "
+        out.append(f"* capped: the {capped_by} was busy (starved < 5 %), so the row shows its rate, not the "
                    "pipeline's; the uncapped table below has the pipeline's own")
     return "\n".join(out)
 

@@ -77,8 +77,10 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def format_uncapped(uncapped: dict[str, dict], target_rate: float, target_source: str) -> str:
-    """The uncapped table, its definitions and the target's source."""
+def format_uncapped(uncapped: dict[str, dict], target_rate: float, target_source: str,
+                    capped_by: str = "accelerator") -> str:
+    """The uncapped table, its definitions and the target's source (``capped_by``: what
+    caps a fed row, the accelerator or the training step on the CPU)."""
     head = ["pipeline", "workers", "fed samples/s", "uncapped samples/s", "vs reference", "CPU ms/sample",
             "cores used", f"cores for {target_rate:.0f}/s"]
     rows = []
@@ -100,11 +102,11 @@ def format_uncapped(uncapped: dict[str, dict], target_rate: float, target_source
 
     steps = sorted({u["steps"] for u in uncapped.values() if u.get("steps")})
     out = [f"Uncapped: each pipeline alone at its best worker count, the batches taken and dropped "
-           f"({'/'.join(map(str, steps)) or '-'} measured steps); fed: its rate feeding the accelerator "
-           "(capped: the accelerator set it)",
+           f"({'/'.join(map(str, steps)) or '-'} measured steps); fed: its rate feeding the {capped_by} "
+           f"(capped: the {capped_by} set it)",
            line(head), "  ".join("-" * w for w in widths), *(line(r) for r in rows),
            CORES_DEFINITION.format(rate=f"{target_rate:.0f}") + ".",
-           f"Target {target_rate:.0f} samples/s: {target_source} (--target-rate to change)."]
+           f"Target {target_rate:.0f} samples/s: {target_source}."]
     return "\n".join(out)
 
 
@@ -115,7 +117,7 @@ def best_vs_reference(best: dict[str, dict], uncapped: dict[str, dict], capped_b
         return [], {}
     ref = best["reference"]["samples_per_s"]
     ref_alone = uncapped.get("reference", {}).get("samples_per_s")
-    lines = ["Best vs best reference (fed: feeding the accelerator, at each pipeline's best worker count; "
+    lines = [f"Best vs best reference (fed: feeding the {capped_by}, at each pipeline's best worker count; "
              "uncapped: the pipeline alone):"]
     doc = {}
     width = max(len(p) for p in best)
