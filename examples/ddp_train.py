@@ -58,10 +58,13 @@ def parse_args(argv=None):
     p.add_argument("data", help="JPEG folder (class subfolders, or flat)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
-    p.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
+    p.add_argument("--workers", type=int, default=2,
+                   help="make_loader's num_workers per rank: native decode threads (the threads engine, which the "
+                        "default transform runs on); 0: decode in the training loop's thread")
     p.add_argument("--crop", type=int, default=224)
     p.add_argument("--mask-ratio", type=float, default=0.25)
-    p.add_argument("--seed", type=int, default=None, help="sample-keyed randomness (default: per-worker RNG)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="key every sample's crop and mask by (seed, epoch, index) (default: a seed drawn per epoch)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--lr", type=float, default=0.01)

@@ -205,6 +205,24 @@ def test_simulated_accelerator_data_wait_extremes():
     assert fast_device.starvation_fraction > 0.9
 
 
+def test_measure_goes_on_until_the_minimum_window_up_to_max_steps():
+    """min_window_s: measuring continues past ``steps`` until the window lasts that long
+    (the device's 20 ms steps put a floor under the time, so the count's floor holds on any
+    machine), never past ``max_steps``; ``result.steps`` is the count measured."""
+    batch = (torch.zeros(2, 3, 4, 4), torch.zeros(2, dtype=torch.int64))
+
+    def run(min_window_s, max_steps):
+        res = ConfigResult("clock", 1, 2, 2, 1)
+        return measure(lambda: _Clock(1 + max_steps, 0.0, batch), SimulatedAccelerator(20), steps=2, warmup=1,
+                       result=res, min_window_s=min_window_s, max_steps=max_steps)
+
+    longer = run(0.1, 40)
+    assert 6 <= longer.steps <= 40  # the 6th step cannot start before 5 x 20 ms have passed
+    assert longer.samples_per_s == pytest.approx(longer.steps * 2 / longer.window_s)
+    assert run(100.0, 5).steps == 5  # the cap
+    assert run(0.0, 5).steps == 2  # no minimum: exactly the steps asked for
+
+
 def test_default_step_and_toy_net():
     assert train_step_flops(64, 256) == pytest.approx(292.17e9, rel=1e-3)
     assert default_step_ms() == 49
@@ -307,7 +325,26 @@ def test_cli_quick_json_and_plot(cache, tmp_path):
         assert (r["engine_stage"] is not None) == threads, r
         if threads:
             assert r["engine_stage"][0] in ("read", "decode", "hand-over")
+    # the line names the best configuration *with threads* (here the only one: 1 worker), so
+    # it is there whichever worker count was fastest on a noisy machine
     assert "Engine stage, fastprep (1 worker" in proc.stdout
+    assert "%|" not in proc.stderr  # no progress bar written into a pipe
+    # each pipeline alone, at the worker count of its best row, and the cores it needs
+    assert set(report["uncapped"]) == set(PIPELINES)
+    target = report["target"]
+    assert target["samples_per_s"] == 2470 and "A100" in target["source"] and "NVIDIA" in target["source"]
+    for name, u in report["uncapped"].items():
+        rows = {r["workers"]: r for r in results if r["pipeline"] == name}
+        assert u["error"] is None and u["workers"] in rows and u["steps"] == 2, u
+        assert u["fed_samples_per_s"] == rows[u["workers"]]["samples_per_s"]
+        assert u["samples_per_s"] > 0 and u["cpu_ms_per_sample"] > 0, u
+        assert u["cores_for_target"] == pytest.approx(2470 * u["cpu_ms_per_sample"] / 1e3)
+        assert u["cores_used"] == pytest.approx(u["cpu_ms_per_sample"] / 1e3 * u["samples_per_s"])
+    assert report["uncapped"]["reference"]["speedup_vs_reference"] == 1.0
+    assert set(report["best_vs_reference"]) == set(PIPELINES) - {"reference"}
+    assert all(isinstance(r["capped_by_accelerator"], bool) for r in results)
+    assert "Best vs best reference" in proc.stdout and "uncapped" in proc.stdout
+    assert "cores for 2470/s" in proc.stdout and "NVIDIA's published figure" in proc.stdout
     machine = report["machine"]
     for key in ("cpu_model", "logical_cores", "torch", "numba", "libjpeg_turbo"):
         assert machine[key], key
@@ -618,13 +655,21 @@ def test_ladder_remeasures_inverted_rungs_and_warns_when_they_persist(monkeypatc
 
 
 def test_bench_config_validates_and_parses():
-    from fastprep.bench.config import BenchConfig
+    from fastprep.bench.config import DEFAULTS, QUICK_MAX_STEPS, QUICK_MIN_WINDOW_S, BenchConfig
 
     args = cli.build_parser().parse_args(["--quick", "--on-error", "skip", "--workers", "0,2"])
     cfg = cli.config_from_args(args, ["--quick"])
     assert (cfg.num_images, cfg.steps, cfg.on_error, cfg.workers) == (128, 8, "skip", (0, 2))
     assert cfg.pipelines == tuple(PIPELINES)
-    for bad in ({"on_error": "ignore"}, {"pipelines": ("nope",)}, {"workers": (-1,)}, {"mask_ratio": 2.0}):
+    # --quick measures until a minimum window, unless the steps are given
+    assert (cfg.min_window_s, cfg.max_steps) == (QUICK_MIN_WINDOW_S, QUICK_MAX_STEPS)
+    mine = cli.config_from_args(cli.build_parser().parse_args(["--quick", "--steps", "3"]), [])
+    assert (mine.min_window_s, mine.max_steps) == (0, 3)
+    assert (BenchConfig().min_window_s, BenchConfig().max_steps) == (0, DEFAULTS["steps"])
+    assert BenchConfig().target_rate == 2470
+    assert cli.config_from_args(cli.build_parser().parse_args(["--target-rate", "1000"]), []).target_rate == 1000
+    for bad in ({"on_error": "ignore"}, {"pipelines": ("nope",)}, {"workers": (-1,)}, {"mask_ratio": 2.0},
+                {"target_rate": 0.0}, {"min_window_s": -1.0}):
         with pytest.raises(ValueError):
             BenchConfig(**bad)
 
@@ -834,8 +879,10 @@ def test_quick_fits_a_folder_of_large_photos(tmp_path):
     quick = cfg("--quick")
     note = quick.fit_quick(mp)
     assert note.startswith("--quick: your images average 7.5 MP") and "batch size 64 ->" in note
-    assert quick.batch_size * (quick.steps + quick.warmup) * mp <= QUICK_MEGAPIXELS
+    floor = QUICK_FLOOR["batch_size"] * (QUICK_FLOOR["steps"] + QUICK_FLOOR["warmup"]) * mp
+    assert quick.batch_size * (quick.steps + quick.warmup) * mp <= max(QUICK_MEGAPIXELS, floor)
     assert (quick.warmup, quick.steps) == (QUICK_FLOOR["warmup"], QUICK_FLOOR["steps"])
+    assert quick.steps >= 4 and quick.min_window_s > 0  # short, but not two steps
     assert QUICK_FLOOR["num_images"] <= quick.num_images < QUICK["num_images"]
     mine = cfg("--quick", "--batch-size", "32", "--steps", "5")
     mine.fit_quick(mp)
@@ -977,3 +1024,113 @@ def test_diagnosis_advice_for_a_pipeline_that_still_starves():
     assert "fastprep-packed is 5.2x faster but still starves 89% (more CPU cores for the workers would help)" in text
     text = diagnosis([row("reference", 983, 0.43), row("fastprep-packed", 1686, 0.025)], 1730)
     assert "fastprep-packed removes the bottleneck (2% starved, 1.7x reference)" in text
+
+
+# ---------------------------------------------------------------- uncapped rates and headline
+
+
+def test_engine_stage_shares_are_of_the_builder_threads_own_time():
+    """The engine adds a batch's building time when the batch is done, so a short window
+    counts the whole batch begun before it: 1.09 s of building in a 1 s window (the
+    "builder building 109%" of a --quick run). The builder is one thread: its shares are
+    taken over its own cycles, so they are at most 100 % and sum to it."""
+    import re
+
+    from fastprep.bench.runner import engine_stage
+
+    zero = dict.fromkeys(("consumer_wait", "building", "builder_wait_readers", "builder_wait_consumer"), 0.0)
+
+    def shares(**after):
+        stage, text = engine_stage(zero, {**zero, **after}, 1.0)
+        return stage, {k: int(v) for k, v in re.findall(r"(building|readers|consumer) (\d+)%", text)}
+
+    stage, got = shares(consumer_wait=0.7, building=1.09)
+    assert stage == "decode" and got == {"consumer": 0, "building": 100, "readers": 0}, got
+    stage, got = shares(consumer_wait=0.5, building=0.66, builder_wait_readers=0.44)  # 1.1 s of cycles
+    assert stage == "read" and (got["building"], got["readers"]) == (60, 40), got
+    stage, got = shares(consumer_wait=0.01, building=0.3, builder_wait_consumer=0.7)  # exactly the window: as is
+    assert stage == "hand-over" and (got["building"], got["consumer"]) == (30, 70), got
+
+
+def _row(name, workers, sps, starved, **extra):
+    return {"pipeline": name, "workers": workers, "samples_per_s": sps, "starvation_fraction": starved, **extra}
+
+
+def test_uncapped_worker_count_and_cores():
+    from fastprep.bench.uncapped import is_capped, uncapped_entry, uncapped_workers
+
+    # capped rows tie at the accelerator's rate: the one with the most workers
+    assert uncapped_workers([_row("p", 0, 700, 0.4), _row("p", 1, 1290, 0.02), _row("p", 2, 1288, 0.01)]) == 2
+    assert uncapped_workers([_row("p", 0, 70, 0.9), _row("p", 1, 90, 0.8), _row("p", 2, 80, 0.85)]) == 1
+    assert uncapped_workers([{"pipeline": "p", "workers": 0, "samples_per_s": None}]) is None
+    assert is_capped(_row("p", 2, 1288, 0.01)) and not is_capped(_row("p", 2, 900, 0.3))
+    run = {"workers": 2, "steps": 30, "samples_per_s": 1000.0, "window_s": 1.92, "worker_cpu_cores": 1.5,
+           "main_cpu_cores": 0.5, "engine_stage": None, "error": None}
+    entry = uncapped_entry(run, _row("p", 2, 900.0, 0.01), 2470.0)
+    # 2 cores at 1000 samples/s: 2 ms of CPU per sample; 2470/s needs 4.94 cores
+    assert entry["cpu_ms_per_sample"] == pytest.approx(2.0) and entry["cores_used"] == pytest.approx(2.0)
+    assert entry["cores_for_target"] == pytest.approx(4.94) and entry["samples_per_cpu_s"] == pytest.approx(500)
+    assert entry["fed_samples_per_s"] == 900.0 and entry["fed_capped_by_accelerator"] is True
+    threads = uncapped_entry({**run, "worker_cpu_cores": None, "main_cpu_cores": 1.0}, _row("p", 2, 900, 0.5), 1000)
+    assert threads["cores_for_target"] == pytest.approx(1.0)  # everything in this process
+    ray = uncapped_entry(run, _row("p", 2, 900.0, 0.5), 2470.0, cpu_measured=False)
+    assert ray["cores_for_target"] is None and ray["cpu_ms_per_sample"] is None
+
+
+def test_headline_shows_the_uncapped_ratio_and_says_when_a_row_was_capped():
+    from fastprep.bench.report import diagnosis
+    from fastprep.bench.uncapped import best_vs_reference, packed_gap_line
+
+    best = {"reference": _row("reference", 2, 358.0, 0.73), "fastprep": _row("fastprep", 2, 1290.0, 0.01),
+            "fastprep-packed": _row("fastprep-packed", 1, 1200.0, 0.08)}
+    alone = {"reference": {"workers": 2, "samples_per_s": 360.0}, "fastprep": {"workers": 2, "samples_per_s": 2160.0},
+             "fastprep-packed": {"workers": 1, "samples_per_s": 1500.0}}
+    lines, doc = best_vs_reference(best, alone, "accelerator")
+    fast = next(line for line in lines if "fastprep " in line)
+    assert "fed 3.60x (2 workers, capped by the accelerator: a floor)" in fast
+    assert "uncapped 6.00x (2 workers, 2160 vs 360 samples/s)" in fast
+    packed = next(line for line in lines if "fastprep-packed" in line)
+    assert "capped by" not in packed and "uncapped 4.17x" in packed
+    assert doc["fastprep"] == {"fed": pytest.approx(1290 / 358), "fed_workers": 2, "fed_capped_by_accelerator": True,
+                               "uncapped": pytest.approx(6.0), "uncapped_workers": 2}
+    text = diagnosis(list(best.values()), 1306, alone)
+    assert "fastprep removes the bottleneck (1% starved, 3.6x reference, a floor set by the accelerator's rate: " \
+           "alone it delivers 2160 samples/s, 6.0x reference alone)" in text
+    assert packed_gap_line(best, alone) is None  # packed slower here: nothing to explain
+    alone["fastprep-packed"]["samples_per_s"] = 3 * 2160.0
+    gap = packed_gap_line(best, alone)
+    assert gap.startswith("Packed vs unpacked: fastprep-packed is 3.0x fastprep here (uncapped, 6480 vs 2160")
+    assert "restart intervals" in gap
+
+
+def _help(parser) -> dict[str, str]:
+    """``{option: its help as printed}``."""
+    formatter = parser._get_formatter()
+    return {a.option_strings[0]: " ".join(formatter._expand_help(a).split())
+            for a in parser._actions if a.option_strings and a.help}
+
+
+def test_help_states_one_default_and_what_workers_are():
+    for parser in (cli.build_parser(), cli.build_diagnose_parser()):
+        texts = _help(parser)
+        for option, text in texts.items():  # argparse's "(default: X)" only where the text states none
+            assert "(default: " not in text or text.count("default") == 1, (option, text)
+            assert "(default: None)" not in text, (option, text)
+        assert "native decode threads" in texts["--workers"] and "DataLoader worker" in texts["--workers"]
+    engine = _help(cli.build_parser())["--engine"]
+    assert "threads engine" in engine and "native decode threads" in engine
+    assert "(default: 4)" in _help(cli.build_parser())["--profile-steps"]  # defaults not in the text still shown
+
+
+def test_ddp_example_help_says_what_workers_are(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ddp_train", FASTPREP_PARENT / "examples" / "ddp_train.py")
+    if spec is None or not (FASTPREP_PARENT / "examples" / "ddp_train.py").exists():
+        pytest.skip("fastprep is installed, not a checkout: no examples/")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit):
+        module.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "DataLoader workers" not in text and "native decode threads" in text

@@ -434,6 +434,105 @@ class TestResume:
             _loader(folder).load_state_dict({"x": 1})
 
 
+def _without(name):
+    return lambda state: {k: v for k, v in state.items() if k != name}
+
+
+def _with(**fields):
+    return lambda state: dict(state, **fields)
+
+
+# (how the state is spoilt, error, what the message says): every field of a state.
+BAD_STATES = [
+    (lambda state: [], TypeError, r"a loader state is a dict from loader.state_dict\(\), got list"),
+    (lambda state: {}, ValueError, r"^not a loader state from loader.state_dict\(\) \(missing 'version', 'engine'"),
+    (_without("cursor"), ValueError, r"\(missing 'cursor'\)"),
+    (_with(extra=1), ValueError, r"\(unknown 'extra'\)"),
+    (_with(version=2), ValueError, r"'version' must be 1, got 2"),
+    (_with(engine="gpu"), ValueError, r"'engine' must be 'threads' or 'processes', got 'gpu'"),
+    (_with(epoch=10**20), ValueError, r"'epoch' must be in \[0, 2\*\*63 - 1\], got 100000000000000000000"),
+    (_with(epoch=-1), ValueError, r"'epoch' must be in \[0, 2\*\*63 - 1\], got -1"),
+    (_with(epoch="0"), TypeError, r"'epoch' must be an int, got '0' \(str\)"),
+    (_with(epoch=True), TypeError, r"'epoch' must be an int, got True \(bool\)"),
+    (_with(batches=-1), ValueError, r"'batches' must be in \[0, 2\*\*63 - 1\], got -1"),
+    (_with(batches=1.0), TypeError, r"'batches' must be an int, got 1.0 \(float\)"),
+    (_with(samples=-4), ValueError, r"'samples' must be in \[0, 2\*\*63 - 1\], got -4"),
+    (_with(cursor=10**9), ValueError, rf"'cursor' must be in \[0, {N}\], got 1000000000"),
+    (_with(cursor=None), TypeError, r"'cursor' must be an int, got None \(NoneType\)"),
+    (_with(size=-1), ValueError, r"'size' must be in \[0, 2\*\*63 - 1\], got -1"),
+    (_with(size=N + 1), ValueError, rf"the state is of a dataset of {N + 1} samples; this loader has {N}"),
+    (_with(world_size=0), ValueError, r"'world_size' must be in \[1, 2\*\*63 - 1\], got 0"),
+    (_with(rank=2, world_size=2), ValueError, r"'rank' must be in \[0, 1\], got 2"),
+    (_with(batch_size=0), ValueError, r"'batch_size' must be in \[1, 2\*\*63 - 1\], got 0"),
+    (_with(num_workers=-1), ValueError, r"'num_workers' must be in \[0, 2\*\*63 - 1\], got -1"),
+    (_with(seed=-1), ValueError, r"'seed' must be in \[0, 2\*\*64\), got -1"),
+    (_with(seed="77"), TypeError, r"'seed' must be an int or None, got '77' \(str\)"),
+    (_with(seed=SEED + 1), ValueError, rf"saved by a loader with seed={SEED + 1}; this one has seed={SEED}"),
+    (_with(epoch_seed=2**64), ValueError, r"'epoch_seed' must be in \[0, 2\*\*64\), got 18446744073709551616"),
+    (_with(epoch_seed=3), ValueError, rf"has both 'seed' \({SEED}\) and 'epoch_seed' \(3\)"),
+    (_with(batches=5, samples=4), ValueError, r"positions contradict each other: batches=5, samples=4, cursor=4"),
+    (_with(batches=0), ValueError, r"positions contradict each other: batches=0, samples=4, cursor=4"),
+    (_with(cursor=0), ValueError, r"positions contradict each other: batches=1, samples=4, cursor=0"),
+    (_with(samples=0, batches=0), ValueError, r"positions contradict each other: batches=0, samples=0, cursor=4"),
+]
+
+
+@pytest.fixture(scope="module")
+def state(folder):
+    """A seeded threads-engine state after one batch."""
+    _, state = _take(_loader(folder, engine="threads", seed=SEED), 1)
+    assert (state["batches"], state["samples"], state["cursor"]) == (1, 4, 4)
+    return state
+
+
+class TestStateValidation:
+    """A state is checked field by field at load_state_dict, before anything changes."""
+
+    @pytest.mark.parametrize("spoil,error,message", BAD_STATES)
+    def test_bad_field(self, folder, state, spoil, error, message):
+        loader = _loader(folder, engine="threads", seed=SEED)
+        before = loader.state_dict()
+        with pytest.raises(error, match=message):
+            loader.load_state_dict(spoil(dict(state)))
+        assert loader.state_dict() == before  # nothing loaded
+
+    def test_unseeded_needs_its_epoch_seed(self, folder):
+        _, state = _take(_loader(folder, engine="threads"), 1)
+        loader = _loader(folder, engine="threads")
+        with pytest.raises(ValueError, match=r"unseeded and mid-epoch, so it needs its 'epoch_seed'; got None"):
+            loader.load_state_dict(dict(state, epoch_seed=None))
+        loader.load_state_dict(state)  # the state as saved loads
+
+    def test_set_epoch_range(self, folder):
+        loader = _loader(folder, engine="threads", seed=SEED)
+        with pytest.raises(ValueError, match=r"epoch must be an int >= 0 and < 2\*\*63, got 100000000000000000000"):
+            loader.set_epoch(10**20)
+        loader.set_epoch(2**63 - 1)
+
+    def test_prefetcher_without_epochs(self):
+        prefetcher = D.DevicePrefetcher([(torch.zeros(1, 3, 2, 2, dtype=torch.uint8), torch.zeros(1))], "cpu")
+        with pytest.raises(ValueError, match=r"\(missing 'batches'\)"):
+            prefetcher.load_state_dict({"epoch": 0})
+        with pytest.raises(ValueError, match=r"'epoch' must be an int >= 0 and < 2\*\*63, got 100000000000000000000"):
+            prefetcher.load_state_dict({"epoch": 10**20, "batches": 0})
+        with pytest.raises(TypeError, match=r"'batches' must be an int, got '1' \(str\)"):
+            prefetcher.load_state_dict({"epoch": 0, "batches": "1"})
+        with pytest.raises(ValueError, match=r"'batches' must be >= 0, got -1"):
+            prefetcher.load_state_dict({"epoch": 0, "batches": -1})
+
+    def test_epoch_sampler_state(self):
+        sampler = D.EpochSampler(N)
+        with pytest.raises(ValueError, match=rf"'cursor' must be an int in \[0, size={N}\], got 1000000000"):
+            sampler.load_state_dict({"epoch": 0, "seed": 1, "cursor": 10**9})
+        with pytest.raises(ValueError, match=r"missing 'seed'"):
+            sampler.load_state_dict({"epoch": 0, "cursor": 0})
+        with pytest.raises(ValueError, match=r"'epoch' must be an int >= 0 and < 2\*\*63"):
+            sampler.load_state_dict({"epoch": 10**20, "seed": 1, "cursor": 0})
+        with pytest.raises(TypeError, match=r"'seed' must be an int, got None"):
+            sampler.load_state_dict({"epoch": 0, "seed": None, "cursor": 0})
+        assert sampler.state_dict() == {"epoch": 0, "seed": 0, "cursor": 0}  # unchanged
+
+
 # ------------------------------------------------------------------ bad input
 
 
@@ -507,7 +606,7 @@ class TestBadInput:
         with pytest.raises(fio.DecodeError, match=rf"cannot decode '.*{name}' \(index 2\)"):
             for b in loader:
                 batches.append(b)
-        assert len(batches) <= 1  # the prefetcher reads one batch ahead
+        assert len(batches) == 1  # the batch before the bad one, then the error
         assert not _threads()
 
     @pytest.mark.parametrize("workers", [0, 2])
@@ -598,7 +697,7 @@ class TestThreads:
                                                r"disk on fire"):
             for b in _thread_loader(ds):
                 got.append(b)
-        assert len(got) == 1  # batch 0; batch 1 was staged (one ahead) when batch 2 raised
+        assert [t.tolist() for _, t in got] == [[0, 1], [2, 3]]  # every batch before the bad one
         assert not _threads()
 
     def test_read_os_error_is_a_decode_error(self, folder):

@@ -464,9 +464,33 @@ class TestPackCli:
         assert fio.jpeg_info((dst / "cat" / "a.jpg").read_bytes()).restart_interval == 1
 
     def test_progress_bar_on_stderr(self, tmp_path, tree):
+        """On a terminal's stderr a bar; into a pipe or a log file none (no carriage-return
+        lines in logs)."""
         src, _ = tree
         res = _run_pack(src, tmp_path / "dst", "-j", "2")
-        assert res.returncode == 0 and "fastprep.pack" in res.stderr
+        assert res.returncode == 0 and "fastprep.pack" not in res.stderr
+        import struct
+
+        fcntl, termios = pytest.importorskip("fcntl"), pytest.importorskip("termios")  # a pseudo-terminal: Unix
+        primary, secondary = os.openpty()
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal's size
+        try:
+            env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__))))
+            done = subprocess.run([sys.executable, "-m", "fastprep.pack", str(src), str(tmp_path / "dst2"), "-j", "2"],
+                                  stdout=subprocess.DEVNULL, stderr=secondary, env=env, timeout=600)
+            os.close(secondary)
+            chunks = []
+            while True:
+                try:
+                    chunk = os.read(primary, 1 << 16)
+                except OSError:  # EIO: the terminal's other end is closed and drained
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(primary)
+        assert done.returncode == 0 and b"fastprep.pack" in b"".join(chunks)
 
     def test_real_failures_exit_nonzero(self, tmp_path, tree):
         src, _ = tree

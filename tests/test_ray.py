@@ -1,12 +1,14 @@
-"""fastprep.ray: the per-sample work on Ray Data actors equals the DataLoader path.
+"""fastprep.ray: the per-sample work on Ray Data tasks equals the DataLoader path.
 
-Runs a local Ray instance (``ray.init(num_cpus=2)``), started once for the module; every
-dataset execution starts its actors (seconds on a small machine), so there are two.
+Runs a local Ray instance (``ray.init(num_cpus=2)``), started once for the module; the
+first dataset execution starts Ray's worker processes (seconds on a small machine).
 Skipped when Ray is not installed (the ``ray`` extra; CI installs it).
 """
 
 import hashlib
+import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -151,11 +153,24 @@ class TestRayLoader:
         rows = read_jpegs(folder)
         assert rows.count() == len(SIZES)
         loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, device="cpu", map_batch_size=3)
-        assert loader.actors() == 2  # the default: one actor per CPU of ray.init(num_cpus=2)
+        assert loader.actors() == 2  # the default: one decode task per CPU of ray.init(num_cpus=2)
         loader.set_epoch(1)
         got = sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
         assert got == _dataloader_digests(folder, 1)
         assert loader.skipped == 0 and loader.epoch == 2
+
+    def test_epoch_logs_no_error(self, ray_local, tmp_path, capfd, caplog):
+        """An ordinary epoch logs nothing at error level: neither Ray core (its C++ lines,
+        ``[time E pid tid] file:line: ...``, on this process's stderr) nor Python logging.
+        Ray Data's actor pool logged one such line per actor and epoch (actor constructor
+        arguments in the object store, with restarts on); RayLoader runs tasks."""
+        folder = _make_folder(tmp_path)
+        loader = RayLoader(folder, batch_size=4, crop_size=CROP, seed=SEED, device="cpu", map_batch_size=3)
+        with caplog.at_level(logging.ERROR):
+            assert sum(x.shape[0] for x, _ in loader) == len(SIZES)
+        err = capfd.readouterr().err
+        assert not re.search(r"^\[[^\]]* E \d+ \d+\]", err, re.M), err
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
     def test_concurrency_checked(self, tmp_path):
         folder = _make_folder(tmp_path)
@@ -166,9 +181,9 @@ class TestRayLoader:
             RayLoader(folder, num_cpus=0)
         assert RayLoader(folder, concurrency=3, num_cpus=0.5).actors() == 3
 
-    def test_actor_killed_once_and_bad_file(self, ray_local, tmp_path):
-        """One actor process is SIGKILLed mid-epoch: Ray restarts it and re-runs its batches
-        (max_restarts=-1, max_task_retries=-1); every good sample arrives exactly once, with
+    def test_worker_killed_once_and_bad_file(self, ray_local, tmp_path):
+        """One decode task's process is SIGKILLed mid-epoch: Ray re-runs the task in another
+        (Ray Data's tasks: max_retries=-1); every good sample arrives exactly once, with
         the keyed output, and the corrupt file is dropped and counted."""
         folder = _make_folder(tmp_path / "data", corrupt=True)
         marker = str(tmp_path / "killed")
@@ -233,8 +248,8 @@ class _KillOnce:
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def test_unseeded_actors_draw_distinct_streams(tmp_path):
-    """Without a seed each DecodeBatch (one per actor) reseeds its process's generator
+def test_unseeded_workers_draw_distinct_streams(tmp_path):
+    """Without a seed each DecodeBatch (one per Ray worker process and epoch) reseeds its process's generator
     from os.urandom: two instances in fresh states give different windows/masks."""
     folder = _make_folder(tmp_path)
     batch = TestDecodeBatch()._batch(folder, [0, 1, 2])

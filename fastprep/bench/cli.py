@@ -18,13 +18,16 @@ import torch
 from fastprep._platform import describe
 
 from . import report
-from .config import (BUILTIN_SIZES, DEFAULTS, LARGE_DEFAULTS, LARGE_QUICK, ON_ERROR, QUICK, BenchConfig,
-                     trainer_line, usable_cores)
-from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset, mean_megapixels
+from .config import (BUILTIN_SIZES, DEFAULTS, LARGE_DEFAULTS, LARGE_QUICK, ON_ERROR, QUICK, QUICK_FLOOR,
+                     QUICK_MAX_STEPS, QUICK_MIN_WINDOW_S, TARGET_RATE, TARGET_SOURCE, BenchConfig, trainer_line,
+                     usable_cores)
+from .dataset import BenchData, BenchDataError, builtin_dataset, folder_dataset, mean_megapixels, show_progress
 from .pipelines import PIPELINES, Pipeline
 from .recipes import RECIPE_PIPELINES, RECIPES, get_recipe_pipeline
 from .runner import ConfigResult, measure, one_line_error, slack_batches
-from .trainer import Trainer
+from .trainer import NullConsumer, Trainer
+from .uncapped import (CAPPED_STARVATION, CORES_DEFINITION, best_vs_reference, format_uncapped, is_capped,
+                       packed_gap_line, uncapped_entry, uncapped_workers)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -66,7 +69,24 @@ def _positive(kind):
     return parse
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` only where the help text does not state its default
+    already, and never for ``None`` or ``False`` (a preset or an off switch)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+#: What ``--workers`` counts, per engine (the help of both parsers and of --engine).
+WORKERS_MEANING = ("each row's loader workers: native decode threads for the rows on make_loader's threads engine "
+                   "(fastprep, fastprep-packed), DataLoader worker processes for the others, Ray actors with "
+                   "--engine ray; 0: everything in this process")
+
+
+def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--data", metavar="DIR", help="folder of your JPEGs (ImageFolder layout or flat); default: a "
                    "built-in synthetic set of q90 4:2:0 photos (800x533 for the seed recipe; 500x375 or 4000x3000 for "
@@ -90,7 +110,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "imagenet-eval: Resize(256)+CenterCrop(224); both RGB normalised, torchvision v2 as reference, "
                         "on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
-                   help="dataloader (default): DataLoader workers; ray: the per-sample work on Ray Data actors "
+                   help="dataloader (default): each pipeline's own loader on this machine (fastprep and "
+                        "fastprep-packed: make_loader's threads engine, --workers = native decode threads; the "
+                        "others: DataLoader worker processes); ray: the per-sample work on Ray Data actors "
                         "(fastprep.ray; --workers = actors, at least 1; fastprep pipelines only; needs the ray "
                         "extra: pip install --no-build-isolation -e '.[ray]')")
     g.add_argument("--pipelines", type=_pipeline_list, default=None, metavar="A,B",
@@ -120,25 +142,36 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, help=f"warm-up steps, not measured (default {DEFAULTS['warmup']}, "
                    f"--quick {QUICK['warmup']}; --builtin-size 12mp: {LARGE_DEFAULTS['warmup']}, --quick "
                    f"{LARGE_QUICK['warmup']})")
+    window = (f"; each configuration measures at least {QUICK_FLOOR['steps']} steps and, with --steps left to the "
+              f"preset, goes on until it has run {QUICK_MIN_WINDOW_S:g} s (at most {QUICK_MAX_STEPS} steps)"
+              if table else "")
     g.add_argument("--quick", action="store_true",
-                   help="fewer images and steps: a smoke test in a few minutes; on --data folders of large "
+                   help=f"fewer images and steps: a smoke test in a few minutes{window}; on --data folders of large "
                         "photos it also lowers the batch size and image count (and says so)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    if table:
+        g.add_argument("--target-rate", type=_positive(float), default=TARGET_RATE, metavar="SAMPLES_PER_S",
+                       help=f"the accelerator rate the report prices in CPU cores per pipeline (default "
+                            f"{TARGET_RATE:.0f}: {TARGET_SOURCE})")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they are also off when stderr is not a terminal)")
     g.add_argument("--json", metavar="FILE", help="write every figure and the machine description as JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m fastprep.bench",
-        description="Is your GPU starving, where does the time go, and how much does fastprep buy? Runs a toy "
-                    "CNN fed by a DataLoader from JPEG files with each input pipeline and worker count, and "
-                    "reports throughput, accelerator starvation and speed-ups vs the reference pipeline.",
+        description="Is your GPU starving, where does the time go, and how much does fastprep buy? Feeds a toy "
+                    "CNN (or a simulated accelerator) from JPEG files through each input pipeline and worker count, "
+                    "and reports throughput, accelerator starvation and speed-ups vs the reference pipeline; then "
+                    "each pipeline's own rate with nothing consuming it (uncapped) and the CPU cores it would need "
+                    "to feed --target-rate.",
         epilog="Subcommand: `python -m fastprep.bench diagnose --help` runs the caching ladder that shows which "
                "stage (I/O, decode+transforms, collate/IPC, host-to-device) loses the most.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     _common(p)
     p.add_argument("--workers", type=_int_list, default=None, metavar="0,1,N",
-                   help="DataLoader worker counts (default 0, 1 and all usable cores)")
+                   help=f"worker counts to measure, {WORKERS_MEANING} (default 0, 1 and the usable cores, "
+                        f"{usable_cores()} here)")
     p.add_argument("--plot", metavar="FILE.png", help="bar chart of samples/s and starvation per pipeline x workers")
     p.add_argument("--profile", metavar="DIR", help="also write a torch.profiler trace per pipeline (workers=0, "
                    "every transform, collate, H2D copy and train step labelled) under DIR")
@@ -157,10 +190,10 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                     "batch cached on the host, (3) one processed sample cached in the dataset, (4) raw bytes "
                     "cached before the transforms, (5) the full pipeline. The biggest drop between rungs names "
                     "the stage that loses the most.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    _common(p)
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="DataLoader workers (default: all usable "
-                   "cores)")
+        formatter_class=_HelpFormatter)
+    _common(p, table=False)
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help=f"the worker count, {WORKERS_MEANING} (default the usable cores, {usable_cores()} here)")
     return p
 
 
@@ -185,7 +218,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], diagnose: bool =
         profile_steps=getattr(args, "profile_steps", 4), itt=getattr(args, "itt", False),
         check_syncs=getattr(args, "check_syncs", False), quick=args.quick,
         command=" ".join(["python -m fastprep.bench", *argv]), recipe=args.recipe, engine=args.engine,
-        builtin_size=args.builtin_size)
+        builtin_size=args.builtin_size, target_rate=getattr(args, "target_rate", TARGET_RATE))
 
 
 def _stop_ray() -> None:
@@ -287,8 +320,12 @@ def _print_plan(cfg: BenchConfig) -> None:
     counts = cfg.counts
     what = f"mask ratio {cfg.mask_ratio}" if cfg.recipe == "seed" else f"recipe {cfg.recipe}"
     engine = ", engine ray (workers = Ray actors)" if cfg.engine == "ray" else ""
-    print(f"Measuring {counts.steps} steps after {counts.warmup} warm-up steps, batch {counts.batch_size}, crop "
-          f"{cfg.crop_size}, {what}{engine}, workers {', '.join(map(str, cfg.workers))}", flush=True)
+    steps = f"{counts.steps} steps"
+    if cfg.max_steps > counts.steps:
+        steps += f" (more until {cfg.min_window_s:g} s have passed, at most {cfg.max_steps})"
+    print(f"Measuring {steps} after {counts.warmup} warm-up steps, batch {counts.batch_size}, crop "
+          f"{cfg.crop_size}, {what}{engine}, workers {', '.join(map(str, cfg.workers))}; after its rows, each "
+          "pipeline alone at its best worker count (uncapped)", flush=True)
 
 
 def _schedule(cfg: BenchConfig) -> list[_Planned]:
@@ -318,48 +355,86 @@ def _prepare_files(planned: list[_Planned], data: BenchData, progress: bool) -> 
     return files
 
 
-def _measure_one(cfg: BenchConfig, item: _Planned, files: list[str], data: BenchData, device: torch.device,
-                 num_classes: int, res: ConfigResult, bar: tqdm) -> bool:
-    """Measure one configuration into ``res``; returns ``False`` when it failed (reported
-    on one line, the bar advanced past its steps)."""
+def _measure_one(cfg: BenchConfig, item: _Planned, files: list[str], data: BenchData, trainer: Trainer,
+                 res: ConfigResult, bar: tqdm) -> bool:
+    """Measure one configuration into ``res``, feeding ``trainer``; returns ``False`` when
+    it failed (reported on one line, the bar advanced past its steps)."""
     counts = cfg.counts
-    bar.set_description(f"{item.pipe.name}, {item.workers} workers")
-    pcfg = cfg.pipeline_config(item.workers, device)
-    trainer = cfg.make_trainer(num_classes)
+    alone = " alone" if isinstance(trainer, NullConsumer) else ""
+    bar.set_description(f"{item.pipe.name}{alone}, {item.workers} workers")
+    pcfg = cfg.pipeline_config(item.workers, trainer.device)
     torch.manual_seed(cfg.seed)
-    length = (counts.warmup + counts.steps + slack_batches(item.workers)) * counts.batch_size
+    length = (counts.warmup + cfg.max_steps + slack_batches(item.workers)) * counts.batch_size
     make = item.pipe.ray_loader if cfg.engine == "ray" else item.pipe.loader
-    done_before = bar.n
+    planned, done_before = counts.warmup + counts.steps, bar.n
+
+    def on_step():
+        if bar.n - done_before >= planned:  # measuring past the planned steps (min_window_s)
+            bar.total += 1
+        bar.update()
+
     try:
         measure(lambda: make(files, data.targets, length, pcfg), trainer, steps=counts.steps, warmup=counts.warmup,
-                result=res, crop=cfg.crop_size, on_step=bar.update, bounds=cfg.output_bounds,
-                check_syncs=cfg.check_syncs)
+                result=res, crop=cfg.crop_size, on_step=on_step, bounds=cfg.output_bounds,
+                check_syncs=cfg.check_syncs, min_window_s=cfg.min_window_s or 0.0, max_steps=cfg.max_steps)
         if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
             res.worker_cpu_cores = None
     except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
         res.error = one_line_error(e)
         bar.clear()
-        print(f"{item.pipe.name} with {item.workers} workers failed: {res.error}", file=sys.stderr, flush=True)
-        bar.update(counts.warmup + counts.steps - (bar.n - done_before))
+        print(f"{item.pipe.name}{alone} with {item.workers} workers failed: {res.error}", file=sys.stderr,
+              flush=True)
+        bar.update(max(0, planned - (bar.n - done_before)))
         return False
     return True
 
 
+class _Measured(NamedTuple):
+    """What :func:`_measure_all` measured: the table's rows, each pipeline alone, and
+    whether a configuration failed."""
+
+    results: list[dict]
+    uncapped: dict[str, dict]
+    failed: bool
+
+
+def _measure_alone(cfg: BenchConfig, rows: list[dict], runnable: list[_Planned],
+                   files: dict[str, list[str] | Exception], data: BenchData, device: torch.device,
+                   bar: tqdm) -> dict | None:
+    """A pipeline alone, at the worker count :func:`~fastprep.bench.uncapped.uncapped_workers`
+    picks from its ``rows``: its :func:`~fastprep.bench.uncapped.uncapped_entry`, or ``None``
+    when none of its rows ran."""
+    counts = cfg.counts
+    workers = uncapped_workers(rows)
+    prepared = files.get(rows[0]["pipeline"]) if rows else None
+    if workers is None or prepared is None or isinstance(prepared, Exception):
+        bar.update(counts.warmup + counts.steps)
+        return None
+    item = next(i for i in runnable if i.pipe.name == rows[0]["pipeline"] and i.workers == workers)
+    res = ConfigResult(item.pipe.name, workers, counts.batch_size, counts.steps, counts.warmup)
+    _measure_one(cfg, item, prepared, data, NullConsumer(device), res, bar)
+    fed = next(r for r in rows if r["workers"] == workers)
+    return uncapped_entry(res.as_dict(), fed, cfg.target_rate, cpu_measured=cfg.engine != "ray")
+
+
 def _measure_all(cfg: BenchConfig, planned: list[_Planned], data: BenchData, device: torch.device,
-                 num_classes: int) -> tuple[list[dict], bool]:
-    """Run every configuration in turn; returns the result dicts and whether one failed.
+                 num_classes: int) -> _Measured:
+    """Run every configuration in turn and, right after a pipeline's rows (so that both see
+    the same machine), that pipeline alone (:func:`_measure_alone`).
 
     With ``on_error="raise"`` the configurations after the first failure are recorded as
-    not run."""
+    not run (nor measured alone)."""
     from tqdm import tqdm
 
     counts = cfg.counts
     files = _prepare_files(planned, data, cfg.progress)
-    total = sum(counts.warmup + counts.steps for item in planned if not item.reason)
-    bar = tqdm(total=total, unit="step", disable=not cfg.progress, leave=False, dynamic_ncols=True)
-    results = []
+    runnable = [item for item in planned if not item.reason]
+    total = (len(runnable) + len({item.pipe.name for item in runnable})) * (counts.warmup + counts.steps)
+    bar = tqdm(total=total, unit="step", disable=not show_progress(cfg.progress), leave=False, dynamic_ncols=True)
+    results: list[dict] = []
+    alone: dict[str, dict] = {}
     failed = False
-    for item in planned:
+    for k, item in enumerate(planned):
         res = ConfigResult(item.pipe.name, item.workers, counts.batch_size, counts.steps, counts.warmup)
         if item.reason or (failed and cfg.on_error == "raise"):
             res.skipped = item.reason or "not run: an earlier configuration failed (--on-error raise)"
@@ -371,40 +446,68 @@ def _measure_all(cfg: BenchConfig, planned: list[_Planned], data: BenchData, dev
                 print(f"{item.pipe.name} with {item.workers} workers failed: {res.error}", file=sys.stderr,
                       flush=True)
                 bar.update(counts.warmup + counts.steps)
-            elif not _measure_one(cfg, item, prepared, data, device, num_classes, res, bar):
+            elif not _measure_one(cfg, item, prepared, data, cfg.make_trainer(num_classes), res, bar):
                 failed = True
+        res.capped_by_accelerator = is_capped(res.as_dict())
         results.append(res.as_dict())
+        last_row = k + 1 == len(planned) or planned[k + 1].pipe.name != item.pipe.name
+        stop = failed and cfg.on_error == "raise"
+        if last_row and not stop and any(i.pipe.name == item.pipe.name for i in runnable):
+            rows = [r for r in results if r["pipeline"] == item.pipe.name and not r["skipped"]]
+            entry = _measure_alone(cfg, rows, runnable, files, data, device, bar)
+            if entry is not None:
+                alone[item.pipe.name] = entry
+                failed |= entry["error"] is not None
     bar.close()
     if cfg.engine == "ray":
         _stop_ray()
-    return results, failed
+    _add_speedups(results, alone)
+    return _Measured(results, alone, failed)
 
 
-def _add_speedups(results: list[dict]) -> None:
-    """Each result's throughput over the reference pipeline's at the same worker count."""
+def _add_speedups(results: list[dict], alone: dict[str, dict]) -> None:
+    """Each result's throughput over the reference pipeline's at the same worker count, and
+    each uncapped rate over the reference's uncapped rate."""
     refs = {r["workers"]: r["samples_per_s"] for r in results if r["pipeline"] == "reference" and r["samples_per_s"]}
     for r in results:
         if r["samples_per_s"] and r["workers"] in refs:
             r["speedup_vs_reference"] = r["samples_per_s"] / refs[r["workers"]]
+    ref_alone = alone.get("reference", {}).get("samples_per_s")
+    for u in alone.values():
+        if u["samples_per_s"] and ref_alone:
+            u["speedup_vs_reference"] = u["samples_per_s"] / ref_alone
 
 
-def _print_results(results: list[dict], capacity: float | None) -> tuple[str, dict[str, dict]]:
-    """Print the table, the diagnosis and the best-vs-best line; returns the diagnosis and
-    the best result per pipeline."""
+def _capped_by(trainer: Trainer) -> str:
+    """What caps a row: the accelerator (simulated or CUDA), or the training step on the CPU."""
+    return "training step" if trainer.device.type == "cpu" and not trainer.simulated else "accelerator"
+
+
+def _print_results(cfg: BenchConfig, measured: _Measured, capacity: float | None,
+                   capped_by: str) -> tuple[str, dict[str, dict], dict]:
+    """Print the table, the diagnosis, the engine stages, the uncapped table and the
+    best-vs-best lines; returns the diagnosis, the best result per pipeline and the
+    best-vs-best ratios (JSON)."""
+    results, alone = measured.results, measured.uncapped
     print()
-    print(report.format_table(results))
+    print(report.format_table(results, capped_by))
     print()
-    diag = report.diagnosis(results, capacity)
+    diag = report.diagnosis(results, capacity, alone)
     print(diag)
-    best = report.best_per_pipeline(results)
-    for line in report.engine_lines(best):
+    for line in report.engine_lines(results, alone):
         print(line)
-    if "reference" in best and len(best) > 1:
-        ref = best["reference"]["samples_per_s"]
-        print("Best vs best reference: " + ", ".join(
-            f"{p} {r['samples_per_s'] / ref:.2f}x ({report.workers_text(r['workers'])})" for p, r in best.items()
-            if p != "reference"))
-    return diag, best
+    if alone:
+        print()
+        source = f"{TARGET_SOURCE} (--target-rate to change)" if cfg.target_rate == TARGET_RATE else "--target-rate"
+        print(format_uncapped(alone, cfg.target_rate, source, capped_by))
+    best = report.best_per_pipeline(results)
+    lines, ratios = best_vs_reference(best, alone, capped_by)
+    gap = packed_gap_line(best, alone)
+    if lines or gap:
+        print()
+    for line in lines + ([gap] if gap else []):
+        print(line)
+    return diag, best, ratios
 
 
 def _profile(cfg: BenchConfig, names: list[str], data: BenchData, device: torch.device, num_classes: int,
@@ -421,8 +524,8 @@ def _profile(cfg: BenchConfig, names: list[str], data: BenchData, device: torch.
         print(f"Profile trace: {path}")
 
 
-def _run_json(cfg: BenchConfig, data: BenchData, probe: Trainer, results: list[dict], diag: str,
-              capacity: float | None, elapsed: float) -> dict:
+def _run_json(cfg: BenchConfig, data: BenchData, probe: Trainer, measured: _Measured, diag: str,
+              ratios: dict, capacity: float | None, elapsed: float) -> dict:
     """The ``--json`` document of a run."""
     counts = cfg.counts
     device_name = "sim" if probe.simulated else str(probe.device)
@@ -432,33 +535,53 @@ def _run_json(cfg: BenchConfig, data: BenchData, probe: Trainer, results: list[d
         "settings": {**_data_settings(data),
                      "recipe": cfg.recipe, "builtin_size": cfg.builtin_size, "engine": cfg.engine,
                      "batch_size": counts.batch_size, "crop_size": cfg.crop_size, "mask_ratio": cfg.mask_ratio,
-                     "steps": counts.steps, "warmup": counts.warmup, "workers": list(cfg.workers),
+                     "steps": counts.steps, "warmup": counts.warmup, "min_window_s": cfg.min_window_s,
+                     "max_steps": cfg.max_steps, "workers": list(cfg.workers),
                      "pipelines": list(cfg.pipeline_names), "device": device_name, "on_error": cfg.on_error,
                      "step_ms": probe.step_s * 1e3 if probe.simulated else None,
                      "accelerator_capacity_samples_per_s": capacity, "seed": cfg.seed,
                      "mp_context": cfg.mp_context, "quick": cfg.quick,
-                     "main_process_threads": torch.get_num_threads()},
+                     "main_process_threads": torch.get_num_threads(), "load_average": _load_average()},
         "machine": report.machine_info(str(probe.device)),
-        "results": results,
+        "results": measured.results,
+        "uncapped": measured.uncapped,
+        "target": {"samples_per_s": cfg.target_rate,
+                   "source": TARGET_SOURCE if cfg.target_rate == TARGET_RATE else "--target-rate",
+                   "cores_definition": CORES_DEFINITION.format(rate=f"{cfg.target_rate:g}"),
+                   "capped_below_starvation": CAPPED_STARVATION},
+        "best_vs_reference": ratios,
         "diagnosis": diag,
         "elapsed_s": elapsed,
     }
 
 
-def _write_plot(cfg: BenchConfig, data: BenchData, probe: Trainer, results: list[dict], any_ran: bool,
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages at the end of the run (others' work on a shared machine)."""
+    import os
+
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _write_plot(cfg: BenchConfig, data: BenchData, probe: Trainer, measured: _Measured, any_ran: bool,
                 capacity: float | None) -> None:
     if not cfg.plot_path:
         return
     if any_ran:
-        report.plot_results(cfg.plot_path, results, capacity_samples_per_s=capacity,
-                            title=f"{data.description}; {trainer_line(cfg, probe).split(' (')[0]}")
+        report.plot_results(cfg.plot_path, measured.results, capacity_samples_per_s=capacity,
+                            title=f"{data.description}; {trainer_line(cfg, probe).split(' (')[0]}",
+                            uncapped=measured.uncapped)
         print(f"Plot: {cfg.plot_path}")
     else:
         print("Plot: not written, no configuration ran")
 
 
 def run(cfg: BenchConfig) -> int:
-    """The throughput table for ``cfg.pipelines`` x ``cfg.workers``; returns the exit status.
+    """The throughput table for ``cfg.pipelines`` x ``cfg.workers``, then each pipeline
+    alone (uncapped) and the cores it needs for ``cfg.target_rate``; returns the exit
+    status.
 
     Raises:
         BenchDataError: see :func:`load_data`.
@@ -473,19 +596,18 @@ def run(cfg: BenchConfig) -> int:
     capacity = cfg.counts.batch_size / probe.step_s if probe.simulated and probe.step_s > 0 else None
     _print_plan(cfg)
 
-    results, failed = _measure_all(cfg, _schedule(cfg), data, probe.device, num_classes)
-    _add_speedups(results)
-    diag, best = _print_results(results, capacity)
+    measured = _measure_all(cfg, _schedule(cfg), data, probe.device, num_classes)
+    diag, best, ratios = _print_results(cfg, measured, capacity, _capped_by(probe))
     if (cfg.profile_dir or itt) and best:
         _profile(cfg, list(best), data, probe.device, num_classes, itt)
 
     elapsed = time.perf_counter() - started
     if cfg.json_path:
-        report.write_json(cfg.json_path, _run_json(cfg, data, probe, results, diag, capacity, elapsed))
+        report.write_json(cfg.json_path, _run_json(cfg, data, probe, measured, diag, ratios, capacity, elapsed))
         print(f"JSON: {cfg.json_path}")
-    _write_plot(cfg, data, probe, results, bool(best), capacity)
+    _write_plot(cfg, data, probe, measured, bool(best), capacity)
     print(f"Total time {elapsed:.0f} s")
-    return 1 if failed else 0
+    return 1 if measured.failed else 0
 
 
 def run_diagnose(cfg: BenchConfig) -> int:

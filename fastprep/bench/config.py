@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from .dataset import BuiltinSpec
 
 __all__ = ["BUILTIN_SIZES", "DEFAULTS", "LARGE_DEFAULTS", "LARGE_QUICK", "ON_ERROR", "QUICK", "QUICK_FLOOR",
-           "QUICK_MEGAPIXELS", "BenchConfig", "Counts", "presets", "trainer_line", "usable_cores"]
+           "QUICK_MAX_STEPS", "QUICK_MEGAPIXELS", "QUICK_MIN_WINDOW_S", "TARGET_RATE", "TARGET_SOURCE", "BenchConfig",
+           "Counts", "presets", "trainer_line", "usable_cores"]
 
 QUICK = {"num_images": 128, "steps": 8, "warmup": 2}
 DEFAULTS = {"num_images": 512, "steps": 30, "warmup": 5}
@@ -42,8 +43,21 @@ LARGE_QUICK = {"num_images": 12, "steps": 3, "warmup": 1}
 #: images of 800x533: 273 MP). A folder of 12-MP photos then takes about as long as the
 #: built-in set instead of 30 times longer; see :meth:`BenchConfig.fit_quick`.
 QUICK_MEGAPIXELS = 280
-#: The floor :meth:`BenchConfig.fit_quick` never goes below, whatever the image size.
-QUICK_FLOOR = {"num_images": 16, "batch_size": 8, "steps": 2, "warmup": 1}
+#: The floor :meth:`BenchConfig.fit_quick` never goes below, whatever the image size: at
+#: least 4 measured steps of 8 images (fewer would leave a batch that straddles the
+#: window's ends a large share of it).
+QUICK_FLOOR = {"num_images": 16, "batch_size": 8, "steps": 4, "warmup": 1}
+#: ``--quick`` with the steps left to the preset: a configuration goes on measuring past
+#: its steps until its window has lasted this long (a fast pipeline's 8 steps can take a
+#: tenth of a second), up to :data:`QUICK_MAX_STEPS` measured steps.
+QUICK_MIN_WINDOW_S = 2.0
+QUICK_MAX_STEPS = 64
+#: ``--target-rate``'s default, samples/s: the accelerator rate whose feeding the report
+#: prices in CPU cores (:data:`TARGET_SOURCE`).
+TARGET_RATE = 2470.0
+TARGET_SOURCE = ("ResNet-50 v1.5 training on one A100 80GB in mixed precision, 2,470 images/s: NVIDIA's published "
+                 "figure (DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5 README, DGX A100, "
+                 "NGC PyTorch 21.03)")
 #: ``skip``: leave out files a pipeline cannot read (listed once); ``raise``: stop at the first.
 ON_ERROR = ("skip", "raise")
 #: ``--engine``: DataLoader workers, or Ray Data actors (fastprep.ray) on this machine.
@@ -98,6 +112,13 @@ class BenchConfig:
             ``imagenet-train``/``imagenet-eval``: with ``data`` or the ``seed`` recipe it is
             a ``ValueError``.
         on_error: ``"skip"`` or ``"raise"`` (see :data:`ON_ERROR`).
+        min_window_s: each configuration measures past ``steps`` until its window lasts
+            this long, up to :data:`QUICK_MAX_STEPS` steps (``None``:
+            :data:`QUICK_MIN_WINDOW_S` with ``quick`` when ``steps`` is left to the
+            preset, else 0: exactly ``steps``).
+        target_rate: the accelerator rate, samples/s, that the report says how many CPU
+            cores each pipeline needs to feed (default :data:`TARGET_RATE`, see
+            :data:`TARGET_SOURCE`).
         progress: show progress bars.
         json_path, plot_path, profile_dir: optional outputs.
         profile_steps, itt, check_syncs: profiling options.
@@ -132,6 +153,8 @@ class BenchConfig:
     recipe: str = "seed"
     engine: str = "dataloader"
     builtin_size: str | None = None
+    min_window_s: float | None = None
+    target_rate: float = TARGET_RATE
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -155,6 +178,8 @@ class BenchConfig:
                                if getattr(self, name) is None}
         if self.batch_size is None:
             self.batch_size = 64
+        if self.min_window_s is None:
+            self.min_window_s = QUICK_MIN_WINDOW_S if self.quick and self.steps is None else 0.0
         for name, value in presets(self.quick, self.builtin_size).items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -174,6 +199,10 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if not self.min_window_s >= 0:
+            raise ValueError(f"min_window_s must be >= 0, got {self.min_window_s}")
+        if not self.target_rate > 0:
+            raise ValueError(f"target_rate must be > 0 samples/s, got {self.target_rate}")
         if not 0 <= self.mask_ratio <= 1:
             raise ValueError(f"mask_ratio must be in [0, 1], got {self.mask_ratio}")
         if self.on_error not in ON_ERROR:
@@ -184,6 +213,13 @@ class BenchConfig:
         """``num_images``, ``batch_size``, ``steps`` and ``warmup`` as filled in by the presets."""
         return Counts(_filled("num_images", self.num_images), _filled("batch_size", self.batch_size),
                       _filled("steps", self.steps), _filled("warmup", self.warmup))
+
+    @property
+    def max_steps(self) -> int:
+        """The most steps a configuration measures: ``steps``, or with a minimum window
+        (:attr:`min_window_s`) :data:`QUICK_MAX_STEPS` when that is more."""
+        steps = self.counts.steps
+        return max(steps, QUICK_MAX_STEPS) if self.min_window_s else steps
 
     @property
     def pipeline_names(self) -> tuple[str, ...]:

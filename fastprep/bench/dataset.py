@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import stat
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,11 +23,16 @@ from .._threads import usable_cpus
 from .synthetic import encode_jpeg, photo_like
 
 __all__ = ["BenchData", "BenchDataError", "BuiltinSpec", "builtin_dataset", "cache_root", "check_file",
-           "mean_megapixels", "folder_dataset", "packed_copy"]
+           "mean_megapixels", "folder_dataset", "packed_copy", "show_progress"]
 
 #: Bumped whenever the generator's output changes, so stale caches are not reused.
 GENERATOR_VERSION = 1
 NUM_CLASSES = 10
+
+
+def show_progress(wanted: bool) -> bool:
+    """Whether to draw a progress bar: asked for, and stderr (where tqdm writes) is a terminal, not a log file."""
+    return bool(wanted) and sys.stderr.isatty()
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ def builtin_dataset(num_images: int, spec: BuiltinSpec = BuiltinSpec(), *, proce
         jobs = [(str(root), spec, i) for i in missing]
         procs = max(1, min(processes or usable_cpus(), len(missing)))
         bar = tqdm(total=len(missing), desc=f"generating {len(missing)} JPEGs in {root}", unit="img",
-                   disable=not progress, leave=False)
+                   disable=not show_progress(progress), leave=False)
         if procs == 1:
             for job in jobs:
                 _make_one(job)
@@ -278,7 +284,7 @@ def folder_dataset(root: str | os.PathLike, num_images: int | None = None, *, ch
     targets: list[int] = []
     skipped: list[tuple[str, str]] = []
     bar = tqdm(total=min(want, len(candidates)), desc=f"checking files in {root}", unit="file",
-               disable=not progress, leave=False)
+               disable=not show_progress(progress), leave=False)
     chunk = max(16, 4 * usable_cpus())
     with ThreadPoolExecutor(max_workers=usable_cpus()) as pool:  # the decoders release the GIL
         for start in range(0, len(candidates), chunk):
@@ -348,7 +354,7 @@ def packed_copy(files: list[str], *, progress: bool = True, workers: int | None 
         tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
         os.symlink(f, tmp)
         os.replace(tmp, link)
-    summary = pack_folder(links, dst, workers=workers or usable_cpus(), progress=progress)
+    summary = pack_folder(links, dst, workers=workers or usable_cpus(), progress=show_progress(progress))
     if summary.errors:
         rel, why = summary.errors[0]
         raise BenchDataError(f"packing into {dst} failed for {len(summary.errors)} file(s); first: {rel}: {why}")

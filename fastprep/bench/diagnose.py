@@ -24,6 +24,7 @@ import dataclasses
 import torch
 
 from .config import BenchConfig, trainer_line
+from .dataset import show_progress
 from .pipelines import FixedSampleDataset, PipelineConfig, SampleDataset, device_iterable
 from .recipes import get_recipe_pipeline
 from .runner import ConfigResult, measure, one_line_error, slack_batches
@@ -230,7 +231,7 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
         else:
             pipes.append(pipe)
     bar = tqdm(total=len(pipes) * len(RUNGS) * (steps + warmup), unit="step", leave=False,
-               disable=not cfg.progress, dynamic_ncols=True)
+               disable=not show_progress(cfg.progress), dynamic_ncols=True)
     ladders = {}
     for pipe in pipes:
         bar.set_description(f"diagnose {pipe.name}")

@@ -70,8 +70,10 @@ def _fmt(v, spec, none="-"):
     return none if v is None else format(v, spec)
 
 
-def format_table(results: list[dict]) -> str:
-    """The results as an aligned text table (one row per pipeline x workers)."""
+def format_table(results: list[dict], capped_by: str = "accelerator") -> str:
+    """The results as an aligned text table (one row per pipeline x workers); rows the
+    ``capped_by`` (the accelerator, or the training step on the CPU) set the rate of are
+    marked ``*``."""
     head = ["pipeline", "workers", "samples/s", "steps/s", "starved", "data wait", "1st batch",
             "worker CPU", "speed-up"]
     rows = []
@@ -81,7 +83,9 @@ def format_table(results: list[dict]) -> str:
             rows.append([r["pipeline"], str(r["workers"]), note])
             continue
         rows.append([
-            r["pipeline"], str(r["workers"]), _fmt(r["samples_per_s"], ".1f"), _fmt(r["steps_per_s"], ".2f"),
+            r["pipeline"], str(r["workers"]),
+            _fmt(r["samples_per_s"], ".1f") + ("*" if r.get("capped_by_accelerator") else ""),
+            _fmt(r["steps_per_s"], ".2f"),
             _fmt(None if r["starvation_fraction"] is None else 100 * r["starvation_fraction"], ".1f") + "%",
             _fmt(None if r["data_wait_fraction"] is None else 100 * r["data_wait_fraction"], ".1f") + "%",
             _fmt(r["time_to_first_batch_s"], ".2f") + " s",
@@ -106,6 +110,9 @@ def format_table(results: list[dict]) -> str:
             out.append("")
         out.append(line(row))
         prev = row[0]
+    if any(r.get("capped_by_accelerator") for r in results):
+        out.append(f"* capped: the {capped_by} was busy (starved < 5 %), so the row shows its rate, not the "
+                   "pipeline's; the uncapped table below has the pipeline's own")
     return "\n".join(out)
 
 
@@ -121,8 +128,12 @@ def best_per_pipeline(results: list[dict]) -> dict[str, dict]:
     return best
 
 
-def diagnosis(results: list[dict], capacity_samples_per_s: float | None = None) -> str:
-    """One line: is the accelerator starving, with which pipeline, and what fixes it."""
+def diagnosis(results: list[dict], capacity_samples_per_s: float | None = None,
+              uncapped: dict[str, dict] | None = None) -> str:
+    """One line: is the accelerator starving, with which pipeline, and what fixes it.
+
+    ``uncapped``: each pipeline's rate alone (``{name: {"samples_per_s": ...}}``), quoted
+    when the fastest pipeline was capped by the accelerator (its fed ratio is a floor)."""
     best = best_per_pipeline(results)
     if not best:
         return "Diagnosis: nothing ran."
@@ -150,8 +161,14 @@ def diagnosis(results: list[dict], capacity_samples_per_s: float | None = None) 
     if top is not base:
         gain = top["samples_per_s"] / base["samples_per_s"]
         if starved(top) <= 10:
+            alone = (uncapped or {}).get(top["pipeline"], {}).get("samples_per_s")
+            base_alone = (uncapped or {}).get(base["pipeline"], {}).get("samples_per_s")
+            more = ""
+            if alone and base_alone and starved(top) < 5:
+                more = (f", a floor set by the accelerator's rate: alone it delivers {alone:.0f} samples/s, "
+                        f"{alone / base_alone:.1f}x {base['pipeline']} alone")
             parts.append(f"{top['pipeline']} removes the bottleneck ({starved(top):.0f}% starved, {gain:.1f}x "
-                         f"{base['pipeline']})")
+                         f"{base['pipeline']}{more})")
         else:
             # fastprep's pipelines already decode only the window (DCT-scaled where a recipe
             # allows); what is left is CPU for the workers and, on unpacked files, the
@@ -165,14 +182,21 @@ def diagnosis(results: list[dict], capacity_samples_per_s: float | None = None) 
     return "Diagnosis: " + "; ".join(parts) + "."
 
 
-def engine_lines(best: dict[str, dict]) -> list[str]:
-    """One line per pipeline run on make_loader's threads engine (its best configuration):
-    the stage that held it -- read, decode, or the hand-over to what takes the batches."""
+def engine_lines(results: list[dict], uncapped: dict[str, dict] | None = None) -> list[str]:
+    """One line per pipeline run on make_loader's threads engine: the stage that held its
+    best configuration with threads (at least one worker; rows without threads have no
+    stages) -- read, decode, or the hand-over to what takes the batches -- and the stage
+    that held it alone (its uncapped run), when that was measured with threads."""
+    threaded = best_per_pipeline([r for r in results if r.get("engine_stage")])
     lines = []
-    for name, r in best.items():
-        stage = r.get("engine_stage")
-        if stage:
-            lines.append(f"Engine stage, {name} ({workers_text(r['workers'])}): {stage[0]} -- {stage[1]}.")
+    for name, r in threaded.items():
+        stage = r["engine_stage"]
+        lines.append(f"Engine stage, {name} ({workers_text(r['workers'])}): {stage[0]} -- {stage[1]}.")
+        alone = (uncapped or {}).get(name, {})
+        if alone.get("engine_stage"):
+            stage = alone["engine_stage"]
+            lines.append(f"Engine stage, {name} alone ({workers_text(alone['workers'])}, uncapped): {stage[0]} -- "
+                         f"{stage[1]}.")
     return lines
 
 
@@ -187,8 +211,10 @@ def write_json(path: str | os.PathLike, report: dict) -> None:
 
 
 def plot_results(path: str | os.PathLike, results: list[dict], title: str = "",
-                 capacity_samples_per_s: float | None = None) -> None:
-    """Grouped bars: samples/s and starvation % per pipeline x workers (matplotlib Agg)."""
+                 capacity_samples_per_s: float | None = None, uncapped: dict[str, dict] | None = None) -> None:
+    """Grouped bars: samples/s and starvation % per pipeline x workers (matplotlib Agg);
+    ``uncapped`` rates (``{name: {"workers", "samples_per_s"}}``) are marked on the bar of
+    the worker count they were measured at."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -206,6 +232,12 @@ def plot_results(path: str | os.PathLike, results: list[dict], title: str = "",
         stv = [100 * (lookup[(p, w)]["starvation_fraction"] or 0) if (p, w) in lookup else 0 for p in pipelines]
         axes[0].bar(xs, sps, width, label=workers_text(w))
         axes[1].bar(xs, stv, width, label=workers_text(w))
+    marks = [(pipelines.index(p) + (workers.index(u["workers"]) - (len(workers) - 1) / 2) * width, u["samples_per_s"])
+             for p, u in (uncapped or {}).items()
+             if p in pipelines and u.get("samples_per_s") and u.get("workers") in workers]
+    if marks:
+        axes[0].scatter(*zip(*marks), marker="_", s=300, linewidths=2, color="k", zorder=3,
+                        label="uncapped (pipeline alone)")
     if capacity_samples_per_s:
         axes[0].axhline(capacity_samples_per_s, color="k", ls="--", lw=1, label="accelerator capacity")
     axes[0].set_ylabel("samples / s (higher is better)")

@@ -16,6 +16,9 @@ finished the last step. Within it:
 * ``worker_cpu_cores`` / ``main_cpu_cores``: CPU seconds per second of window used by the
   loader's worker processes and by this process (Linux ``/proc``; ``None`` elsewhere, and
   for the threads engine, whose workers are threads of this process: in ``main_cpu_cores``).
+* ``engine_stage``: the threads engine's stage that held the window (:func:`engine_stage`).
+* ``steps``: the measured steps; more than asked when a minimum window (``min_window_s``)
+  made the run go on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import torch
 
 from .pipelines import yuv_range
 
-__all__ = ["ConfigResult", "check_batch", "measure", "one_line_error", "output_bounds"]
+__all__ = ["ConfigResult", "check_batch", "engine_stage", "measure", "one_line_error", "output_bounds"]
 
 
 @dataclass
@@ -56,9 +59,12 @@ class ConfigResult:
     skipped: str | None = None
     error: str | None = None
     trainer_metrics: dict | None = None
-    #: threads engine only: ``[stage, explanation]`` of
-    #: :func:`fastprep.data.engine.bottleneck_stage` over the measured steps
+    #: threads engine only: ``[stage, explanation]`` of :func:`engine_stage` over the
+    #: measured steps
     engine_stage: list | None = None
+    #: the accelerator set the rate (starved less than
+    #: :data:`~fastprep.bench.uncapped.CAPPED_STARVATION`): the row is a floor of the pipeline's
+    capped_by_accelerator: bool | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -147,20 +153,28 @@ def check_batch(images, targets, batch_size: int, crop: int, device: torch.devic
 
 def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmup: int, result: ConfigResult,
             crop: int | None = None, on_step: Callable[[], None] | None = None,
-            check_syncs: bool = False, bounds=None) -> ConfigResult:
-    """Run ``warmup + steps`` steps of ``trainer`` on batches from ``make_iterable()`` and
-    fill ``result`` (see the module doc for the figures)."""
+            check_syncs: bool = False, bounds=None, min_window_s: float = 0.0,
+            max_steps: int | None = None) -> ConfigResult:
+    """Run ``warmup`` steps, then at least ``steps`` measured steps of ``trainer`` on batches
+    from ``make_iterable()``, and fill ``result`` (see the module doc for the figures).
+
+    With ``min_window_s`` the measured steps go on past ``steps`` until the window has lasted
+    that long, up to ``max_steps`` (the iterable must hold ``warmup + max_steps`` batches);
+    ``result.steps`` is the number measured.
+    """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    limit = warmup + max(steps, max_steps or steps)
     waits, starts = [], []
-    t_create = time.perf_counter()
+    t_create = t0 = time.perf_counter()
     iterable = make_iterable()
     engine = _thread_loader(iterable)
     stages0 = None
     it = iter(iterable)
     sync_guard = contextlib.nullcontext()
+    k = 0
     try:
-        for k in range(warmup + steps):
+        while k < warmup + steps or (k < limit and time.perf_counter() - t0 < min_window_s):
             if k == warmup:
                 trainer.begin_window()
                 t0 = time.perf_counter()
@@ -173,7 +187,7 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
             try:
                 images, targets = next(it)
             except StopIteration:
-                raise RuntimeError(f"the loader ran out after {k} batches; it must yield {warmup + steps}") from None
+                raise RuntimeError(f"the loader ran out after {k} batches; it must yield {limit}") from None
             b = time.perf_counter()
             if k == 0:
                 result.time_to_first_batch_s = b - t_create
@@ -187,18 +201,26 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
             if k >= warmup:
                 waits.append(b - a)
                 starts.append(a)
+            k += 1
             if on_step is not None:
                 on_step()
         busy, t_end = trainer.end_window()
         cpu1, main1 = children_cpu_seconds(), time.process_time()
         if engine is not None and stages0 is not None:
-            from fastprep.data.engine import bottleneck_stage
-
-            result.engine_stage = list(bottleneck_stage(stages0, engine.stage_seconds(), max(t_end - t0, 1e-9)))
+            result.engine_stage = list(engine_stage(stages0, engine.stage_seconds(), max(t_end - t0, 1e-9)))
     finally:
         sync_guard.__exit__(None, None, None)
         del it, iterable  # shut the workers down now
-    window = max(t_end - t0, 1e-9)
+    _fill(result, len(waits), max(t_end - t0, 1e-9), busy, waits, starts, _cpu_delta(cpu0, cpu1), main1 - main0,
+          no_children=not cpu0 and not cpu1)
+    result.trainer_metrics = trainer.metrics() or None
+    return result
+
+
+def _fill(result: ConfigResult, steps: int, window: float, busy: float, waits: list[float], starts: list[float],
+          workers_cpu: float | None, main_cpu: float, no_children: bool) -> None:
+    """The figures of the module doc, from one measured window."""
+    result.steps = steps
     result.window_s = window
     result.steps_per_s = steps / window
     result.samples_per_s = steps * result.batch_size / window
@@ -207,14 +229,33 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
     result.data_wait_ms_median = statistics.median(waits) * 1e3
     periods = [y - x for x, y in zip(starts, starts[1:])] or [window]
     result.step_period_ms_median = statistics.median(periods) * 1e3
-    workers = _cpu_delta(cpu0, cpu1)
     # No child processes (the threads engine runs its workers in this process, counted in
     # main_cpu_cores): no worker-process CPU to report.
-    no_children = not cpu0 and not cpu1
-    result.worker_cpu_cores = None if workers is None or result.workers == 0 or no_children else workers / window
-    result.main_cpu_cores = (main1 - main0) / window
-    result.trainer_metrics = trainer.metrics() or None
-    return result
+    result.worker_cpu_cores = (None if workers_cpu is None or result.workers == 0 or no_children
+                               else workers_cpu / window)
+    result.main_cpu_cores = main_cpu / window
+
+
+def engine_stage(before: dict, after: dict, window_s: float) -> tuple[str, str]:
+    """:func:`fastprep.data.engine.bottleneck_stage` of two ``stage_seconds()`` readings,
+    with the builder's shares taken over the builder thread's own time.
+
+    The engine adds a batch's building and waiting when the batch is done, so a window
+    also counts the whole of the batch the builder had begun before it: over a few steps
+    the builder's seconds exceed the window (a "building 109%" of a single thread). The
+    builder is one thread, so its seconds over the batches it finished are whole cycles:
+    here they are scaled to span the window, each share then being the part of the
+    builder's time it spent building or waiting (at most 100 %). The consumer's waits
+    happen in the measuring thread, inside the window, and are left as they are.
+    """
+    from fastprep.data.engine import bottleneck_stage
+
+    builder = ("building", "builder_wait_readers", "builder_wait_consumer")
+    span = sum(after[key] - before[key] for key in builder)
+    if span > 0:
+        scale = window_s / span
+        after = {**after, **{key: before[key] + (after[key] - before[key]) * scale for key in builder}}
+    return bottleneck_stage(before, after, window_s)
 
 
 def _thread_loader(iterable):

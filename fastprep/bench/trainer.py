@@ -13,8 +13,8 @@ import time
 import torch
 from torch import nn
 
-__all__ = ["ASSUMED_GPU_TFLOPS", "RealTrainer", "SimulatedAccelerator", "ToyNet", "Trainer", "default_step_ms",
-           "make_trainer", "train_step_flops"]
+__all__ = ["ASSUMED_GPU_TFLOPS", "NullConsumer", "RealTrainer", "SimulatedAccelerator", "ToyNet", "Trainer",
+           "default_step_ms", "make_trainer", "train_step_flops"]
 
 #: Effective fp32 throughput assumed for "a mid-range GPU" running the toy CNN with cuDNN
 #: (an RTX 3060 / T4 class card peaks at 8-13 TFLOP/s; 30-channel 3x3 convolutions reach
@@ -128,6 +128,30 @@ class SimulatedAccelerator(Trainer):
         end = max(time.perf_counter(), self._busy_until)
         busy, self._window_start = self._busy, None
         return busy, end
+
+
+class NullConsumer(Trainer):
+    """Takes each batch and does nothing with it: what is measured is the input pipeline
+    alone (the bench's uncapped runs). It is never busy; on CUDA both ends of the window
+    wait for the work the pipeline queued on the device (its copies and batch transform),
+    so that work is inside the window."""
+
+    def __init__(self, device="cpu"):
+        self.device = torch.device(device)
+
+    def step(self, images, targets):
+        pass
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def begin_window(self):
+        self._sync()
+
+    def end_window(self):
+        self._sync()
+        return 0.0, time.perf_counter()
 
 
 class RealTrainer(Trainer):

@@ -29,7 +29,9 @@ Design choices:
   sample by another index chosen deterministically from the failed one and counts the
   skip; counts live in a small shared-memory tensor with one slot per process (main
   process and each DataLoader worker), so ``dataset.skipped`` in the main process sees
-  the skips made in workers, with ``fork`` and ``spawn`` alike, without locks.
+  the skips made in workers, with ``fork`` and ``spawn`` alike, without locks. In
+  :func:`make_loader`'s loaders a batch carries its skips and they are counted (and
+  named in ``dataset.skipped_files``) when it is delivered, on both engines.
 
 Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.collate` (collate_uint8, PooledCollate),
@@ -44,7 +46,7 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 
 from .batch import BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
 from .collate import PooledCollate, collate_uint8
-from .datasets import JpegDataset, JpegFolder
+from .datasets import JpegDataset, JpegFolder, SkippedFile
 from .engine import ThreadLoader
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
 from .options import BatchOutput, DecodeOptions, LoaderOptions
@@ -69,6 +71,7 @@ __all__ = [
     "LoaderOptions",
     "PooledCollate",
     "ShardDataset",
+    "SkippedFile",
     "ThreadLoader",
     "batch_rgb_to_yuv",
     "collate_uint8",

@@ -62,11 +62,36 @@ def collate_uint8(batch, out=None):
     for i, sample in enumerate(batch):
         img, target = sample
         if not isinstance(img, torch.Tensor) or tuple(img.shape) != shape or img.dtype != dtype:
-            got = (f"{tuple(img.shape)} {img.dtype}" if isinstance(img, torch.Tensor) else type(img).__name__)
-            raise ValueError(f"collate_uint8: all images must be {shape} {dtype}; sample {i} is {got}")
+            raise ValueError(_mismatch(batch))
         images[i].copy_(img)
         targets[i] = int(target)
     return images, targets
+
+
+def _describe(img) -> str:
+    return f"{tuple(img.shape)} {img.dtype}" if isinstance(img, torch.Tensor) else type(img).__name__
+
+
+def _mismatch(batch) -> str:
+    """The message for a batch whose images differ in shape or dtype: the first image
+    unlike most of the batch, named by its file and index when the dataset gave them
+    (``batch.names``, :meth:`fastprep.data.JpegDataset.__getitems__`)."""
+    kinds = [_describe(sample[0]) for sample in batch]
+    common = max(kinds, key=kinds.count)  # ties: the earliest
+    i = next(k for k, kind in enumerate(kinds) if kind != common)
+    names = getattr(batch, "names", None)
+    where = f"sample {i} of the batch"
+    if names is not None and i < len(names):
+        index, name = names[i]
+        where = f"{name!r} (index {index})"
+    hint = ""
+    got = batch[i][0]
+    if isinstance(got, torch.Tensor) and got.dim() == 3 and got.shape[0] in (1, 2, 4) and "(3," in common:
+        hint = (f" (a {got.shape[0]}-channel image: a grayscale, gray+alpha or CMYK file decoded as it is stored; "
+                "decode it to RGB, e.g. fastprep.io.decode_jpeg(data) or torchvision's decode_jpeg(data, "
+                "mode=ImageReadMode.RGB))")
+    return (f"{where}: the per-sample transform gave {kinds[i]}, the batch's other images are {common}; a batch "
+            f"needs images of one shape and dtype (collate_uint8){hint}")
 
 
 class PooledBatch(NamedTuple):
@@ -79,6 +104,10 @@ class PooledBatch(NamedTuple):
     targets: torch.Tensor
     slot: int
     owner: object = None
+    #: the samples of this batch replaced by a substitute (``on_error="skip"``), as
+    #: :class:`fastprep.data.SkippedFile` records not yet counted: the prefetcher counts them
+    #: in the dataset when it delivers the batch
+    skipped: tuple = ()
 
 
 class PooledCollate:
@@ -90,7 +119,9 @@ class PooledCollate:
     one the consumer has released; :class:`DevicePrefetcher` releases a buffer as soon as
     the batch has been copied or converted out of it. If none is free (the consumer still
     holds them, or a loop was broken off with batches in flight) the worker falls back to a
-    new buffer, so it never waits. Outside workers it is :func:`collate_uint8`.
+    new buffer, so it never waits. Outside workers it is :func:`collate_uint8`. The
+    batch's uncounted skips (``samples.skipped`` from :meth:`JpegDataset.__getitems__`)
+    go into ``PooledBatch.skipped`` (outside workers too, then with slot -1).
 
     Ownership is explicit: a busy flag per buffer in shared memory, set by the worker
     when it writes a batch and cleared by :meth:`release` (called by the prefetcher); no
@@ -131,12 +162,14 @@ class PooledCollate:
         self.busy.zero_()
 
     def __call__(self, batch):
+        skipped = tuple(getattr(batch, "skipped", ()))
         info = get_worker_info()
         if info is None:
-            return collate_uint8(batch)
+            images, targets = collate_uint8(batch)
+            return PooledBatch(images, targets, -1, skipped=skipped) if skipped else (images, targets)
         slot, out = self._acquire(info.id, batch)
         images, targets = collate_uint8(batch, out=out)
-        return PooledBatch(images, targets, slot)
+        return PooledBatch(images, targets, slot, skipped=skipped)
 
     def _acquire(self, worker: int, batch):
         """``(slot, view of a pooled buffer)`` for ``batch``, or ``(-1, None)``: a fresh one."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import stat
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from .._checks import is_int
 from .._seeding import check_seed, keyed_default_rng, sample_key
 from . import fallback as _fb
 
-__all__ = ["JpegDataset", "JpegFolder"]
+__all__ = ["JpegDataset", "JpegFolder", "SkippedFile"]
 
 _MAX_SKIP_SLOTS = 256  # slot 0: main process; slot k: DataLoader worker k - 1
 _JPEG_EXTENSIONS = (".jpg", ".jpeg")
@@ -36,6 +38,35 @@ def _substitute_stride(m: int) -> int:
     while math.gcd(step, m) != 1:
         step += 1
     return step
+
+
+class SkippedFile(NamedTuple):
+    """A sample replaced by a substitute under ``on_error="skip"``
+    (:attr:`JpegDataset.skipped_files`)."""
+
+    #: the sample's index in the dataset (the field shadows ``tuple.index``, on purpose)
+    index: int  # type: ignore[assignment]
+    #: the file's path (a shard sample: ``shard:key``)
+    path: str
+    #: why it could not be used: the error's message (the decode or read error)
+    reason: str
+
+    @classmethod
+    def from_error(cls, index: int, path: str, error: BaseException) -> SkippedFile:
+        """The record of ``path`` failing with ``error``: the reason is the message of the
+        error the file raised (the cause of the ``DecodeError`` naming it), without the
+        ``cannot decode 'path' (index i):`` the record says already."""
+        cause = error.__cause__ if error.__cause__ is not None else error
+        return cls(int(index), str(path), str(cause))
+
+
+class _Samples(list):
+    """A batch's samples as :meth:`JpegDataset.__getitems__` returns them: a list, plus
+    which file each came from (``names``: ``(index, path)``, for the collate's errors) and
+    the substitutions not counted yet (``skipped``, counted when the batch is delivered)."""
+
+    names: list
+    skipped: tuple
 
 
 def _skip_slot() -> int:
@@ -97,6 +128,13 @@ class JpegDataset(Dataset):
     without such an equivalent makes a non-JPEG file a ``DecodeError`` naming it.
     CMYK/YCCK JPEGs need no fallback: fastprep decodes them to RGB.
 
+    What :attr:`skipped` counts: in a :func:`~fastprep.data.make_loader` loader (either
+    engine), the samples replaced in the batches *delivered* to the consumer -- a batch
+    built ahead of the consumer and never delivered (an epoch broken off, an error or an
+    interrupt ending it) counts nothing, so both engines count the same.
+    :attr:`skipped_files` names them (the first :attr:`MAX_SKIPPED_FILES`). Used on its own
+    (``dataset[i]``, a plain ``DataLoader``), a sample counts when it is replaced.
+
     Skip counting across processes: the counts are held in a shared-memory int64 tensor
     (:attr:`skip_counts`) with one slot per process -- slot 0 for the main process, slot
     ``k + 1`` for DataLoader worker ``k`` -- so every slot has a single writer and the
@@ -104,7 +142,12 @@ class JpegDataset(Dataset):
     (torch shares the storage when it pickles the dataset for a spawned worker).
     Counts accumulate over epochs until :meth:`reset_skipped`. A plain
     ``pickle.dumps`` (not torch's multiprocessing pickler) copies the counts instead.
+    :attr:`skipped_files` lists the samples counted in this process (a plain ``DataLoader``'s
+    workers keep theirs; make_loader's loaders count every skip in this process).
     """
+
+    #: :attr:`skipped_files` keeps the first this many records; :attr:`skipped` counts all.
+    MAX_SKIPPED_FILES = 1000
 
     def __init__(self, files, targets=None, transform=None, on_error: str = "raise", *,
                  max_skip_attempts: int = 100, max_pixels: int | None = None, jpeg_only: bool = False,
@@ -131,6 +174,11 @@ class JpegDataset(Dataset):
         self.jpeg_only = bool(jpeg_only)
         self.apply_exif_orientation = bool(apply_exif_orientation)
         self.skip_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
+        self._skipped_files: list[SkippedFile] = []
+        #: set by :func:`~fastprep.data.make_loader`: a batch read through
+        #: :meth:`__getitems__` carries its substitutions uncounted, and the loader counts
+        #: them when it delivers the batch (see :attr:`skipped`)
+        self.count_skips_at_delivery = False
         self.seed = check_seed(seed)
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         #: full-decode fallbacks per process (same slots as :attr:`skip_counts`)
@@ -145,12 +193,24 @@ class JpegDataset(Dataset):
     def skipped(self) -> int:
         """Samples replaced by a substitute so far, summed over the main process and all
         DataLoader workers. One per replaced sample, however many substitutes were tried;
-        a sample that raised (no substitute decoded) is not counted."""
+        a sample that raised (no substitute decoded) is not counted. In a
+        :func:`~fastprep.data.make_loader` loader: the samples replaced in the batches
+        delivered to the consumer."""
         return int(self.skip_counts.sum())
 
+    @property
+    def skipped_files(self) -> list[SkippedFile]:
+        """The samples counted in :attr:`skipped` in this process, in the order they were
+        counted, as ``SkippedFile(index, path, reason)``: the first
+        :attr:`MAX_SKIPPED_FILES` of them (memory stays bounded; :attr:`skipped` counts
+        every one)."""
+        return list(self._skipped_files)
+
     def reset_skipped(self) -> None:
-        """Zero the skip counts (call from the main process while no workers run)."""
+        """Zero the skip counts and forget :attr:`skipped_files` (call from the main
+        process while no workers run)."""
         self.skip_counts.zero_()
+        self._skipped_files.clear()
 
     @property
     def epoch(self) -> int:
@@ -231,7 +291,11 @@ class JpegDataset(Dataset):
         except (fio.DecodeError, OSError) as e:
             raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
         except ValueError as e:  # e.g. an image smaller than a crop: name the file too
-            raise ValueError(f"{path!r} (index {index}): {e}") from e
+            raise ValueError(f"{path!r} (index {index}): {e}{_encoded_input_hint(e)}") from e
+        except TypeError as e:  # e.g. torchvision's transforms given the encoded bytes
+            if type(e) is not TypeError:
+                raise
+            raise TypeError(f"{path!r} (index {index}): {e}{_encoded_input_hint(e)}") from e
         return sample, self.targets[index]
 
     def _transform(self, data: torch.Tensor, path: str):
@@ -303,9 +367,13 @@ class JpegDataset(Dataset):
                           "JPEG decode (counted in dataset.fallbacks; jpeg_only=True refuses such files). "
                           "Warned once per process.", UserWarning, stacklevel=stacklevel)
 
-    def count_skip(self) -> None:
-        """Count one sample replaced by a substitute (in this process's slot of :attr:`skip_counts`)."""
+    def count_skip(self, record: SkippedFile | None = None) -> None:
+        """Count one sample replaced by a substitute (in this process's slot of
+        :attr:`skip_counts`) and keep its ``record`` in :attr:`skipped_files` (up to
+        :attr:`MAX_SKIPPED_FILES`)."""
         self.skip_counts[_skip_slot()] += 1
+        if record is not None and len(self._skipped_files) < self.MAX_SKIPPED_FILES:
+            self._skipped_files.append(SkippedFile(*record))
 
     def substitute(self, index: int, attempt: int) -> int:
         """The ``attempt``-th substitute for ``index``, ``0 <= attempt < len(self) - 1``
@@ -325,10 +393,40 @@ class JpegDataset(Dataset):
         return (index + 1 + (offset + attempt * _substitute_stride(m)) % m) % n
 
     def __getitem__(self, index: int):
+        sample, record = self._sample(index)
+        if record is not None:
+            self.count_skip(record)  # one sample replaced, however many tries
+        return sample
+
+    def __getitems__(self, indices) -> list:
+        """``[self[i] for i in indices]``, as a ``DataLoader`` fetches a batch, the list
+        also telling which file each sample came from (``.names``: ``(index, path)``,
+        which :func:`~fastprep.data.collate_uint8` names in its errors). With
+        :attr:`count_skips_at_delivery` the substitutions are not counted here but listed
+        in ``.skipped`` (:class:`SkippedFile` records), for the loader to count when it
+        delivers the batch."""
+        out = _Samples()
+        out.names = []
+        skipped = []
+        for index in indices:
+            sample, record = self._sample(index)
+            out.append(sample)
+            out.names.append((int(index), self.files[index]))
+            if record is not None:
+                if self.count_skips_at_delivery:
+                    skipped.append(record)
+                else:
+                    self.count_skip(record)
+        out.skipped = tuple(skipped)
+        return out
+
+    def _sample(self, index: int) -> tuple[object, SkippedFile | None]:
+        """``(sample, None)``, or with ``on_error="skip"`` and a file that fails
+        ``(a substitute's sample, the failed file's record)``."""
         if self.on_error == "raise":
-            return self._load(index)
+            return self._load(index), None
         try:
-            return self._load(index)
+            return self._load(index), None
         except fio.DecodeError as e:
             failure = e
         tries = min(self.max_skip_attempts, len(self.files) - 1)
@@ -337,14 +435,32 @@ class JpegDataset(Dataset):
                 sample = self._load(self.substitute(index, attempt))
             except fio.DecodeError:
                 continue
-            self.count_skip()  # one sample replaced, however many tries
-            return sample
+            return sample, SkippedFile.from_error(index, self.files[index], failure)
         raise fio.DecodeError(f"on_error='skip': {failure} -- and none of the {tries} substitutes tried "
                               f"could be decoded either") from failure
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(files={len(self.files)}, transform={self.transform!r}, "
                 f"on_error={self.on_error!r})")
+
+
+#: What torchvision's transforms say when given a 1-D tensor (the encoded bytes) as an image.
+_IMAGE_EXPECTED = re.compile(r"should have at least two dimensions|must be 2D or higher|"
+                             r"not enough values to unpack \(expected [23], got 1\)")
+
+#: What ``transform=`` receives and what to use instead, for the errors of a transform that
+#: expected a decoded image (the loader's check and the per-sample error say the same).
+ENCODED_INPUT_HELP = ("transform= receives each file's encoded bytes (a uint8 1-D tensor), not a decoded image: "
+                      "start it with a fastprep decode transform (fastprep.transforms.DecodeRandomResizedCrop, "
+                      "DecodeRandomCrop, DecodeCenterCrop, DecodeResize, DecodeResizeCenterCrop: they decode only "
+                      "what the output needs and keep the threads engine), or decode first inside your transform "
+                      "with fastprep.io.decode_jpeg(data)")
+
+
+def _encoded_input_hint(error: Exception) -> str:
+    """`` -- ENCODED_INPUT_HELP`` when ``error`` is torchvision refusing a 1-D tensor as an
+    image, else ``""``."""
+    return f" -- {ENCODED_INPUT_HELP}" if _IMAGE_EXPECTED.search(str(error)) else ""
 
 
 def _check_pixels(height: int, width: int, limit: int) -> None:

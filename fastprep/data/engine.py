@@ -40,7 +40,7 @@ from .. import io as fio
 from .._seeding import keyed_thread_rng, sample_key
 from .._threads import usable_cpus
 from .collate import PooledBatch
-from .datasets import JpegDataset
+from .datasets import JpegDataset, SkippedFile
 from .native import NativePipeline
 
 __all__ = ["ThreadLoader", "bottleneck_stage", "native_pipeline"]
@@ -184,7 +184,8 @@ class _Batch:
 
     def __init__(self, slot, images, targets):
         self.slot, self.images, self.targets = slot, images, targets
-        self.warnings, self.fallbacks, self.skips, self.error = [], [], 0, None
+        self.warnings, self.fallbacks, self.error = [], [], None
+        self.skips: list[SkippedFile] = []  # the samples replaced by a substitute
         self.timings = {}  # NativePipeline.run's op_thread_s
 
 
@@ -215,7 +216,9 @@ class ThreadLoader:
     :class:`~fastprep.data.DevicePrefetcher` hands back (``owner.release(slot)``) once it
     copied or converted them (with ``convert``: converted images, slot -1). Use it through
     :func:`~fastprep.data.make_loader` (``engine="threads"``), which adds the prefetcher,
-    the batch conversion and resuming.
+    the batch conversion and resuming. The samples a batch replaced (``on_error="skip"``)
+    come with it, uncounted, in ``PooledBatch.skipped``: the prefetcher counts them in the
+    dataset when it delivers the batch.
 
     Args:
         dataset: a :class:`~fastprep.data.JpegDataset` (or subclass); its ``transform`` is
@@ -480,7 +483,9 @@ class _EpochRun:
                 if sample.error is None:
                     batch.warnings += trial.warnings
                     batch.fallbacks += trial.fallbacks
-                    batch.skips += 1
+                    assert failed.error is not None  # only failed samples are substituted
+                    batch.skips.append(SkippedFile.from_error(failed.index, _sample_name(self.dataset, failed.index),
+                                                              failed.error))
                     return self.dataset.targets[sample.index]
             if not isinstance(sample.error, fio.DecodeError):
                 batch.error = sample.error
@@ -703,13 +708,12 @@ class _EpochIterator:
             warnings.warn(message, fio.DecodeWarning, stacklevel=2)
         for name, reason in batch.fallbacks:
             dataset.count_fallback(name, reason, stacklevel=3)
-        for _ in range(batch.skips):
-            dataset.count_skip()
         if batch.error is not None:
             run.ring.release(batch.slot)
             self.close()
             raise batch.error
-        return PooledBatch(batch.images, batch.targets, batch.slot, run.ring)
+        # the skips are counted when the batch is delivered (DevicePrefetcher)
+        return PooledBatch(batch.images, batch.targets, batch.slot, run.ring, tuple(batch.skips))
 
     def close(self) -> None:
         run, self._run = self._run, None

@@ -13,6 +13,7 @@ where its pixels were decoded.
 from __future__ import annotations
 
 import io as _io
+import re
 import struct
 import warnings
 
@@ -128,6 +129,10 @@ def decoded_equivalent(transform):
     return None
 
 
+#: An object's default repr (``<_io.BytesIO object at 0x7f...>``): never in an error message.
+_OBJECT_ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
 def full_decode(data: bytes, apply_exif_orientation: bool, max_pixels: int) -> torch.Tensor:
     """uint8 ``[3, H, W]`` RGB of any format Pillow reads, after checking the header's size
     against ``max_pixels`` (0: no limit).
@@ -151,6 +156,12 @@ def full_decode(data: bytes, apply_exif_orientation: bool, max_pixels: int) -> t
                 arr = np.asarray(im.convert("RGB"))
         except PIL.Image.DecompressionBombError as e:
             raise fio.DecodeError(f"{e} (max_pixels={max_pixels})") from e
+        except PIL.UnidentifiedImageError:
+            # Pillow's message names its file object by its address (``<_io.BytesIO object at
+            # 0x...>``), different in every process: say what the data is instead.
+            kind = image_kind(data[:16])
+            what = f"starts like a {kind} file, but Pillow cannot read it" if kind else "is no image Pillow reads"
+            raise fio.DecodeError(f"the data {what}") from None
         except (OSError, ValueError, SyntaxError) as e:  # Pillow's errors for bad data
-            raise fio.DecodeError(f"cannot decode: {e}") from e
+            raise fio.DecodeError(f"cannot decode: {_OBJECT_ADDRESS.sub('the data', str(e))}") from e
     return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))

@@ -15,10 +15,21 @@ from torch.utils.data import DataLoader, Dataset
 from .. import functional as F
 from .._seeding import check_seed
 from .._threads import usable_cpus
-from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop
+from ..transforms import (
+    ConvertColor,
+    DecodeCenterCrop,
+    DecodeRandomCrop,
+    DecodeRandomResizedCrop,
+    DecodeResize,
+    DecodeResizeCenterCrop,
+    MaskYUVScale,
+    RandomMask,
+    Scale,
+    YUVScale,
+)
 from .batch import BatchConvert
-from .collate import PooledCollate, collate_uint8
-from .datasets import JpegDataset, JpegFolder
+from .collate import PooledCollate
+from .datasets import ENCODED_INPUT_HELP, JpegDataset, JpegFolder
 from .engine import ThreadLoader, native_pipeline
 from .options import BatchOutput, DecodeOptions, LoaderOptions, split_options
 from .order import EpochControl, EpochSampler
@@ -42,6 +53,9 @@ RECIPES = {
     "imagenet-train": lambda options: DecodeRandomResizedCrop(224, flip_p=0.5, **options),
     "imagenet-eval": lambda options: DecodeResizeCenterCrop(256, 224, **options),
 }
+
+_DECODE_TRANSFORMS = (DecodeRandomCrop, DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize, DecodeResizeCenterCrop)
+_KERNEL_TRANSFORMS = (RandomMask, ConvertColor, Scale, YUVScale, MaskYUVScale)
 
 _warm_lock = threading.Lock()
 _warmed = False
@@ -146,8 +160,9 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
             seed drawn per epoch (from ``generator``).
         recipe: ``"imagenet-train"`` or ``"imagenet-eval"`` (:data:`RECIPES`): its decode
             transform, no mask, RGB normalised with ImageNet's mean and std by default.
-        transform: your per-sample transform on the encoded file (uint8 ``[3, H, W]`` out).
-        on_error: ``"raise"`` or ``"skip"`` a bad file (see :class:`JpegDataset`).
+        transform: your per-sample transform on the encoded file (uint8 1-D tensor; not a
+            torchvision transform first, see ``docs/loader.md``) returning uint8 ``[3, H, W]``.
+        on_error: ``"raise"`` or ``"skip"`` a bad file (``loader.dataset.skipped_files``).
         decode: :class:`DecodeOptions` (``max_pixels``, ``strict``, ``max_scans``).
         output: :class:`BatchOutput` (``color``, ``mean``, ``std``, ``dtype``, ``channels_last``).
         engine: ``"threads"``, ``"processes"`` or ``None``: threads when the transform has a
@@ -166,7 +181,8 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
 
     Returns:
         A :class:`DevicePrefetcher` yielding ``(images [N, 3, H, W] dtype, targets int64 [N])``
-        on ``device``; by default YUV / 255 (RGB with ``color="rgb"``), then ``(x - mean) / std``.
+        on ``device``: YUV / 255 (default pipeline, ``Dataset``) or RGB / 255 (``transform=``,
+        ``recipe=``) unless ``color=`` says, then ``(x - mean) / std``.
     """
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     seed = check_seed(seed)
@@ -174,7 +190,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     sampler = rest.get("sampler")
     if sampler is not None and distributed:
         raise ValueError("pass either sampler= or distributed=True, not both")
-    output = _recipe_output(recipe, output)
+    output = _default_output(recipe, transform, output)
     dataset = _dataset(source, recipe, transform, seed, on_error, decode, rest,
                        _DefaultTransform(crop_size, mask_ratio))
     engine, pipeline = _choose_engine(engine, dataset, isinstance(source, Dataset), _process_only(rest))
@@ -216,15 +232,71 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     return DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
 
 
-def _recipe_output(recipe: str | None, output: BatchOutput) -> BatchOutput:
-    """A recipe delivers RGB normalised with ImageNet's mean and std unless told otherwise."""
-    if recipe is None:
-        return output
-    color = "rgb" if output.color is None else output.color
+def _default_output(recipe: str | None, transform, output: BatchOutput) -> BatchOutput:
+    """What ``output`` leaves unset: YUV for the default pipeline (crop + mask; a ``Dataset``
+    source keeps it too), RGB for ``transform=`` and ``recipe=``; a recipe normalises with
+    ImageNet's mean and std."""
+    color = output.color
+    if color is None:
+        color = "yuv" if recipe is None and transform is None else "rgb"
     mean, std = output.mean, output.std
-    if mean is None and std is None:
+    if recipe is not None and mean is None and std is None:
         mean, std = IMAGENET_MEAN, IMAGENET_STD
     return dataclasses.replace(output, color=color, mean=mean, std=std)
+
+
+#: torchvision transforms that take any input (the rest treat theirs as an image).
+_ANY_INPUT = ("Lambda", "Identity")
+#: containers whose first step sees the input first
+_SEQUENCES = ("Compose", "RandomApply", "Sequential")
+
+
+def _steps(transform) -> list | None:
+    """The steps of a container transform that may see its input first (a pipeline's
+    first; any of ``RandomChoice``'s), or ``None`` for a transform that is no container."""
+    steps = list(transform) if isinstance(transform, torch.nn.Sequential) else getattr(transform, "transforms", None)
+    if isinstance(steps, torch.nn.ModuleList):
+        steps = list(steps)
+    if not isinstance(steps, (list, tuple)):
+        return None
+    return list(steps[:1]) if type(transform).__name__ in _SEQUENCES else list(steps)
+
+
+def _transform_input_kind(transform) -> str:
+    """What ``transform`` expects as its input, as far as its type tells: ``"encoded"``
+    (a file's bytes: the fastprep decode transforms, make_loader's default transform, and
+    pipelines starting with one), ``"decoded"`` (an image: torchvision's transforms and
+    fastprep's kernel transforms, and pipelines starting with one), or ``"unknown"`` (a
+    function, a ``Lambda``, an empty pipeline, anything else).
+
+    ``make_loader(transform=...)`` refuses a ``"decoded"`` transform, as it receives the
+    encoded file. This is the one place that decides it.
+    """
+    steps = _steps(transform)
+    if steps is not None:
+        kinds = {_transform_input_kind(step) for step in steps}
+        if "decoded" in kinds:
+            return "decoded"
+        return kinds.pop() if len(kinds) == 1 else "unknown"
+    if isinstance(transform, _DECODE_TRANSFORMS) or callable(getattr(transform, "decoded_equivalent", None)):
+        return "encoded"
+    if isinstance(transform, _KERNEL_TRANSFORMS):
+        return "decoded"
+    cls = type(transform)
+    if cls.__module__.startswith("torchvision.transforms") and cls.__name__ not in _ANY_INPUT:
+        return "decoded"
+    return "unknown"
+
+
+def _check_transform_input(transform) -> None:
+    """Refuse, before any worker starts, a transform that needs a decoded image."""
+    if _transform_input_kind(transform) != "decoded":
+        return
+    first = transform
+    while (steps := _steps(first)) is not None:
+        first = next(step for step in steps if _transform_input_kind(step) == "decoded")
+    raise ValueError(f"{ENCODED_INPUT_HELP}; got {type(first).__name__} first, which needs a decoded image "
+                     f"(transform={transform!r:.200})")
 
 
 def _process_only(rest: dict) -> list[str]:
@@ -244,8 +316,20 @@ class _DefaultTransform(NamedTuple):
 
 def _dataset(source, recipe, transform, seed, on_error, decode: DecodeOptions, rest: dict,
              default: _DefaultTransform):
-    """The dataset of ``source`` with the per-sample transform (a ``Dataset`` as is)."""
+    """The dataset of ``source`` with the per-sample transform (a ``Dataset`` as is); a
+    :class:`JpegDataset`'s skips are counted when the loader delivers their batch."""
+    dataset = _new_dataset(source, recipe, transform, seed, on_error, decode, rest, default)
+    if isinstance(dataset, JpegDataset):
+        dataset.count_skips_at_delivery = True
+    return dataset
+
+
+def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOptions, rest: dict,
+                 default: _DefaultTransform):
+    """:func:`_dataset`'s dataset, as built (or given)."""
     if isinstance(source, Dataset):
+        if isinstance(source, JpegDataset) and source.transform is not None:
+            _check_transform_input(source.transform)
         if seed is not None:
             raise ValueError("seed= is for a folder or a list of files; give a Dataset source its own seed")
         if recipe is not None:
@@ -262,9 +346,11 @@ def _dataset(source, recipe, transform, seed, on_error, decode: DecodeOptions, r
         transform = default_transform(default.crop_size, default.mask_ratio, **transform_kwargs)
         if transform.mask is not None:
             warm_up_kernels()
-    elif decode.strict or decode.max_scans is not None:
-        raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
-                         "pass them to your decode transform")
+    else:
+        _check_transform_input(transform)
+        if decode.strict or decode.max_scans is not None:
+            raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
+                             "pass them to your decode transform")
     kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
                   apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
     if is_shard_dir(source):
@@ -336,7 +422,8 @@ def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
     # Workers reuse their shared-memory batch buffers (the prefetcher below releases them).
-    collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2) if num_workers > 0 else collate_uint8
+    # Without workers it is collate_uint8, plus the batch's uncounted skips (see JpegDataset.skipped).
+    collate = PooledCollate(num_workers, slots=(prefetch_factor or 2) + 2)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, collate_fn=collate,
                       pin_memory=pin_memory, drop_last=bool(rest.get("drop_last", False)),
                       generator=rest.get("generator"), **kwargs)

@@ -56,7 +56,8 @@ class BatchOutput:
     """What a delivered batch looks like: ``(colour(x) / 255 - mean) / std`` in ``dtype``.
 
     Attributes:
-        color: ``"yuv"`` or ``"rgb"``; ``None``: ``"rgb"`` with a ``recipe``, else ``"yuv"``.
+        color: ``"yuv"`` or ``"rgb"``; ``None``: ``"yuv"`` for the default pipeline (crop +
+            mask) and a ``Dataset`` source, ``"rgb"`` with ``transform=`` or a ``recipe``.
         mean, std: per-channel normalisation on the [0, 1] scale, or ``None`` for none
             (with a ``recipe`` and neither given: ImageNet's).
         dtype: ``torch.float32``, ``torch.float16`` or ``torch.bfloat16``.

@@ -20,12 +20,80 @@ from .._seeding import WORKERS_DOMAIN, check_seed, derived_key, epoch_permutatio
 __all__ = ["EpochControl", "EpochSampler"]
 
 _STATE_VERSION = 1
+#: The largest epoch number (the dataset keeps it in an int64).
+MAX_EPOCH = 2**63 - 1
+_ENGINES = ("threads", "processes")
+#: The fields of a loader state (:meth:`EpochControl.state`), in order.
+STATE_FIELDS = ("version", "engine", "epoch", "batches", "samples", "cursor", "epoch_seed", "seed", "size",
+                "world_size", "rank", "batch_size", "num_workers")
 
 
 def _nonneg_int(name: str, value) -> int:
     if not is_int(value) or value < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return int(value)
+
+
+def check_epoch(epoch, name: str = "epoch") -> int:
+    """``epoch`` as an int in ``[0, MAX_EPOCH]``; ``ValueError`` naming it otherwise."""
+    if not is_int(epoch) or not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"{name} must be an int >= 0 and < 2**63, got {epoch!r}")
+    return int(epoch)
+
+
+def _state_int(state: dict, name: str, low: int, high: int | None = None) -> int:
+    value = state[name]
+    if not is_int(value):
+        raise TypeError(f"the loader state's {name!r} must be an int, got {value!r} ({type(value).__name__})")
+    top = MAX_EPOCH if high is None else high  # every count fits an int64
+    if not low <= value <= top:
+        bound = "2**63 - 1" if high is None else str(high)
+        raise ValueError(f"the loader state's {name!r} must be in [{low}, {bound}], got {value}")
+    return int(value)
+
+
+def check_loader_state(state) -> dict:
+    """Validate a loader state (:meth:`EpochControl.state`) on its own: every field present,
+    of its type and range, and the fields consistent with each other. Returns a copy.
+
+    Raises:
+        TypeError: ``state`` is not a dict, or a field has the wrong type (named, with its value).
+        ValueError: a field is missing, unknown or out of range, or fields contradict each
+            other (named, with their values).
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"a loader state is a dict from loader.state_dict(), got {type(state).__name__}")
+    missing = [k for k in STATE_FIELDS if k not in state]
+    unknown = sorted(str(k) for k in state if k not in STATE_FIELDS)
+    if missing or unknown:
+        what = "; ".join(part for part in (missing and f"missing {', '.join(map(repr, missing))}",
+                                            unknown and f"unknown {', '.join(map(repr, unknown))}") if part)
+        raise ValueError(f"not a loader state from loader.state_dict() ({what}): {state!r:.200}")
+    if not is_int(state["version"]) or state["version"] != _STATE_VERSION:
+        raise ValueError(f"the loader state's 'version' must be {_STATE_VERSION}, got {state['version']!r}")
+    if state["engine"] not in _ENGINES:
+        raise ValueError(f"the loader state's 'engine' must be 'threads' or 'processes', got {state['engine']!r}")
+    size = _state_int(state, "size", 0)
+    world_size = _state_int(state, "world_size", 1)
+    _state_int(state, "rank", 0, world_size - 1)
+    _state_int(state, "batch_size", 1)
+    _state_int(state, "num_workers", 0)
+    _state_int(state, "epoch", 0)
+    batches = _state_int(state, "batches", 0)
+    samples = _state_int(state, "samples", 0)
+    cursor = _state_int(state, "cursor", 0, size)
+    seed = check_seed(state["seed"], "the loader state's 'seed'")
+    epoch_seed = check_seed(state["epoch_seed"], "the loader state's 'epoch_seed'")
+    # every delivered batch holds a sample; the cursor moves with the samples delivered
+    if batches > samples or (batches > 0) != (samples > 0) or (samples > 0) != (cursor > 0):
+        raise ValueError(f"the loader state's positions contradict each other: batches={batches}, "
+                         f"samples={samples}, cursor={cursor} (of size={size})")
+    if seed is not None and epoch_seed is not None:
+        raise ValueError(f"the loader state has both 'seed' ({seed}) and 'epoch_seed' ({epoch_seed}); a seeded "
+                         "loader keeps no epoch seed")
+    if seed is None and samples and epoch_seed is None:
+        raise ValueError("the loader state is unseeded and mid-epoch, so it needs its 'epoch_seed'; got None")
+    return dict(state)
 
 
 def rank_slice(order: torch.Tensor, cursor: int, rank: int, world_size: int, drop_last: bool) -> list[int]:
@@ -96,11 +164,15 @@ class EpochSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch``'s order from now on."""
-        self.epoch = _nonneg_int("epoch", epoch)
+        self.epoch = check_epoch(epoch)
 
     def start_at(self, cursor: int) -> None:
-        """Make the next iteration start at global position ``cursor`` of the epoch."""
-        self._next_start = _nonneg_int("cursor", cursor)
+        """Make the next iteration start at global position ``cursor`` of the epoch
+        (``0 <= cursor <= size``)."""
+        cursor = _nonneg_int("cursor", cursor)
+        if cursor > self.size:
+            raise ValueError(f"cursor must be in [0, size={self.size}], got {cursor}")
+        self._next_start = cursor
 
     def global_order(self) -> torch.Tensor:
         """The epoch's order over all ranks: int64 ``[size]``."""
@@ -135,10 +207,22 @@ class EpochSampler(Sampler[int]):
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state`` (:meth:`state_dict`, possibly of another ``world_size``):
-        the next iteration runs its epoch from its cursor."""
-        self.set_epoch(state["epoch"])
-        self.seed = check_seed(state["seed"])
-        self.start_at(state["cursor"])
+        the next iteration runs its epoch from its cursor. Every field is checked before
+        anything changes (``TypeError``/``ValueError`` naming it)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"an EpochSampler state is a dict from state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("epoch", "seed", "cursor") if k not in state]
+        if missing:
+            raise ValueError(f"not an EpochSampler state (missing {', '.join(map(repr, missing))}): {state!r:.200}")
+        epoch = check_epoch(state["epoch"], "the state's 'epoch'")
+        seed = check_seed(state["seed"], "the state's 'seed'")
+        if seed is None:
+            raise TypeError("the state's 'seed' must be an int, got None")
+        cursor = state["cursor"]
+        if not is_int(cursor) or not 0 <= cursor <= self.size:
+            raise ValueError(f"the state's 'cursor' must be an int in [0, size={self.size}], got {cursor!r}")
+        self.epoch, self.seed = epoch, seed
+        self.start_at(cursor)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(size={self.size}, seed={self.seed}, shuffle={self.shuffle}, "
@@ -207,7 +291,7 @@ class EpochControl:
         replay), usually 0."""
         position = None
         if resume is not None:
-            self._check(resume)
+            resume = self.check(resume)
             if resume["epoch"] == epoch and (resume["batches"] or resume["samples"] or resume["cursor"]):
                 position = resume
         epoch_seed = self.seed
@@ -260,9 +344,15 @@ class EpochControl:
                          epoch_seed=start["epoch_seed"] if self.seed is None else None)
         return state
 
-    def _check(self, state: dict) -> None:
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError(f"not a fastprep loader state (version {_STATE_VERSION}): {state!r:.200}")
+    def check(self, state) -> dict:
+        """Validate a loader state for this loader (:meth:`DevicePrefetcher.load_state_dict`
+        calls it): :func:`check_loader_state`, then what must match the loader -- the
+        dataset size, the seed, and the configuration an exact resume needs. Returns a copy.
+
+        Raises:
+            TypeError, ValueError: naming the field and its value, or what differs.
+        """
+        state = check_loader_state(state)
         if state["size"] != len(self.dataset):
             raise ValueError(f"the state is of a dataset of {state['size']} samples; this loader has "
                              f"{len(self.dataset)}")
@@ -281,3 +371,4 @@ class EpochControl:
             what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
             raise ValueError(f"this loader cannot resume exactly in another configuration than the one the state "
                              f"was saved in ({what}); with seed= and make_loader's own order it can")
+        return state

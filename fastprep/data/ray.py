@@ -1,28 +1,35 @@
-"""fastprep's per-sample work on Ray Data actors (optional: the ``ray`` extra; also importable as
+"""fastprep's per-sample work on Ray Data (optional: the ``ray`` extra; also importable as
 ``fastprep.ray``).
 
 The same pipeline as :func:`fastprep.data.make_loader`, with the worker side run by Ray
 Data instead of DataLoader workers, on this machine or across a cluster::
 
-    read_jpegs: rows (path, label, index) -> Ray tasks read the bytes
-      -> map_batches(DecodeBatch) on CPU actors: decode + per-sample transforms -> uint8 NCHW
+    rows (path, label, index) -> Ray tasks (RayLoader) read the bytes and run DecodeBatch:
+         decode + per-sample transforms -> uint8 NCHW
          (built-in pipelines: one native call per batch, fastprep.data.native)
       -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchConvert (YUV / 255) on the device
+
+  :func:`read_jpegs` and :class:`DecodeBatch` are the same two steps as building blocks:
+  ``read_jpegs(...).map_batches(DecodeBatch, ...)`` (an actor pool) for your own pipelines.
 
 * **Same output.** :class:`DecodeBatch` runs the per-sample transform of
   :func:`fastprep.data.default_transform` (or yours) on each file's bytes. With a ``seed``
   every sample draws from the generator keyed by ``(seed, epoch, index)``, exactly as the
   sample-keyed DataLoader path does, so the multiset of samples an epoch produces is the
-  same bit for bit whichever engine, actor or batch made them.
+  same bit for bit whichever engine, process or batch made them.
 * **Bad files.** ``on_error="raise"`` fails the iteration with Ray's task error carrying
-  the :class:`fastprep.io.DecodeError` raised in the actor, whose message names the file.
+  the :class:`fastprep.io.DecodeError` raised in the task, whose message names the file.
   ``on_error="skip"`` *drops* the sample (Ray batches are of variable size anyway; the
   DataLoader path substitutes another file instead) and :class:`RayLoader` counts it in
   :attr:`RayLoader.skipped`, with the indices in :attr:`RayLoader.skipped_indices`.
-* **Faults.** Ray Data starts its map actors with ``max_restarts=-1`` and
-  ``max_task_retries=-1``: an actor process that dies is restarted and the batches it was
-  working on are re-run; a block's output is delivered once. :class:`RayLoader` checks this
-  on every epoch: it raises ``RuntimeError`` if any index arrived twice.
+* **Faults.** :class:`RayLoader` decodes in Ray Data *tasks*, which Ray Data runs with
+  ``max_retries=-1``: a task whose process dies is run again in another; a block's output
+  is delivered once. :class:`RayLoader` checks this on every epoch: it raises
+  ``RuntimeError`` if any index arrived twice. (Not an actor pool: Ray Data passes its
+  actors their constructor arguments through the object store and restarts them, which
+  Ray core logs at error level for every actor of every epoch -- ray-project/ray#53727 --
+  and each epoch started a fresh pool. The tasks reuse Ray's worker processes, and each
+  process builds one :class:`DecodeBatch` per epoch.)
 
 Reading happens in Ray tasks on the nodes where they are scheduled: on a cluster the paths
 must be readable there (a shared filesystem); otherwise build the rows yourself (columns
@@ -31,7 +38,9 @@ must be readable there (a shared filesystem); otherwise build the rows yourself 
 
 from __future__ import annotations
 
+import functools
 import os
+import uuid
 import warnings
 from collections.abc import Sequence
 
@@ -103,6 +112,12 @@ def read_jpegs(source, *, extensions=None, shuffle_seed=None,
         num_blocks: blocks of the listing (default: 8 files per block, at most 1000
             blocks), i.e. the granularity of the read and decode tasks.
     """
+    return _rows(source, extensions, shuffle_seed, num_blocks).map_batches(_read_bytes, batch_format="numpy",
+                                                                           batch_size=None)
+
+
+def _rows(source, extensions, shuffle_seed, num_blocks: int | None) -> ray.data.Dataset:
+    """:func:`read_jpegs` before the read: columns ``path``, ``label``, ``index``."""
     paths, labels = _listing(source, extensions)
     items = [{"path": p, "label": int(t), "index": i} for i, (p, t) in enumerate(zip(paths, labels))]
     if shuffle_seed is not None:
@@ -110,8 +125,7 @@ def read_jpegs(source, *, extensions=None, shuffle_seed=None,
         items = [items[i] for i in torch.randperm(len(items), generator=gen).tolist()]
     if num_blocks is None:
         num_blocks = max(1, min(1000, -(-len(items) // 8)))
-    ds = ray.data.from_items(items, override_num_blocks=int(num_blocks))
-    return ds.map_batches(_read_bytes, batch_format="numpy", batch_size=None)
+    return ray.data.from_items(items, override_num_blocks=int(num_blocks))
 
 
 class DecodeBatch:
@@ -126,9 +140,10 @@ class DecodeBatch:
             ``[C, H, W]`` of one size; default :func:`fastprep.data.default_transform`
             ``(crop_size, mask_ratio)``.
         crop_size, mask_ratio: for the default transform.
-        seed: ``None``: the actor's own torch RNG, which the constructor seeds from
-            ``os.urandom`` (a fresh process starts torch's generator at a fixed seed and
-            Ray does not reseed it, so every actor would otherwise draw the same windows);
+        seed: ``None``: the process's own torch RNG (the actor's, or the Ray worker's),
+            which the constructor seeds from ``os.urandom`` (a fresh process starts torch's
+            generator at a fixed seed and Ray does not reseed it, so every process would
+            otherwise draw the same windows);
             an int: sample-keyed draws from ``(seed, epoch, index)``, the process RNG is
             left alone.
         epoch: the epoch the keys use.
@@ -181,12 +196,12 @@ class DecodeBatch:
 
     def _sample(self, enc: torch.Tensor) -> torch.Tensor:
         """One sample as :class:`JpegDataset` makes it: the transform, or the full-decode
-        fallback for bytes that need it (counted, warned once per actor)."""
+        fallback for bytes that need it (counted, warned once per process)."""
         reason = self._routing.fallback_reason(enc)
         if reason is None:
             return self.transform(enc)
         image = self._routing.decode_fallback(enc, reason)
-        self._routing.count_fallback("a file of this actor's batch", reason, stacklevel=4)
+        self._routing.count_fallback("a file of this Ray batch", reason, stacklevel=4)
         return image
 
     def _per_sample(self, batch: dict):
@@ -269,8 +284,27 @@ class DecodeBatch:
                 "index": np.asarray(indices, dtype=np.int64)}
 
 
+#: Per Ray worker process: the DecodeBatch of the last few epochs it decoded for
+#: (``key`` -> DecodeBatch), so an epoch's tasks in one process share one.
+_DECODERS: dict[str, DecodeBatch] = {}
+_DECODERS_KEPT = 4
+
+
+def _decode_task(batch: dict, *, options: dict, key: str) -> dict:
+    """Ray task of :class:`RayLoader`: read the batch's files, then
+    ``DecodeBatch(**options)(batch)``, the DecodeBatch built once per worker process and
+    epoch (``key``). Unseeded, that is when the process's torch generator is reseeded from
+    ``os.urandom``, as an actor's was."""
+    decoder = _DECODERS.get(key)
+    if decoder is None:
+        while len(_DECODERS) >= _DECODERS_KEPT:
+            _DECODERS.pop(next(iter(_DECODERS)))
+        decoder = _DECODERS[key] = DecodeBatch(**options)
+    return decoder(_read_bytes(batch))
+
+
 class RayLoader:
-    """:func:`fastprep.data.make_loader`'s output, with the per-sample work on Ray Data actors.
+    """:func:`fastprep.data.make_loader`'s output, with the per-sample work on Ray Data tasks.
 
     Iterating yields ``(images [N, 3, H, W] dtype (YUV / 255), targets int64 [N])`` on
     ``device``: Ray's ``iter_torch_batches`` -> :class:`fastprep.data.DevicePrefetcher` ->
@@ -285,17 +319,18 @@ class RayLoader:
         source: a folder, a sequence of paths or a :class:`fastprep.data.JpegDataset`.
         batch_size: rows per delivered batch (the last one may be smaller).
         crop_size, mask_ratio, transform: the per-sample pipeline (see :class:`DecodeBatch`).
-        seed: sample-keyed randomness (``None``: each actor's own RNG).
+        seed: sample-keyed randomness (``None``: each Ray worker process's own RNG, reseeded
+            from ``os.urandom`` when it first decodes for an epoch).
         shuffle: shuffle the file order each epoch.
         shuffle_seed: base seed of the shuffle (default: ``seed``, or 0).
         on_error: ``"raise"`` or ``"skip"`` (see the module doc).
         device, dtype: as :func:`make_loader`.
-        concurrency: number of decode actors; ``None`` (default): as many as the Ray
+        concurrency: decode tasks run at once; ``None`` (default): as many as the Ray
             cluster has CPUs for (its CPUs divided by ``num_cpus``, at least 1), read when an
-            epoch starts, so a 2-CPU laptop gets 2 actors and a cluster all of its cores.
-        num_cpus: CPUs reserved per actor; for the built-in pipelines also the native
+            epoch starts, so a 2-CPU laptop gets 2 and a cluster all of its cores.
+        num_cpus: CPUs reserved per decode task; for the built-in pipelines also the native
             threads of each batch (its integer part, at least 1).
-        map_batch_size: rows per ``map_batches`` call (per actor task).
+        map_batch_size: rows per decode task.
         drop_last: drop a last batch smaller than ``batch_size`` (its samples then count
             as neither delivered nor skipped: :attr:`skipped` is only exact without it).
         extensions: for a folder source (default: :class:`JpegFolder`'s listing). Non-JPEG
@@ -359,19 +394,26 @@ class RayLoader:
         if self.shuffle:
             base = self.shuffle_seed if self.shuffle_seed is not None else (self.seed or 0)
             shuffle_seed = sample_key(base, epoch, 2**64 - 1)
-        # one block per map batch: enough blocks to keep every actor busy
+        # one block per map batch: enough blocks to keep every decode task busy
         blocks = max(1, min(1000, -(-len(self.paths) // self.map_batch_size)))
-        rows = read_jpegs(JpegDataset(self.paths, self.labels), shuffle_seed=shuffle_seed, num_blocks=blocks)
+        # read_jpegs' rows, the files read by the decode task itself (one task per block)
+        rows = _rows(JpegDataset(self.paths, self.labels), None, shuffle_seed, blocks)
+        options = dict(transform=self.transform, crop_size=self.crop_size, mask_ratio=self.mask_ratio,
+                       seed=self.seed, epoch=epoch, on_error=self.on_error, num_threads=max(1, int(self.num_cpus)))
+        # Ray tasks, not an actor pool: Ray Data hands its actors their constructor
+        # arguments through the object store and restarts them (max_restarts=-1), which
+        # Ray core logs at error level for every actor of every epoch ("has constructor
+        # arguments in the object store and max_restarts > 0", ray-project/ray#53727,
+        # #57733). Tasks are retried when their process dies, as the actors' batches were.
         return rows.map_batches(
-            DecodeBatch, batch_format="numpy", batch_size=self.map_batch_size,
-            fn_constructor_kwargs=dict(transform=self.transform, crop_size=self.crop_size,
-                                       mask_ratio=self.mask_ratio, seed=self.seed, epoch=epoch,
-                                       on_error=self.on_error, num_threads=max(1, int(self.num_cpus))),
-            compute=ray.data.ActorPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
+            functools.partial(_decode_task, options=options, key=uuid.uuid4().hex), batch_format="numpy",
+            batch_size=self.map_batch_size,
+            compute=ray.data.TaskPoolStrategy(size=self.actors()), num_cpus=self.num_cpus)
 
     def actors(self) -> int:
-        """Decode actors an epoch starts: ``concurrency``, or the cluster's CPUs over ``num_cpus``
-        (Ray is started first if it is not running, as Ray Data itself would)."""
+        """Decode tasks an epoch runs at once (the name is from when they were actors):
+        ``concurrency``, or the cluster's CPUs over ``num_cpus`` (Ray is started first if it
+        is not running, as Ray Data itself would)."""
         if self.concurrency is not None:
             return self.concurrency
         if not ray.is_initialized():

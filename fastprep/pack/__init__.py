@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Iterator
 
+from .._progress import progress_bar
 from ._common import PackSummary, _check_options, _init_worker, _transcode, _walk, account, write_atomic
 from .shards import pack_shards
 
@@ -75,7 +76,8 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
             (and listed).
         max_pixels: refuse larger images (default: ``fastprep.io.DEFAULT_MAX_PIXELS``).
         force: transcode even the files whose output is up to date.
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar on stderr (when stderr is a terminal: a log
+            file gets no bar, see :func:`fastprep._progress.progress_bar`).
 
     Returns:
         A :class:`PackSummary`.
@@ -98,11 +100,7 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
             summary.up_to_date += 1
         else:
             todo.append((src, dst, rel, opts))
-    bar = None
-    if progress and todo:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), unit="file", desc="fastprep.pack", file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(len(todo), unit="file", desc="fastprep.pack") if progress and todo else None
     try:
         if workers == 1 or len(todo) <= 1:
             results: Iterator = map(_pack_one, todo)
@@ -128,6 +126,7 @@ def pack_folder(src: str | os.PathLike, dst: str | os.PathLike, *, workers: int 
     summary.kept.sort()
     summary.failed.sort()
     summary.errors.sort()
+    summary.not_jpeg.sort()
     return summary
 
 
@@ -153,7 +152,9 @@ def format_summary(s: PackSummary, max_listed: int = 20) -> str:
     if s.bytes_before:
         lines.append(f"all files written: {_format_bytes(s.bytes_before)} -> {_format_bytes(s.bytes_after)}")
     not_samples = [(rel, "not an image sample") for rel in s.not_samples]
-    for title, items in (("kept as-is, valid JPEG but a transcode would change its pixels", s.kept),
+    not_jpeg = [(rel, "not a JPEG") for rel in sorted(s.not_jpeg)]
+    for title, items in (("copied unchanged (shards: stored as they are)", not_jpeg),
+                         ("kept as-is, valid JPEG but a transcode would change its pixels", s.kept),
                          ("could not transcode (corrupt, truncated or too large)", s.failed),
                          ("I/O errors", s.errors), ("not in the shards", not_samples)):
         if items:

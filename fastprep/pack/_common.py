@@ -18,7 +18,8 @@ class PackSummary:
     Attributes:
         files: files found under the source.
         packed: JPEGs transcoded.
-        copied: non-JPEG files copied unchanged.
+        copied: non-JPEG files copied unchanged (shards: stored as they are).
+        not_jpeg: their relative paths (``copied`` counts them).
         up_to_date: files skipped because the output was already up to date.
         kept: ``(relative path, reason)`` of valid JPEGs copied unchanged because a
             transcode would change their pixels (progressive files whose scans leave
@@ -41,6 +42,7 @@ class PackSummary:
     files: int = 0
     packed: int = 0
     copied: int = 0
+    not_jpeg: list = field(default_factory=list)
     up_to_date: int = 0
     kept: list = field(default_factory=list)
     failed: list = field(default_factory=list)
@@ -124,6 +126,7 @@ def account(summary: PackSummary, rel: str, kind: str, n_in: int, n_out: int, re
         summary.jpeg_bytes_after += n_out
     elif kind == "copied":
         summary.copied += 1
+        summary.not_jpeg.append(rel)
     elif kind == "kept":
         summary.kept.append((rel, reason))
     elif kind == "error":
