@@ -44,7 +44,7 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.loader` (make_loader). Every public name is re-exported here. See ``docs/design.md``.
 """
 
-from .batch import BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
+from .batch import BatchCast, BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
 from .collate import PooledCollate, collate_uint8
 from .datasets import JpegDataset, JpegFolder, SkippedFile
 from .engine import ThreadLoader
@@ -55,6 +55,7 @@ from .prefetch import DevicePrefetcher
 from .shards import ShardDataset, is_shard_dir
 
 __all__ = [
+    "BatchCast",
     "BatchConvert",
     "BatchConvertColor",
     "BatchOutput",

@@ -13,7 +13,7 @@ from .. import functional as F
 from .._checks import float_dtype
 from .._kernels.coeffs import YUV_COEFFS
 
-__all__ = ["BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
+__all__ = ["BatchCast", "BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
 
 
 def _check_batch(x) -> None:
@@ -269,3 +269,38 @@ class BatchConvertColor(BatchConvert):
 
     def __init__(self):
         super().__init__("yuv", scale=False)
+
+
+class BatchCast(torch.nn.Module):
+    """A float batch that the per-sample transform already converted (``ToDtype(torch.float32,
+    scale=True)`` [+ ``Normalize``]), cast to ``dtype`` and optionally channels-last: what
+    :func:`~fastprep.data.make_loader` applies to such a transform's batches instead of
+    :class:`BatchConvert` (which would convert them a second time).
+
+    Args:
+        dtype: float32 (default: the batch as it is), float16 or bfloat16.
+        channels_last: return ``torch.channels_last`` memory format.
+    """
+
+    #: What BatchConvert has; none applies here (the engines read them).
+    color = None
+    mean = None
+    std = None
+
+    def __init__(self, dtype: torch.dtype = torch.float32, *, channels_last: bool = False):
+        super().__init__()
+        self.dtype = float_dtype(dtype)
+        self.channels_last = bool(channels_last)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, C, H, W]`` float -> the same values in ``dtype``."""
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"expected a float batch from a transform that ends in ToDtype(torch.float32), got "
+                            f"{type(x).__name__ if not isinstance(x, torch.Tensor) else x.dtype}")
+        out = x.to(self.dtype)
+        if self.channels_last and x.dim() == 4:
+            out = out.contiguous(memory_format=torch.channels_last)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}, channels_last={self.channels_last}"

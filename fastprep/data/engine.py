@@ -39,6 +39,7 @@ import torch
 from .. import io as fio
 from .._seeding import keyed_thread_rng, sample_key
 from .._threads import usable_cpus
+from .batch import BatchConvert
 from .collate import PooledBatch
 from .datasets import JpegDataset, SkippedFile
 from .native import NativePipeline
@@ -257,7 +258,7 @@ class ThreadLoader:
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = max(2, int(prefetch))
         self.read_threads = max(1, int(read_threads))
-        if convert is not None and getattr(pipeline, "channels", 3) != 3:
+        if isinstance(convert, BatchConvert) and getattr(pipeline, "channels", 3) != 3:
             raise ValueError(f"convert needs 3-channel batches; the pipeline gives {pipeline.channels}")
         self.convert = convert
         self.read_ahead_bytes = int(read_ahead_bytes)

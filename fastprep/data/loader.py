@@ -15,22 +15,13 @@ from torch.utils.data import DataLoader, Dataset
 from .. import functional as F
 from .._seeding import check_seed
 from .._threads import usable_cpus
-from ..transforms import (
-    ConvertColor,
-    DecodeCenterCrop,
-    DecodeRandomCrop,
-    DecodeRandomResizedCrop,
-    DecodeResize,
-    DecodeResizeCenterCrop,
-    MaskYUVScale,
-    RandomMask,
-    Scale,
-    YUVScale,
-)
-from .batch import BatchConvert
+from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop, OnDecoded
+from ..transforms._compile import input_kind, output_dtype
+from .batch import BatchCast, BatchConvert
 from .collate import PooledCollate
 from .datasets import ENCODED_INPUT_HELP, JpegDataset, JpegFolder
-from .engine import ThreadLoader, native_pipeline
+from .engine import ThreadLoader
+from .native import NativePipeline, Unsupported
 from .options import BatchOutput, DecodeOptions, LoaderOptions, split_options
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
@@ -53,9 +44,6 @@ RECIPES = {
     "imagenet-train": lambda options: DecodeRandomResizedCrop(224, flip_p=0.5, **options),
     "imagenet-eval": lambda options: DecodeResizeCenterCrop(256, 224, **options),
 }
-
-_DECODE_TRANSFORMS = (DecodeRandomCrop, DecodeCenterCrop, DecodeRandomResizedCrop, DecodeResize, DecodeResizeCenterCrop)
-_KERNEL_TRANSFORMS = (RandomMask, ConvertColor, Scale, YUVScale, MaskYUVScale)
 
 _warm_lock = threading.Lock()
 _warmed = False
@@ -190,10 +178,11 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     sampler = rest.get("sampler")
     if sampler is not None and distributed:
         raise ValueError("pass either sampler= or distributed=True, not both")
-    output = _default_output(recipe, transform, output)
+    given_output, output = output, _default_output(recipe, transform, output)
     dataset = _dataset(source, recipe, transform, seed, on_error, decode, rest,
                        _DefaultTransform(crop_size, mask_ratio))
-    engine, pipeline = _choose_engine(engine, dataset, isinstance(source, Dataset), _process_only(rest))
+    engine, pipeline, engine_reason = _choose_engine(engine, dataset, isinstance(source, Dataset),
+                                                     _process_only(rest))
     if num_workers is None:
         num_workers = usable_cpus() if engine == "threads" else 2
     pin_memory = rest.get("pin_memory")
@@ -202,9 +191,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     # With workers on the same CPU cores, kernel threads in the main process only contend
     # with them: the CPU path converts on one thread then.
     threads = 1 if device.type == "cpu" and num_workers > 0 else None
-    convert: BatchConvert | None = BatchConvert(output.color or "yuv", output.mean, output.std, output.dtype,
-                                                channels_last=output.channels_last, num_threads=threads,
-                                                require_uint8=True)
+    convert: BatchConvert | BatchCast | None = _batch_transform(dataset, given_output, output, threads)
     drop_last = bool(rest.get("drop_last", False))
     if sampler is None:
         sampler = _epoch_sampler(dataset, shuffle, drop_last, seed, distributed)
@@ -215,12 +202,15 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     loader: ThreadLoader | DataLoader
     if engine == "threads":
         # On the CPU the conversion is fused into the batch run (bit for bit BatchConvert's):
-        # the native threads write the delivered batch, nothing converts it afterwards.
-        fused = convert if device.type == "cpu" else None
+        # the native threads write the delivered batch, nothing converts it afterwards. A
+        # pipeline that converts itself writes float32 on any device (cast there if asked).
+        fused: BatchConvert | BatchCast | None = convert if device.type == "cpu" else None
+        if device.type != "cpu" and isinstance(convert, BatchCast):
+            fused = BatchCast(torch.float32)
         loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
                               num_workers=num_workers, pin_memory=pin_memory,
                               prefetch=rest.get("prefetch_factor") or 2, convert=fused)
-        if fused is not None:
+        if fused is convert:
             convert = None
         replay = False
     else:
@@ -229,7 +219,25 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
         replay = user_sampler or (seed is None and num_workers > 0 and not rest.get("persistent_workers"))
     control = EpochControl(engine, loader, dataset, sampler, seed=seed, generator=rest.get("generator"),
                            distributed=sliced, replay=replay, batch_size=batch_size, num_workers=num_workers)
-    return DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
+    prefetcher = DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
+    prefetcher.engine_reason = engine_reason
+    return prefetcher
+
+
+def _batch_transform(dataset, given: BatchOutput, output: BatchOutput, threads: int | None) -> BatchConvert | BatchCast:
+    """What converts each uint8 batch (:class:`BatchConvert`, ``output``: ``given`` with the
+    defaults filled in), or casts the float batches of a transform that converts itself
+    (``ToDtype(torch.float32)`` [+ ``Normalize``]: :class:`BatchCast`)."""
+    transform = getattr(dataset, "transform", None)
+    if transform is not None and output_dtype(transform).is_floating_point:
+        given_names = [name for name in ("color", "mean", "std") if getattr(given, name) is not None]
+        if given_names:
+            raise ValueError(f"your transform converts its images to float itself (ToDtype); {', '.join(given_names)} "
+                             "of BatchOutput would convert them again: leave them unset (dtype and channels_last "
+                             "still apply), or end the transform in uint8")
+        return BatchCast(output.dtype, channels_last=output.channels_last)
+    return BatchConvert(output.color or "yuv", output.mean, output.std, output.dtype,
+                        channels_last=output.channels_last, num_threads=threads, require_uint8=True)
 
 
 def _default_output(recipe: str | None, transform, output: BatchOutput) -> BatchOutput:
@@ -245,58 +253,14 @@ def _default_output(recipe: str | None, transform, output: BatchOutput) -> Batch
     return dataclasses.replace(output, color=color, mean=mean, std=std)
 
 
-#: torchvision transforms that take any input (the rest treat theirs as an image).
-_ANY_INPUT = ("Lambda", "Identity")
-#: containers whose first step sees the input first
-_SEQUENCES = ("Compose", "RandomApply", "Sequential")
-
-
-def _steps(transform) -> list | None:
-    """The steps of a container transform that may see its input first (a pipeline's
-    first; any of ``RandomChoice``'s), or ``None`` for a transform that is no container."""
-    steps = list(transform) if isinstance(transform, torch.nn.Sequential) else getattr(transform, "transforms", None)
-    if isinstance(steps, torch.nn.ModuleList):
-        steps = list(steps)
-    if not isinstance(steps, (list, tuple)):
-        return None
-    return list(steps[:1]) if type(transform).__name__ in _SEQUENCES else list(steps)
-
-
-def _transform_input_kind(transform) -> str:
-    """What ``transform`` expects as its input, as far as its type tells: ``"encoded"``
-    (a file's bytes: the fastprep decode transforms, make_loader's default transform, and
-    pipelines starting with one), ``"decoded"`` (an image: torchvision's transforms and
-    fastprep's kernel transforms, and pipelines starting with one), or ``"unknown"`` (a
-    function, a ``Lambda``, an empty pipeline, anything else).
-
-    ``make_loader(transform=...)`` refuses a ``"decoded"`` transform, as it receives the
-    encoded file. This is the one place that decides it.
-    """
-    steps = _steps(transform)
-    if steps is not None:
-        kinds = {_transform_input_kind(step) for step in steps}
-        if "decoded" in kinds:
-            return "decoded"
-        return kinds.pop() if len(kinds) == 1 else "unknown"
-    if isinstance(transform, _DECODE_TRANSFORMS) or callable(getattr(transform, "decoded_equivalent", None)):
-        return "encoded"
-    if isinstance(transform, _KERNEL_TRANSFORMS):
-        return "decoded"
-    cls = type(transform)
-    if cls.__module__.startswith("torchvision.transforms") and cls.__name__ not in _ANY_INPUT:
-        return "decoded"
-    return "unknown"
-
-
 def _check_transform_input(transform) -> None:
-    """Refuse, before any worker starts, a transform that needs a decoded image."""
-    if _transform_input_kind(transform) != "decoded":
+    """Refuse, before any worker starts, a dataset transform that needs a decoded image (a
+    dataset hands its transform the encoded file)."""
+    if input_kind(transform) != "decoded":
         return
-    first = transform
-    while (steps := _steps(first)) is not None:
-        first = next(step for step in steps if _transform_input_kind(step) == "decoded")
-    raise ValueError(f"{ENCODED_INPUT_HELP}; got {type(first).__name__} first, which needs a decoded image "
-                     f"(transform={transform!r:.200})")
+    raise ValueError(f"{ENCODED_INPUT_HELP}; this dataset's transform {transform!r:.200} needs a decoded image: "
+                     "wrap it as fastprep.transforms.OnDecoded(transform), or pass it to make_loader(transform=...), "
+                     "which does that")
 
 
 def _process_only(rest: dict) -> list[str]:
@@ -346,11 +310,12 @@ def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOption
         transform = default_transform(default.crop_size, default.mask_ratio, **transform_kwargs)
         if transform.mask is not None:
             warm_up_kernels()
-    else:
-        _check_transform_input(transform)
-        if decode.strict or decode.max_scans is not None:
-            raise ValueError("strict and max_scans configure make_loader's default decode; with transform= "
-                             "pass them to your decode transform")
+    elif input_kind(transform) == "decoded":
+        # a pipeline on decoded images: the loader decodes each file (DecodeOptions apply)
+        transform = OnDecoded(transform, **transform_kwargs)
+    elif decode.strict or decode.max_scans is not None:
+        raise ValueError("strict and max_scans configure the decode make_loader does; a transform on the encoded "
+                         "file decodes itself: pass them to your decode transform")
     kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
                   apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
     if is_shard_dir(source):
@@ -367,34 +332,46 @@ def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOption
 _ENGINES = ("threads", "processes")
 
 
-def _choose_engine(engine, dataset, dataset_source: bool, process_only: list[str]):
-    """``(engine, native pipeline or None)``; see make_loader's ``engine``."""
+class _EngineChoice(NamedTuple):
+    """:func:`_choose_engine`'s answer: the engine, the native pipeline (threads), and why
+    the threads engine is not used (``None`` when it is)."""
+
+    engine: str
+    pipeline: NativePipeline | None
+    reason: str | None
+
+
+def _native(dataset) -> tuple[NativePipeline | None, str | None]:
+    """The dataset's native pipeline, or ``None`` and why there is none."""
+    if not isinstance(dataset, JpegDataset):
+        return None, f"a {type(dataset).__name__} source runs its own __getitem__"
+    try:
+        return NativePipeline.compile(dataset.transform), None
+    except Unsupported as e:
+        return None, str(e)
+
+
+def _choose_engine(engine, dataset, dataset_source: bool, process_only: list[str]) -> _EngineChoice:
+    """See make_loader's ``engine``."""
     if engine is not None and engine not in _ENGINES:
         raise ValueError(f"engine must be 'threads', 'processes' or None, got {engine!r}")
     if engine == "processes":
-        return engine, None
-    if dataset_source:
-        # A Dataset runs on processes unless asked otherwise: only a JpegDataset (folder,
-        # file list, shards) whose transform has a native pipeline can run on threads.
-        native = native_pipeline(dataset.transform) if isinstance(dataset, JpegDataset) else None
-        if engine == "threads" and native is None:
-            raise ValueError("engine='threads' runs fastprep's decode pipelines on a folder, a list of files or a "
-                             "JpegDataset with a fastprep decode transform; this Dataset source needs "
-                             "engine='processes'")
-        if engine is None:
-            return "processes", None
-    pipeline = native_pipeline(dataset.transform)
+        return _EngineChoice(engine, None, "engine='processes' was asked for")
+    pipeline, why = _native(dataset)
     if engine == "threads":
         if pipeline is None:
-            raise ValueError(f"engine='threads' cannot run the transform {dataset.transform!r} (it runs the "
-                             "default transform, recipe= and fastprep decode transforms with a native batch "
-                             "pipeline); use engine='processes'")
+            raise ValueError(f"engine='threads' cannot run this pipeline: {why}; use engine='processes' (it runs any "
+                             "transform)")
         if process_only:
             raise ValueError(f"{', '.join(process_only)} configure worker processes; use engine='processes'")
-        return engine, pipeline
-    if pipeline is None or process_only:
-        return "processes", None
-    return "threads", pipeline
+        return _EngineChoice(engine, pipeline, None)
+    if dataset_source:  # a Dataset runs on processes unless asked otherwise
+        return _EngineChoice("processes", None, "a Dataset source runs on processes unless engine='threads'")
+    if pipeline is None:
+        return _EngineChoice("processes", None, why)
+    if process_only:
+        return _EngineChoice("processes", None, f"{', '.join(process_only)} configure worker processes")
+    return _EngineChoice("threads", pipeline, None)
 
 
 def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed) -> EpochSampler:

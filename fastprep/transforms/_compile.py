@@ -44,7 +44,7 @@ from ._decode import (
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, to_native
 
-__all__ = ["CompiledPipeline", "compile_pipeline", "input_kind"]
+__all__ = ["CompiledPipeline", "compile_pipeline", "input_kind", "output_dtype"]
 
 #: Steps that change nothing on a decoded uint8 tensor.
 _NO_OPS = (v2.ToImage, v2.ToPureTensor, v2.PILToTensor, torch.nn.Identity, v2.Identity)
@@ -86,24 +86,61 @@ def _steps(transform: Any) -> list[Any]:
     return [transform]
 
 
+#: torchvision transforms that take any input (the rest treat theirs as an image).
+_ANY_INPUT = ("Lambda", "Identity")
+#: containers whose first step sees the input first
+_SEQUENCES = ("Compose", "RandomApply", "Sequential")
+
+
+def _first_steps(transform: Any) -> list | None:
+    """The steps of a container transform that may see its input first (a pipeline's first;
+    any of ``RandomChoice``'s), or ``None`` for a transform that is no container."""
+    steps = list(transform) if isinstance(transform, torch.nn.Sequential) else getattr(transform, "transforms", None)
+    if isinstance(steps, torch.nn.ModuleList):
+        steps = list(steps)
+    if not isinstance(steps, (list, tuple)):
+        return None
+    return list(steps[:1]) if type(transform).__name__ in _SEQUENCES else list(steps)
+
+
 def input_kind(transform: Any) -> str:
-    """What ``transform`` takes: ``"encoded"`` (the file's bytes: fastprep decode transforms,
-    :class:`OnDecoded`, a Compose starting with one, and any callable fastprep does not know)
-    or ``"decoded"`` (a uint8 ``[C, H, W]`` image: torchvision's transforms and fastprep's
-    ``RandomMask``/``ConvertColor``/``Scale``, or a Compose starting with one)."""
-    steps = _steps(transform)
-    first = steps[0] if steps else transform
-    if isinstance(first, (v2.RandomApply, v2.RandomChoice, v2.RandomOrder)):
-        kinds = {input_kind(t) for t in first.transforms}
-        return "decoded" if kinds == {"decoded"} else "encoded"
-    if is_decode_transform(first) or isinstance(first, OnDecoded):
+    """What ``transform`` takes, as far as its type tells -- the one place that decides it:
+
+    * ``"encoded"``: a file's bytes (fastprep's decode transforms, :class:`OnDecoded`,
+      ``make_loader``'s default transform, and pipelines starting with one);
+    * ``"decoded"``: an image (torchvision's transforms, v1 and v2, and fastprep's kernel
+      transforms ``RandomMask``/``ConvertColor``/``Scale``, and pipelines starting with one);
+    * ``"unknown"``: a function, a ``Lambda``, an empty pipeline, anything else.
+    """
+    steps = _first_steps(transform)
+    if steps is not None:
+        kinds = {input_kind(step) for step in steps}
+        if "decoded" in kinds:
+            return "decoded"
+        return kinds.pop() if len(kinds) == 1 else "unknown"
+    if is_decode_transform(transform) or callable(getattr(transform, "decoded_equivalent", None)):
         return "encoded"
-    if isinstance(first, _NO_OPS):
-        return input_kind(v2.Compose(steps[1:])) if len(steps) > 1 else "decoded"
-    module = type(first).__module__ or ""
-    if module.startswith("torchvision.transforms") or module.startswith("fastprep.transforms"):
+    cls = type(transform)
+    if cls.__module__.startswith("fastprep.transforms"):
+        return "decoded"  # the kernel transforms (the decode transforms are handled above)
+    if cls.__module__.startswith("torchvision.transforms") and cls.__name__ not in _ANY_INPUT:
         return "decoded"
-    return "encoded"
+    return "unknown"
+
+
+def output_dtype(transform: Any) -> torch.dtype:
+    """The dtype of the images a pipeline returns, read from its steps: float32 after its last
+    float conversion (``ToDtype``/``ConvertImageDtype`` to a float type, fastprep's
+    ``ConvertColor``/``Scale``), uint8 otherwise (the decoded image's)."""
+    steps = _steps(transform.pipeline if isinstance(transform, OnDecoded) else transform)
+    dtype = torch.uint8
+    for step in steps:
+        target = getattr(step, "dtype", None)
+        if type(step).__name__ in ("ToDtype", "ConvertImageDtype") and isinstance(target, torch.dtype):
+            dtype = target if target.is_floating_point else torch.uint8
+        elif type(step).__name__ in ("ConvertColor", "Scale", "YUVScale", "MaskYUVScale"):
+            dtype = torch.float32
+    return dtype
 
 
 def _interpolation(value: Any) -> str:
