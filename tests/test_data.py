@@ -851,13 +851,19 @@ class TestLoaderOutputs:
         with pytest.raises(TypeError, match=r"must output uint8 images \[3, H, W\]; got a batch of torch.float32"):
             D.BatchConvert(require_uint8=True)(torch.zeros((1, 3, 2, 2)))
 
-    def test_float_per_sample_transform_is_refused(self, jpeg_files):
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_float_per_sample_transform_delivered_as_it_is(self, jpeg_files, engine):
         from torchvision.transforms import v2
 
-        transform = v2.Compose([DecodeCenterCrop(CROP), v2.ToDtype(torch.float32, scale=True)])
-        loader = D.make_loader(jpeg_files, batch_size=2, num_workers=0, device="cpu", transform=transform)
-        with pytest.raises(TypeError, match="got a batch of torch.float32 .*drop ToDtype/Normalize"):
-            next(iter(loader))
+        transform = v2.Compose([DecodeCenterCrop(CROP), v2.ToDtype(torch.float32, scale=True),
+                                v2.Normalize([0.5, 0.4, 0.3], [0.2, 0.3, 0.4])])
+        loader = D.make_loader(jpeg_files, batch_size=len(jpeg_files), num_workers=0, device="cpu", shuffle=False,
+                               transform=transform, engine=engine, dtype=torch.bfloat16)
+        (images, _), = list(loader)
+        want = torch.stack([transform(fio.read_file(f)) for f in jpeg_files]).to(torch.bfloat16)
+        assert images.dtype == torch.bfloat16 and torch.equal(images, want)
+        with pytest.raises(ValueError, match="converts its images to float itself .*mean, std of BatchOutput"):
+            D.make_loader(jpeg_files, transform=transform, mean=0.5, std=0.2)
 
     def test_rgb_normalized_channels_last(self, jpeg_files):
         loader = D.make_loader(jpeg_files, batch_size=len(jpeg_files), num_workers=0, device="cpu", shuffle=False,

@@ -865,12 +865,15 @@ class TestEngineChoice:
         assert _loader(folder, engine="processes").loader.num_workers == 2
 
     def test_threads_refuses_what_it_cannot_run(self, folder):
-        with pytest.raises(ValueError, match="engine='threads' cannot run the transform .*use engine='processes'"):
+        with pytest.raises(ValueError, match="engine='threads' cannot run this pipeline: the pipeline starts with "
+                                             "function, not a fastprep decode transform .*use engine='processes'"):
             _loader(folder, engine="threads", transform=lambda data: data)
-        with pytest.raises(ValueError, match="this Dataset source needs engine='processes'"):
+        with pytest.raises(ValueError, match="cannot run this pipeline: the pipeline starts with NoneType"):
             _loader(D.JpegFolder(folder), engine="threads")  # no transform to run natively
-        with pytest.raises(ValueError, match="this Dataset source needs engine='processes'"):
+        with pytest.raises(ValueError, match="cannot run this pipeline: the pipeline starts with function"):
             _loader(D.JpegFolder(folder, transform=lambda data: data), engine="threads")
+        loader = _loader(folder, transform=lambda data: data)
+        assert loader.engine == "processes" and "starts with function" in loader.engine_reason
         with pytest.raises(ValueError, match="worker_init_fn configure worker processes; use engine='processes'"):
             _loader(folder, engine="threads", worker_init_fn=lambda w: None)
         with pytest.raises(ValueError, match="engine must be 'threads', 'processes' or None, got 'fibers'"):

@@ -7,8 +7,9 @@
   object address.
 * ``on_error="skip"``: ``dataset.skipped`` counts the samples replaced in the batches
   delivered, and ``dataset.skipped_files`` names them, identically on both engines.
-* ``transform=``: a transform that needs a decoded image is refused before any worker
-  starts; torchvision's error on the encoded bytes says what ``transform=`` receives;
+* ``transform=``: a pipeline on decoded images is decoded by the loader (``OnDecoded``);
+  a dataset's own transform that needs one is refused before any worker starts;
+  torchvision's error on the encoded bytes says what ``transform=`` receives;
   batches are RGB unless ``BatchOutput`` says otherwise; images of another shape are named.
 
 References: the epoch's order written out (``epoch_permutation``), the files' own bytes,
@@ -25,7 +26,7 @@ from torchvision.transforms import v2
 
 import fastprep.data as D
 from fastprep import io as fio
-from fastprep._seeding import epoch_permutation
+from fastprep._seeding import epoch_permutation, keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.pack import format_summary, pack_folder
 from fastprep.transforms import Compose, DecodeCenterCrop, DecodeRandomResizedCrop, RandomMask
@@ -237,7 +238,7 @@ class TestTransform:
     def test_input_kind(self):
         import torchvision.transforms as v1
 
-        from fastprep.data.loader import _transform_input_kind
+        from fastprep.transforms._compile import input_kind as _transform_input_kind
 
         encoded = [DecodeRandomResizedCrop(8), D.default_transform(8),
                    v2.Compose([DecodeCenterCrop(8), RandomMask(0.5)]),
@@ -252,18 +253,27 @@ class TestTransform:
         assert [_transform_input_kind(t) for t in decoded] == ["decoded"] * len(decoded)
         assert [_transform_input_kind(t) for t in unknown] == ["unknown"] * len(unknown)
 
-    @pytest.mark.parametrize("as_dataset", [False, True])
-    def test_torchvision_pipeline_refused_before_workers_start(self, tmp_path, as_dataset):
+    def test_torchvision_pipeline_in_a_dataset_refused_before_workers_start(self, tmp_path):
         _folder(tmp_path)
         transform = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32)])
-        source = D.JpegFolder(str(tmp_path), transform=transform) if as_dataset else str(tmp_path)
-        kw = {} if as_dataset else {"transform": transform}
         with pytest.raises(ValueError) as info:
-            D.make_loader(source, engine="processes", num_workers=2, multiprocessing_context="fork", **kw)
+            D.make_loader(D.JpegFolder(str(tmp_path), transform=transform), engine="processes", num_workers=2,
+                          multiprocessing_context="fork")
         message = str(info.value)
         assert message.startswith("transform= receives each file's encoded bytes (a uint8 1-D tensor)")
-        assert "got RandomResizedCrop first" in message
-        assert "DecodeRandomResizedCrop" in message and "fastprep.io.decode_jpeg" in message
+        assert "OnDecoded(transform)" in message and "make_loader(transform=...)" in message
+
+    @pytest.mark.parametrize("engine", ENGINES)
+    def test_torchvision_pipeline_decoded_by_the_loader(self, tmp_path, engine):
+        paths = _folder(tmp_path)
+        transform = v2.Compose([v2.RandomResizedCrop(CROP), v2.RandomHorizontalFlip()])
+        loader = _loader(str(tmp_path), engine, transform=transform, seed=5, batch_size=len(paths))
+        images, _ = next(iter(loader))
+        want = []
+        for i, path in enumerate(paths):
+            with keyed_default_rng(sample_key(5, 0, i)):
+                want.append(transform(fio.decode_jpeg(fio.read_file(path))))
+        torch.testing.assert_close(images, torch.stack(want).float() / 255, rtol=0, atol=0)
 
     def test_torchvision_error_from_a_worker_says_what_transform_receives(self, tmp_path):
         paths = _folder(tmp_path)

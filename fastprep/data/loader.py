@@ -201,12 +201,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     sliced = distributed or (not user_sampler and sampler.world_size > 1)
     loader: ThreadLoader | DataLoader
     if engine == "threads":
-        # On the CPU the conversion is fused into the batch run (bit for bit BatchConvert's):
-        # the native threads write the delivered batch, nothing converts it afterwards. A
-        # pipeline that converts itself writes float32 on any device (cast there if asked).
-        fused: BatchConvert | BatchCast | None = convert if device.type == "cpu" else None
-        if device.type != "cpu" and isinstance(convert, BatchCast):
-            fused = BatchCast(torch.float32)
+        fused = _fused_conversion(convert, device)
         loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
                               num_workers=num_workers, pin_memory=pin_memory,
                               prefetch=rest.get("prefetch_factor") or 2, convert=fused)
@@ -222,6 +217,16 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     prefetcher = DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
     prefetcher.engine_reason = engine_reason
     return prefetcher
+
+
+def _fused_conversion(convert, device: torch.device):
+    """The conversion the threads engine fuses into its batch run. On the CPU, the whole of it
+    (bit for bit BatchConvert's): the native threads write the delivered batch and nothing
+    converts it afterwards. A pipeline that converts itself writes float32 on any device (the
+    cast, if any, happens there)."""
+    if device.type == "cpu":
+        return convert
+    return BatchCast(torch.float32) if isinstance(convert, BatchCast) else None
 
 
 def _batch_transform(dataset, given: BatchOutput, output: BatchOutput, threads: int | None) -> BatchConvert | BatchCast:

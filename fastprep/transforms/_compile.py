@@ -235,7 +235,9 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     else:
         steps = [s for s in _steps(transform) if not isinstance(s, _NO_OPS)]
         if not steps or not is_decode_transform(steps[0]):
-            raise Unsupported("the pipeline does not start with a fastprep decode transform")
+            first = type(steps[0]).__name__ if steps else "nothing"
+            raise Unsupported(f"the pipeline starts with {first}, not a fastprep decode transform (the native engine "
+                              "runs pipelines that start with one, and torchvision pipelines on decoded images)")
         decode, taken = steps[0], 1
     rest = steps[taken:]
     mask = None
