@@ -17,6 +17,7 @@ def restart_stats() -> tuple[int, int]:
 def interval_index_stats() -> tuple[int, int]:
     """This thread's (ROI decodes that used the interval index, files whose index was rejected)."""
 
-def resize_isa(level: int, /) -> int:
-    """resize_aa's kernel variant: -1 reads it, 0 (baseline) or 1 (AVX2) selects one, capped
-    by the CPU; returns the variant in use. Use :func:`fastprep._kernels.isa.set_isa`."""
+def native_isa(level: int, /) -> int:
+    """The C++ kernels' variant (csrc/isa.h: resize, the batch op's conversions, the pixel
+    kernels): -1 reads it, 0 (baseline) or 1 (AVX2 + FMA) selects one, capped by the CPU;
+    returns the variant in use. Use :func:`fastprep._kernels.isa.set_isa`."""

@@ -15,7 +15,7 @@ libjpeg_turbo_version = _C.libjpeg_turbo_version
 
 class JpegHeader(NamedTuple):
     """The fields of ``torch.ops.fastprep.jpeg_info``'s int64 result, in its order (they
-    mirror csrc/jpeg_info.h; ``fastprep._C.jpeg_info_fields`` names that header's list).
+    mirror csrc/jpeg/jpeg_info.h; ``fastprep._C.jpeg_info_fields`` names that header's list).
 
     ``color_space`` is libjpeg's ``J_COLOR_SPACE``; ``progressive``, ``arithmetic``,
     ``adobe`` (an Adobe APP14 marker) and ``restart_roi`` are 1/0; ``h_sampN``/``v_sampN``

@@ -32,16 +32,16 @@ def test_the_kernels_use_the_one_coefficient_tuple():
 def test_set_isa_switches_the_colour_and_resize_kernels():
     try:
         assert isa.set_isa("baseline") == "baseline" == isa.active_isa()
-        assert _C.resize_isa(-1) == 0
+        assert _C.native_isa(-1) == 0
         best = isa.set_isa("auto")
         assert best == isa.supported_isas()[-1]
-        assert _C.resize_isa(-1) == (1 if best != "baseline" else 0)
+        assert _C.native_isa(-1) == (1 if best != "baseline" else 0)
     finally:
         isa.set_isa("auto")
 
 
 def test_fastprep_isa_reaches_the_resize_kernel():
-    code = "import fastprep; from fastprep import _C; print(_C.resize_isa(-1))"
+    code = "import fastprep; from fastprep import _C; print(_C.native_isa(-1))"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "FASTPREP_ISA": "baseline"},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "0", out.stderr[-2000:]

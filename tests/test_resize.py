@@ -13,14 +13,14 @@ from fastprep import _C
 from fastprep.resize import resize, resize_window
 
 op = torch.ops.fastprep.resize_aa
-LEVELS = [lvl for lvl in (0, 1) if _C.resize_isa(-1) >= lvl or lvl == 0]
+LEVELS = [lvl for lvl in (0, 1) if _C.native_isa(-1) >= lvl or lvl == 0]
 
 
 @pytest.fixture(autouse=True)
 def _restore_isa():
-    saved = _C.resize_isa(-1)
+    saved = _C.native_isa(-1)
     yield
-    _C.resize_isa(saved)
+    _C.native_isa(saved)
 
 
 def _cl(img_hwc):
@@ -60,7 +60,7 @@ def _cases(n, seed):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_bit_identical_to_torch(level):
-    assert _C.resize_isa(level) == level
+    assert _C.native_isa(level) == level
     gen = torch.Generator().manual_seed(level)
     for c, h, w, oh, ow, sh, sw, aa, hflip in _cases(1500, 1 + level):
         img = _rand(h, w, c, gen)
@@ -80,14 +80,14 @@ def test_isa_variants_identical():
         img = _rand(h, w, c, gen)
         outs = []
         for level in LEVELS:
-            _C.resize_isa(level)
+            _C.native_isa(level)
             outs.append(_ours(img, oh, ow, sh, sw, aa, hflip))
         assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_windows_equal_slices_of_full_resize(level):
-    _C.resize_isa(level)
+    _C.native_isa(level)
     rng = random.Random(3)
     gen = torch.Generator().manual_seed(3)
     for _ in range(250):
@@ -173,7 +173,7 @@ def test_env_caps_isa():
     import subprocess
     import sys
 
-    code = "import fastprep._ops; from fastprep import _C; print(_C.resize_isa(-1))"
+    code = "import fastprep._ops; from fastprep import _C; print(_C.native_isa(-1))"
     out = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "FASTPREP_ISA": "baseline"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "0"
@@ -201,7 +201,7 @@ def test_eval_recipe_bit_exact_with_v2_without_dct_scaling():
 @pytest.mark.parametrize("level", LEVELS)
 def test_tiny_images(level):
     # sizes where taps pad past the row end and windows are shorter than the tap count
-    _C.resize_isa(level)
+    _C.native_isa(level)
     rng = random.Random(20 + level)
     gen = torch.Generator().manual_seed(20 + level)
     for _ in range(400):

@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <string>
 
-#include "../ops/native_draw.h"
-#include "../ops/pixel_kernel.h"
-#include "plan.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
+#include "batch/plan.h"
 
 namespace fastprep {
 namespace {

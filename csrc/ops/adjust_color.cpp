@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../isa.h"
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "isa.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {

@@ -1,7 +1,7 @@
 // Draw programs (native_draw.h): the registry of node draws, the torch draws, and the
 // containers' draws (v2 Compose is flattened by the compiler; RandomApply, RandomChoice and
 // RandomOrder are nodes with children).
-#include "native_draw.h"
+#include "ops/native_draw.h"
 
 #include <ATen/core/DistributionsHelper.h>
 #include <torch/library.h>

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "pixel_kernel.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 

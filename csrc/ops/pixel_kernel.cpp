@@ -1,7 +1,7 @@
 // The pixel-kernel registry (pixel_kernel.h): registration, the proof of fast kernels, and the
 // ops that expose single kernels to Python (torch.ops.fastprep.apply_pixel_kernel,
 // pixel_kernel_info) for fastprep.functional and the tests.
-#include "pixel_kernel.h"
+#include "ops/pixel_kernel.h"
 
 #include <c10/util/ParallelGuard.h>
 #include <torch/library.h>

@@ -9,7 +9,7 @@ transform that JPEG files use. Rows are Y, U (Cb), V (Cr); each row is
     V =  0.5     R - 0.41869 G - 0.08131 B + 128
 
 A leaf module (imports nothing from fastprep) so every layer can use it. The Cython kernels
-(``_color.pyx``) import this tuple; the C++ batch op (``csrc/decode_batch.cpp``) receives it
+(``_color.pyx``) import this tuple; the C++ batch op (``csrc/batch/decode_batch.cpp``) receives it
 from :mod:`fastprep.data.native` in its ``params`` tensor; nothing else spells the numbers.
 """
 

@@ -1,8 +1,8 @@
 """The one ISA switch of the compiled kernels.
 
 The C span kernels of :mod:`fastprep._kernels._color` (baseline, AVX2, AVX-512 variants) and
-the C++ resize kernel of ``torch.ops.fastprep.resize_aa`` (baseline, AVX2) dispatch at run
-time. This module chooses their variants: the best the CPU supports, capped by
+the C++ kernels (csrc/isa.h: ``resize_aa``, the batch op's conversions, the pixel kernels;
+baseline and AVX2 + FMA) dispatch at run time. This module chooses their variants: the best the CPU supports, capped by
 ``FASTPREP_ISA`` (``auto``, ``baseline``, ``avx2``, ``avx512``; read once, when this module
 is first imported, which importing :mod:`fastprep` does) or by :func:`set_isa`. Every
 variant gives the same bits, so the switch exists for tests and benchmarks (docs/kernels.md).
@@ -22,8 +22,8 @@ from . import _color
 ISA_LEVELS = ("baseline", "avx2", "avx512")
 """Names of the compiled variants, lowest first (``FASTPREP_ISA`` takes one, or ``auto``)."""
 
-# resize_aa's highest variant (csrc/resize_aa.cpp): 0 baseline, 1 AVX2.
-_RESIZE_MAX_LEVEL = 1
+# The C++ kernels' highest variant (csrc/isa.h): 0 baseline, 1 AVX2 + FMA.
+_NATIVE_MAX_LEVEL = 1
 
 _active = [ISA_LEVELS[0]]
 
@@ -48,7 +48,7 @@ def set_isa(name: str) -> str:
     else:
         raise ValueError(f"FASTPREP_ISA must be one of auto, {', '.join(ISA_LEVELS)}; got {name!r}")
     _active[0] = ISA_LEVELS[_color.select_level(level)]
-    _C.resize_isa(min(level, _RESIZE_MAX_LEVEL))
+    _C.native_isa(min(level, _NATIVE_MAX_LEVEL))
     return _active[0]
 
 

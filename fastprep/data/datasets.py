@@ -502,7 +502,7 @@ def _read_regular_file(path: str) -> torch.Tensor:
 
 
 # torch.ops.fastprep.read_files' codes for a path that is not a regular file
-# (csrc/plan_batch.cpp, enum NotRegular), as the file types _file_kind names.
+# (csrc/readers/files.h, enum NotRegular), as the file types _file_kind names.
 _NOT_REGULAR_MODES = {-1: stat.S_IFDIR, -2: stat.S_IFIFO, -3: stat.S_IFCHR, -4: stat.S_IFBLK, -5: stat.S_IFSOCK}
 
 

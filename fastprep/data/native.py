@@ -13,7 +13,7 @@ two:
   seed, each augmentation's draws -- giving a :class:`Plan`: one ``SamplePlan`` record
   (csrc/batch/plan.h) and the sample's pixel steps (csrc/ops/pixel_kernel.h);
 * :meth:`NativePipeline.run` (per batch): one call of ``torch.ops.fastprep.decode_batch``
-  (csrc/decode_batch.cpp), which decodes, resizes, pads, masks and augments every sample on a
+  (csrc/batch/decode_batch.cpp), which decodes, resizes, pads, masks and augments every sample on a
   pool of native threads, without the GIL, straight into a preallocated batch -- uint8, or
   float with the output conversion fused into the write.
 

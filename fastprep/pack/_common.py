@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _TMP_SUFFIX = ".fastprep-pack-tmp"
-# How transcode_jpeg's DecodeError for a valid file it refuses begins (csrc/jpeg_transcoder.cpp).
+# How transcode_jpeg's DecodeError for a valid file it refuses begins (csrc/jpeg/jpeg_transcoder.cpp).
 _LOSSLESS_REFUSAL = "cannot be transcoded losslessly"
 
 

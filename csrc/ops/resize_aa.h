@@ -22,9 +22,5 @@ void resize_aa_into(const uint8_t* image, int64_t C, int64_t H, int64_t W, int64
                     int64_t out_w, int64_t full_in_h, int64_t full_in_w, int64_t in_top, int64_t in_left,
                     double scale_h, double scale_w, bool antialias, bool hflip, uint8_t* out);
 
-// The kernel variant in use (0 baseline, 1 AVX2). level >= 0 selects min(level, what the CPU
-// supports); -1 only reads. Not thread-safe; fastprep._kernels.isa.set_isa calls it (through
-// fastprep._C.resize_isa). The default is the best the CPU supports.
-int64_t resize_aa_isa(int64_t level);
 
 }  // namespace fastprep

@@ -4,11 +4,12 @@
 
 #include <string>
 
-#include "jpeg_decoder.h"
-#include "jpeg_info.h"
-#include "jpeg_ops.h"
-#include "resize_aa.h"
-#include "restart_index.h"
+#include "isa.h"
+#include "jpeg/jpeg_decoder.h"
+#include "jpeg/jpeg_info.h"
+#include "jpeg/jpeg_ops.h"
+#include "ops/resize_aa.h"
+#include "jpeg/restart_index.h"
 
 TORCH_LIBRARY(fastprep, m) {
   // int64 [17], the fields of jpeg_info.h in order (a tensor, so fake kernels can describe it)
@@ -92,12 +93,14 @@ static PyObject* interval_index_stats(PyObject*, PyObject*) {
   return Py_BuildValue("(LL)", (long long)s.index_used, (long long)s.index_rejected);
 }
 
-// resize_isa(level) -> int: resize_aa's kernel variant (0 baseline, 1 AVX2); level -1 only
-// reads it, 0/1 select one (capped by the CPU). For tests and benchmarks; not thread-safe.
-static PyObject* resize_isa(PyObject*, PyObject* arg) {
+// native_isa(level) -> int: the C++ kernels' variant (isa.h: 0 baseline, 1 AVX2 + FMA); level
+// -1 only reads it, 0/1 select one (capped by the CPU). fastprep._kernels.isa calls it; not
+// thread-safe.
+static PyObject* native_isa(PyObject*, PyObject* arg) {
   long level = PyLong_AsLong(arg);
   if (level == -1 && PyErr_Occurred()) return nullptr;
-  return PyLong_FromLongLong((long long)fastprep::resize_aa_isa(level));
+  if (level >= 0) fastprep::set_isa_level(level);
+  return PyLong_FromLongLong((long long)fastprep::isa_level());
 }
 
 static PyMethodDef methods[] = {
@@ -106,7 +109,7 @@ static PyMethodDef methods[] = {
      "This thread's (restart-interval ROI decodes taken, eligible files that fell back)."},
     {"interval_index_stats", interval_index_stats, METH_NOARGS,
      "This thread's (ROI decodes that used the interval index, files whose index was rejected)."},
-    {"resize_isa", resize_isa, METH_O, "resize_aa's kernel variant: -1 reads, 0 baseline, 1 AVX2 selects."},
+    {"native_isa", native_isa, METH_O, "The C++ kernels' variant: -1 reads, 0 baseline, 1 AVX2 selects."},
     {nullptr, nullptr, 0, nullptr}};
 
 extern "C" PyObject* PyInit__C(void) {

@@ -36,15 +36,16 @@
 #include <thread>
 #include <vector>
 
-#include "decode_jpeg_roi.h"
+#include "jpeg/decode_jpeg_roi.h"
 #if defined(__linux__)
 #include <pthread.h>
 #endif
 
 #include "batch/plan.h"
-#include "jpeg_ops.h"
+#include "isa.h"
+#include "jpeg/jpeg_ops.h"
 #include "ops/pixel_kernel.h"
-#include "resize_aa.h"
+#include "ops/resize_aa.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -322,18 +323,9 @@ __attribute__((target("avx2,fma"))) void convert_row_avx2(const Batch& b, const 
   convert_row_impl<true>(b, in, n, out);
 }
 
-// The AVX2 variants run where the CPU has the instructions and fastprep._kernels.isa (the
-// one ISA switch: FASTPREP_ISA, set_isa) has not chosen the baseline; resize_aa keeps the
-// switch's level, so it is read from there at every call.
-bool isa_allows_avx2() { return resize_aa_isa(-1) >= 1; }
-
-bool cpu_has_avx2_fma() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return yes && isa_allows_avx2();
-}
+// The AVX2 variants run where the CPU has the instructions and the one ISA switch (isa.h:
+// FASTPREP_ISA, fastprep._kernels.isa.set_isa) has not chosen the baseline; read at every call.
+bool cpu_has_avx2_fma() { return isa_level() >= kIsaAvx2; }
 #endif
 
 void convert_row(const Batch& b, const uint8_t* const* in, int64_t n, float* const* out) {
@@ -358,13 +350,7 @@ __attribute__((target("avx2,f16c"))) void to_half_f16c(const float* src, int64_t
   for (; x < n; x++) dst[x] = c10::Half(src[x]).x;
 }
 
-bool cpu_has_avx2_f16c() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  }();
-  return yes && isa_allows_avx2();
-}
+bool cpu_has_avx2_f16c() { return isa_level() >= kIsaAvx2; }
 #endif
 
 void to_half(const float* src, int64_t n, uint16_t* dst) {

@@ -1,5 +1,5 @@
 // The out-of-line part of jpeg_ops.h.
-#include "jpeg_ops.h"
+#include "jpeg/jpeg_ops.h"
 
 #include <string>
 

@@ -1,5 +1,5 @@
 // Finding restart intervals and splicing them into a smaller JPEG (see restart_index.h).
-#include "restart_index.h"
+#include "jpeg/restart_index.h"
 
 #include <string.h>
 

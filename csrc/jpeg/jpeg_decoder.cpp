@@ -23,7 +23,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "jpeg_decoder.h"
+#include "jpeg/jpeg_decoder.h"
 
 #ifndef FASTPREP_LIBJPEG_VERSION
 #define FASTPREP_LIBJPEG_VERSION "unknown"

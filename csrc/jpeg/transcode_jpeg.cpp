@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "jpeg_ops.h"
-#include "jpeg_transcoder.h"
-#include "restart_index.h"
+#include "jpeg/jpeg_ops.h"
+#include "jpeg/jpeg_transcoder.h"
+#include "jpeg/restart_index.h"
 
 namespace fastprep {
 

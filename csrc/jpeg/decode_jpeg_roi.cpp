@@ -9,9 +9,9 @@
 #include <functional>
 #include <vector>
 
-#include "decode_jpeg_roi.h"
-#include "jpeg_ops.h"
-#include "restart_index.h"
+#include "jpeg/decode_jpeg_roi.h"
+#include "jpeg/jpeg_ops.h"
+#include "jpeg/restart_index.h"
 
 namespace fastprep {
 

@@ -21,7 +21,9 @@
 
 #include <immintrin.h>
 
-#include "resize_aa.h"
+#include "ops/resize_aa.h"
+
+#include "isa.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,23 +37,6 @@
 namespace fastprep {
 namespace {
 
-// ------------------------------------------------------------------------------------
-// ISA selection: 0 baseline, 1 AVX2; the best the CPU supports unless resize_aa_isa (called by
-// fastprep._kernels.isa, which reads FASTPREP_ISA) caps it.
-
-int cpu_level() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? 1 : 0;
-#else
-  return 0;
-#endif
-}
-
-int& active_level() {
-  static int level = cpu_level();
-  return level;
-}
 
 // ------------------------------------------------------------------------------------
 // Weights of one dimension, for the output indices [out_start, out_start + out_len),
@@ -618,7 +603,7 @@ void resize_aa_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64_t 
                     int64_t full_out_h, int64_t full_out_w, int64_t out_top, int64_t out_left, int64_t out_h,
                     int64_t out_w, int64_t full_in_h, int64_t full_in_w, int64_t in_top, int64_t in_left,
                     double scale_h, double scale_w, bool antialias, bool hflip, uint8_t* op) {
-  const int level = active_level();
+  const int64_t level = isa_level();
   const bool need_h = full_out_w != full_in_w, need_v = full_out_h != full_in_h;
   Axis ah, av;
   if (need_h)
@@ -693,12 +678,6 @@ at::Tensor resize_aa(const at::Tensor& image, at::IntArrayRef full_out, at::IntA
   return out;
 }
 
-// resize_aa_isa(level): -1 reads the variant in use; 0 (baseline) or 1 (AVX2) selects one
-// (capped by the CPU). Returns the variant in use. For tests and benchmarks.
-int64_t resize_aa_isa(int64_t level) {
-  if (level >= 0) active_level() = (int)std::min<int64_t>(level, cpu_level());
-  return active_level();
-}
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("resize_aa", &resize_aa); }
 

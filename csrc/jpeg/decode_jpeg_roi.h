@@ -7,7 +7,7 @@
 
 #include <functional>
 
-#include "jpeg_ops.h"
+#include "jpeg/jpeg_ops.h"
 
 namespace fastprep {
 

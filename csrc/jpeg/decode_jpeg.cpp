@@ -1,7 +1,7 @@
 // torch.ops.fastprep.decode_jpeg: the whole image, at scale_num/8 of its size.
 #include <torch/library.h>
 
-#include "jpeg_ops.h"
+#include "jpeg/jpeg_ops.h"
 
 namespace fastprep {
 

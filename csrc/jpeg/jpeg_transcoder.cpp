@@ -10,8 +10,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "jpeg_decoder.h"
-#include "jpeg_transcoder.h"
+#include "jpeg/jpeg_decoder.h"
+#include "jpeg/jpeg_transcoder.h"
 
 struct fp_tc_error_mgr {
   struct jpeg_error_mgr pub;

@@ -1,10 +1,10 @@
 // torch.ops.fastprep.jpeg_info: header fields without entropy decoding (jpeg_info.h names them).
-#include "jpeg_info.h"
+#include "jpeg/jpeg_info.h"
 
 #include <torch/library.h>
 
-#include "jpeg_ops.h"
-#include "restart_index.h"
+#include "jpeg/jpeg_ops.h"
+#include "jpeg/restart_index.h"
 
 namespace fastprep {
 

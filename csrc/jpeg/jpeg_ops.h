@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "jpeg_decoder.h"
+#include "jpeg/jpeg_decoder.h"
 
 namespace fastprep {
 

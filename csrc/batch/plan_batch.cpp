@@ -1,24 +1,19 @@
-// torch.ops.fastprep.read_files, read_tar_members and plan_batch: the per-sample Python of
-// the threads engine's readers (read the file, route it, read its header, draw its random
-// parameters, plan its decode) as two calls per batch, without the GIL.
+// torch.ops.fastprep.plan_batch: the per-sample Python of the threads engine's readers (route
+// the file, read its header, draw its random parameters, plan its decode and its pixel steps)
+// as one call per batch, without the GIL. (The reads themselves: readers/.)
 //
-// plan_batch makes the draws of fastprep/data/native.py's keyed draws (themselves those of
-// the decode transforms, which are torchvision v2's) with the same distributions on the same
-// generator: torch's CPU Mersenne Twister seeded with the sample's key, drawn through
-// ATen's own distribution templates (the ones torch's uniform_ and randint kernels use), so
-// the numbers are the same, and the geometry of fastprep/transforms/_plan.py in integers.
-// Anything it does not plan (not a JPEG, an EXIF rotation, a header warning, a crop larger
-// than the image) is routed back to the Python path, which then does exactly what it did.
+// plan_batch makes the draws of the pipeline -- the decode transform's (those of
+// fastprep/data/native.py's keyed draws, themselves torchvision v2's), the mask's seed, then
+// the augmentations' draw program (ops/native_draw.h) -- on one generator per sample:
+// torch's CPU Mersenne Twister seeded with the sample's key, drawn with the distributions of
+// torch's own kernels, so the numbers are the same, and the geometry of
+// fastprep/transforms/_plan.py in integers. Anything it does not plan (not a JPEG, an EXIF
+// rotation, a header warning, a crop larger than the image) is routed back to the Python
+// path, which then does exactly what it did.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -26,213 +21,11 @@
 #include <vector>
 
 #include "batch/plan.h"
-#include "jpeg_ops.h"
+#include "jpeg/jpeg_ops.h"
 #include "ops/native_draw.h"
 
 namespace fastprep {
 namespace {
-
-// ------------------------------------------------------------------------------------
-// read_files
-
-// Codes for a path that is not a regular file (fastprep/data/datasets.py names the kinds).
-enum NotRegular : int64_t {
-  kDirectory = -1,
-  kFifo = -2,
-  kCharDevice = -3,
-  kBlockDevice = -4,
-  kSocket = -5,
-  kOtherKind = -6
-};
-
-int64_t not_regular_code(mode_t mode) {
-  if (S_ISDIR(mode)) return kDirectory;
-  if (S_ISFIFO(mode)) return kFifo;
-  if (S_ISCHR(mode)) return kCharDevice;
-  if (S_ISBLK(mode)) return kBlockDevice;
-  if (S_ISSOCK(mode)) return kSocket;
-  return kOtherKind;
-}
-
-// Opens the regular file `path` into `fd` (with its fstat in `st`); 0, an errno value, or a
-// NotRegular code (then no descriptor is left open). As datasets._read_regular_file: a FIFO
-// or device is refused by stat before it is opened, and by fstat of the non-blocking
-// descriptor after, so it never blocks.
-int64_t open_regular(const std::string& path, int& fd, struct stat& st) {
-  fd = -1;
-  if (::stat(path.c_str(), &st) != 0) return errno;
-  if (!S_ISREG(st.st_mode)) return not_regular_code(st.st_mode);
-  fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int64_t code = 0;
-  if (::fstat(fd, &st) != 0) {
-    code = errno;
-  } else if (!S_ISREG(st.st_mode)) {
-    code = not_regular_code(st.st_mode);
-  }
-  if (code != 0) {
-    ::close(fd);
-    fd = -1;
-  }
-  return code;
-}
-
-// The bytes of the regular file `path` into `out`; 0, an errno value, or a NotRegular code.
-int64_t read_one(const std::string& path, at::Tensor& out) {
-  struct stat st;
-  int fd;
-  int64_t code = open_regular(path, fd, st);
-  if (code != 0) return code;
-  std::vector<uint8_t> grown;  // only when the file grew since fstat
-  int64_t size = (int64_t)st.st_size, have = 0;
-  out = at::empty({size}, at::kByte);
-  uint8_t* p = out.data_ptr<uint8_t>();
-  for (;;) {
-    uint8_t chunk[1 << 14];
-    const bool inside = have < size;
-    const ssize_t n = inside ? ::read(fd, p + have, (size_t)(size - have)) : ::read(fd, chunk, sizeof chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      code = errno;
-      break;
-    }
-    if (n == 0) break;
-    if (inside) {
-      have += n;
-    } else {
-      grown.insert(grown.end(), chunk, chunk + n);
-    }
-  }
-  if (code == 0 && (have < size || !grown.empty())) {  // shrank or grew: what was read
-    at::Tensor exact = at::empty({have + (int64_t)grown.size()}, at::kByte);
-    std::memcpy(exact.data_ptr<uint8_t>(), p, (size_t)have);
-    if (!grown.empty()) std::memcpy(exact.data_ptr<uint8_t>() + have, grown.data(), grown.size());
-    out = exact;
-  }
-  ::close(fd);
-  if (code != 0) out = at::Tensor();
-  return code;
-}
-
-std::tuple<std::vector<at::Tensor>, at::Tensor> read_files(const std::vector<std::string>& paths) {
-  const int64_t N = (int64_t)paths.size();
-  std::vector<at::Tensor> datas((size_t)N);
-  at::Tensor codes = at::empty({N}, at::kLong);
-  int64_t* cv = codes.data_ptr<int64_t>();
-  for (int64_t i = 0; i < N; i++) {
-    cv[i] = read_one(paths[i], datas[i]);
-    if (cv[i] != 0) datas[i] = at::empty({0}, at::kByte);
-  }
-  return {datas, codes};
-}
-
-// ------------------------------------------------------------------------------------
-// read_tar_members
-
-constexpr int64_t kTarBlock = 512;
-
-// The value of a tar numeric field: octal text (NUL/space padded), or GNU base-256 when its
-// first byte is 0x80 (positive) or 0xff (negative). False when the text is not octal.
-bool tar_number(const uint8_t* field, int len, int64_t& value) {
-  if (field[0] == 0x80 || field[0] == 0xff) {
-    uint64_t v = 0;
-    for (int i = 1; i < len; i++) v = (v << 8) | field[i];
-    value = field[0] == 0xff ? (int64_t)(v - ((uint64_t)1 << (8 * (len - 1)))) : (int64_t)v;
-    return true;
-  }
-  int end = 0;
-  while (end < len && field[end] != 0) end++;
-  int begin = 0;
-  while (begin < end && field[begin] == ' ') begin++;
-  while (end > begin && field[end - 1] == ' ') end--;
-  value = 0;
-  for (int i = begin; i < end; i++) {
-    if (field[i] < '0' || field[i] > '7') return false;
-    value = value * 8 + (field[i] - '0');
-  }
-  return true;
-}
-
-// Whether the 512-byte header `h` describes the regular member `member` of `size` bytes, by
-// fastprep/data/shards.py's _check_header rules (checksum signed or unsigned, type, size,
-// and the ustar name where `member` is a short ASCII name; an empty `member` skips the name).
-bool tar_header_matches(const uint8_t* h, const std::string& member, int64_t size) {
-  int64_t stored, header_size;
-  if (!tar_number(h + 148, 8, stored)) return false;
-  int64_t unsigned_sum = 256, signed_sum = 256;
-  for (int i = 0; i < kTarBlock; i++) {
-    if (i >= 148 && i < 156) continue;
-    unsigned_sum += h[i];
-    signed_sum += (int8_t)h[i];
-  }
-  if (stored != unsigned_sum && stored != signed_sum) return false;
-  if (h[156] != '0' && h[156] != 0 && h[156] != '7') return false;
-  if (!tar_number(h + 124, 12, header_size) || header_size != size) return false;
-  if (member.empty() || member.size() > 100) return true;
-  std::string name((const char*)h, strnlen((const char*)h, 100));
-  if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) {
-    name = std::string((const char*)h + 345, strnlen((const char*)h + 345, 155)) + "/" + name;
-  }
-  return name == member;
-}
-
-// Member i of a batch: its header and data read with one preadv from the open shard `fd`.
-// 0 when the header matches; 1 for anything else (the Python path then says what).
-int64_t read_member(int fd, int64_t offset, int64_t size, const std::string& member, at::Tensor& out) {
-  if (offset < kTarBlock || size < 0) return 1;
-  uint8_t header[kTarBlock];
-  out = at::empty({size}, at::kByte);
-  struct iovec iov[2] = {{header, (size_t)kTarBlock}, {out.data_ptr<uint8_t>(), (size_t)size}};
-  const int64_t want = kTarBlock + size;
-  int64_t got = 0;
-  while (got < want) {
-    ssize_t n;
-    if (got < kTarBlock) {
-      struct iovec rest[2] = {{header + got, (size_t)(kTarBlock - got)}, iov[1]};
-      n = ::preadv(fd, rest, 2, offset - kTarBlock + got);
-    } else {
-      struct iovec rest = {out.data_ptr<uint8_t>() + (got - kTarBlock), (size_t)(want - got)};
-      n = ::preadv(fd, &rest, 1, offset - kTarBlock + got);
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return 1;
-    got += n;
-  }
-  return tar_header_matches(header, member, size) ? 0 : 1;
-}
-
-// Per member: its data (uint8 1-D) and 0, or an empty tensor and 1 when the read or the check
-// failed. Each distinct shard is opened once per call; a shard that is not a regular file is
-// never read (as read_files).
-std::tuple<std::vector<at::Tensor>, at::Tensor> read_tar_members(const std::vector<std::string>& shards,
-                                                                 const std::vector<int64_t>& offsets,
-                                                                 const std::vector<int64_t>& sizes,
-                                                                 const std::vector<std::string>& members) {
-  const int64_t N = (int64_t)shards.size();
-  TORCH_CHECK(offsets.size() == shards.size() && sizes.size() == shards.size() && members.size() == shards.size(),
-              "read_tar_members: shards, offsets, sizes and members must have the same length, got ", N, ", ",
-              offsets.size(), ", ", sizes.size(), " and ", members.size());
-  std::vector<at::Tensor> datas((size_t)N);
-  at::Tensor codes = at::empty({N}, at::kLong);
-  int64_t* cv = codes.data_ptr<int64_t>();
-  std::vector<int64_t> order((size_t)N);
-  for (int64_t i = 0; i < N; i++) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return shards[a] < shards[b]; });
-  int fd = -1;
-  const std::string* open_path = nullptr;
-  for (int64_t i : order) {
-    if (open_path == nullptr || *open_path != shards[i]) {
-      if (fd >= 0) ::close(fd);
-      open_path = &shards[i];
-      struct stat st;
-      open_regular(*open_path, fd, st);  // fd < 0 on any failure: the Python path names it
-    }
-    cv[i] = fd < 0 ? 1 : read_member(fd, offsets[i], sizes[i], members[i], datas[i]);
-    if (cv[i] != 0) datas[i] = at::empty({0}, at::kByte);
-  }
-  if (fd >= 0) ::close(fd);
-  return {datas, codes};
-}
 
 // ------------------------------------------------------------------------------------
 // plan_batch
@@ -513,10 +306,5 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("plan_batch", &plan_batch); }
-// No tensor arguments to dispatch on: one kernel for every backend.
-TORCH_LIBRARY_IMPL(fastprep, CompositeImplicitAutograd, m) {
-  m.impl("read_files", &read_files);
-  m.impl("read_tar_members", &read_tar_members);
-}
 
 }  // namespace fastprep
