@@ -4,6 +4,7 @@ random access equal to the folder's samples, fsspec URLs, resuming, bad input)."
 
 import contextlib
 import gc
+import hashlib
 import io
 import json
 import os
@@ -578,7 +579,15 @@ class TestPins:
         index = {"keys": ["a", "b"], "extensions": ["jpg", None], "offsets": [512, 2048], "sizes": [10, 0],
                  "targets": [0, 1], "pack": {"ignored": True}}
         pin = index_digest(index)
-        assert pin == index_digest({k: v for k, v in index.items() if k != "pack"})
+
+        def reference(ix):  # docs/pack.md's definition
+            blobs = ["\0".join(ix["keys"]).encode(), "\0".join(e or "/" for e in ix["extensions"]).encode()]
+            blobs += [b"".join(v.to_bytes(8, "little") for v in ix[c]) for c in ("offsets", "sizes", "targets")]
+            return "sha256:" + hashlib.sha256(b"".join(len(b).to_bytes(8, "little") + b for b in blobs)).hexdigest()
+
+        assert pin == reference(index) == index_digest({k: v for k, v in index.items() if k != "pack"})
+        with pytest.raises(ValueError, match="offsets must be ints that fit in an int64"):
+            index_digest({**index, "offsets": [512, 2**64]})
         for column, value in (("keys", ["b", "a"]), ("extensions", ["jpg", "jpg"]), ("offsets", [512, 2560]),
                               ("sizes", [11, 0]), ("targets", [0, 0])):
             assert index_digest({**index, column: value}) != pin, column
@@ -672,6 +681,16 @@ class TestPins:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             D.ShardDataset(copy)  # the index is cached now: no rescan, no warning
+
+    def test_repack_pins_an_older_directory(self, tmp_path, tree):
+        src, _ = tree
+        dst = tmp_path / "dst"
+        first = _pack(src, dst)
+        pinned = (dst / MANIFEST_NAME).read_bytes()
+        _unpin(dst)
+        again = _pack(src, dst)
+        assert again.shards_reused == first.shards and again.shards == 0
+        assert (dst / MANIFEST_NAME).read_bytes() == pinned
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@ with random access: :class:`ShardDataset`, :func:`is_shard_dir`.
 A shard directory holds plain tar files (``shard-000000.tar``, ...) in which the members
 sharing a key form one sample (``<key>.jpg`` -- or the image's own extension -- and
 ``<key>.cls``, the class index as decimal text), a manifest (:data:`MANIFEST_NAME`: classes,
-shards, sample counts) and, per shard, a member index (``shard-000000.idx.json``: where
-each sample's image bytes start in the tar and how long they are). The index turns a
+shards, sample counts, each shard's pin: :func:`index_digest`) and, per shard, a member
+index (``shard-000000.idx.json``: where each sample's image bytes start in the tar and how
+long they are). The index turns a
 sample into one byte-range read, so a sampler can shuffle globally (no shuffle buffer). A
 missing index is rebuilt by scanning the tar headers once and cached next to the shard
 when the directory is writable. See docs/pack.md.
@@ -59,15 +60,32 @@ def split_member_name(name: str) -> tuple[str | None, str | None]:
 
 
 def index_digest(index: dict) -> str:
-    """The pin of a shard: ``"sha256:"`` and the hex SHA-256 of its member index's columns
-    (``keys``, ``extensions``, ``offsets``, ``sizes``, ``targets``) as compact ASCII JSON.
+    """The pin of a shard: ``"sha256:"`` and the hex SHA-256 of its member index's columns.
 
     ``fastprep.pack`` records it per shard in the manifest (``"digest"``), so a reader can
     tell the shard it was given from another one -- from its index, or from a scan of the
-    tar when the index is missing -- without reading the shard's data.
+    tar when the index is missing -- without reading the shard's data. Hashed, each
+    preceded by its length in bytes (8, little-endian): the ``keys`` joined by NUL (UTF-8),
+    the ``extensions`` joined by NUL (``null`` as ``/``), then ``offsets``, ``sizes`` and
+    ``targets`` as little-endian int64.
+
+    Raises:
+        ValueError: an offset, size or target does not fit in an int64.
     """
-    text = json.dumps([index[c] for c in _COLUMNS], separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+    digest = hashlib.sha256()
+
+    def add(blob: bytes) -> None:
+        digest.update(len(blob).to_bytes(8, "little"))
+        digest.update(blob)
+
+    add("\0".join(index["keys"]).encode("utf-8", "surrogatepass"))
+    add("\0".join("/" if e is None else e for e in index["extensions"]).encode("utf-8", "surrogatepass"))
+    for column in ("offsets", "sizes", "targets"):
+        try:
+            add(np.asarray(index[column], dtype="<i8").tobytes())
+        except (OverflowError, TypeError, ValueError):
+            raise ValueError(f"{column} must be ints that fit in an int64") from None
+    return "sha256:" + digest.hexdigest()
 
 
 def _has_scheme(path: str) -> bool:
@@ -391,7 +409,7 @@ def _check_unique(shards: list, path: str) -> None:
 
 
 def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _check_index(index, entry: dict, num_classes: int, where: str) -> None:
@@ -468,15 +486,27 @@ class ShardDataset(JpegDataset):
         files: per sample, ``"<shard file name>:<key>"`` -- the name error messages use.
 
     Bad data: a sample whose bytes lie past the end of a truncated shard, whose tar header
-    is damaged, that has no image member, or whose image does not decode raises
-    :class:`fastprep.io.DecodeError` naming the shard and the key (or is replaced, with
-    ``on_error="skip"``). A truncated shard also warns once when the dataset is opened.
+    is damaged, that has no image member, whose shard was replaced by a FIFO, a directory
+    or a device (never opened for reading: no read blocks), or whose image does not decode
+    raises :class:`fastprep.io.DecodeError` naming the shard and the key (or is replaced,
+    with ``on_error="skip"``). A truncated shard also warns once when the dataset is opened.
+
+    Pins: the manifest of ``fastprep.pack`` records each shard's ``digest``
+    (:func:`index_digest`). An index must have it, and a shard whose index is missing is
+    scanned and must give it, so a shard replaced by another one is refused at open (or,
+    with its index kept and the same size, when a sample is read) instead of being read as
+    the other one. A manifest without digests is read as before, with a warning when a
+    shard had to be scanned.
 
     Raises:
         FileNotFoundError: no manifest, or a shard listed in it is missing (its path is named).
+        OSError: the manifest, an index or a shard is not a regular file (a FIFO, a
+            directory, a device), at open.
         ValueError: the manifest, an index or a shard do not match one another (wrong
             counts, offsets out of order or out of bounds, a shard larger than recorded, a
-            tar header that names another member) -- at open, or when the sample is read.
+            shard or index listed twice, targets other than 0 without classes, an index or
+            a shard without its pin, a truncated shard without its index, a tar header that
+            names another member) -- at open, or when the sample is read.
     """
 
     def __init__(self, root, transform=None, on_error: str = "raise", **kwargs):
@@ -496,8 +526,9 @@ class ShardDataset(JpegDataset):
                 raise ValueError(f"shard {self.shards[shard_id]!r} has {size} bytes, the manifest records "
                                  f"{entry['bytes']}: the manifest does not match the shards (re-run fastprep.pack)")
             index = self._load_index(entry, size, unpinned)
-            lost = sum(1 for ext, offset, n in zip(index["extensions"], index["offsets"], index["sizes"])
-                       if ext is not None and offset + n > size)
+            lost = 0 if size == entry["bytes"] else sum(
+                1 for ext, offset, n in zip(index["extensions"], index["offsets"], index["sizes"])
+                if ext is not None and offset + n > size)
             if lost:
                 truncated.append(f"{self.shards[shard_id]!r} ({size} of {entry['bytes']} bytes, {lost} of "
                                  f"{entry['num_samples']} samples past the end)")

@@ -224,7 +224,8 @@ def pack_shards(src: str | os.PathLike, dst: str | os.PathLike, *, shard_size=DE
     is closed when the next sample would take it past ``shard_size`` (a sample larger than
     that gets a shard of its own). ``dst`` then holds ``shard-NNNNNN.tar``, their member
     indexes ``shard-NNNNNN.idx.json`` and the manifest ``fastprep-shards.json``, written
-    last. Resumable: the complete shards of an earlier run whose sources (paths, sizes,
+    last, which pins each shard (``digest``: :func:`fastprep.data.shards.index_digest`).
+    Resumable: the complete shards of an earlier run whose sources (paths, sizes,
     modification times, classes) and options are unchanged are kept, the rest redone.
 
     Args:
