@@ -2,13 +2,21 @@
 :class:`fastprep.data.ShardDataset` (layout, order, the webdataset library reading them,
 random access equal to the folder's samples, fsspec URLs, resuming, bad input)."""
 
+import contextlib
 import gc
+import hashlib
 import io
 import json
 import os
 import pickle
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -372,6 +380,11 @@ def _edit_json(path, edit):
     path.write_text(json.dumps(obj))
 
 
+def _unpin(dst):
+    """Remove the shards' digests from the manifest, as an older fastprep.pack wrote it."""
+    _edit_json(dst / MANIFEST_NAME, lambda m: [e.pop("digest") for e in m["shards"]])
+
+
 @pytest.fixture
 def copy(packed, tmp_path):
     """A private copy of the packed shards, to damage."""
@@ -389,7 +402,8 @@ class TestBadInput:
         cut = index["offsets"][-1] + index["sizes"][-1] // 2  # inside the shard's last image
         with open(copy / entry["name"], "r+b") as f:
             f.truncate(cut)
-        with pytest.warns(UserWarning, match=f"truncated shards: .*{entry['name']}"):
+        with pytest.warns(UserWarning, match=f"truncated shards: .*{entry['name']}' \\(\\d+ of 10240 bytes, 1 of "
+                          f"{entry['num_samples']} samples past the end\\)"):
             ds = D.ShardDataset(copy)
         bad = manifest["shards"][0]["num_samples"] + entry["num_samples"] - 1
         key = index["keys"][-1]
@@ -441,7 +455,8 @@ class TestBadInput:
                     "shards": [{"name": "x.tar", "index": "x.idx.json", "num_samples": 3,
                                 "bytes": os.path.getsize(root / "x.tar")}]}
         (root / MANIFEST_NAME).write_text(json.dumps(manifest))
-        ds = D.ShardDataset(root, transform=D.default_transform(CROP, 0))
+        with pytest.warns(UserWarning, match=r"shards indexed by a scan that nothing could check: '.*x\.tar'"):
+            ds = D.ShardDataset(root, transform=D.default_transform(CROP, 0))
         assert ds.files == ["x.tar:s/0", "x.tar:s/1", "x.tar:s/2"] and ds.targets == [1, 0, 1]
         assert (root / "x.idx.json").exists()
         assert ds[0][0].shape == (3, CROP, CROP) and ds[2][1] == 1
@@ -477,13 +492,15 @@ class TestBadInput:
                                             ) or m.update(num_samples=m["num_samples"] + 1),
          "manifest lists .* samples"),
         (lambda m, d: m["shards"][0].update(bytes=m["shards"][0]["bytes"] - 512), "has .* bytes, the manifest records"),
-        (lambda m, d: m["shards"][1].update(index=m["shards"][0]["index"]), "it indexes 'shard-000000.tar', not"),
+        (lambda m, d: shutil.copy(d / m["shards"][0]["index"], d / "other.idx.json")
+         and m["shards"][1].update(index="other.idx.json"), "it indexes 'shard-000000.tar', not"),
         (lambda m, d: _edit_json(d / m["shards"][0]["index"], lambda i: i["offsets"].reverse()), "out of order"),
         (lambda m, d: _edit_json(d / m["shards"][0]["index"], lambda i: i["sizes"].__setitem__(-1, 10**9)),
          "outside the shard"),
         (lambda m, d: _edit_json(d / m["shards"][0]["index"], lambda i: i["targets"].__setitem__(0, 3)),
          "class index is >="),
         (lambda m, d: (d / m["shards"][0]["index"]).write_text("{"), "not valid JSON"),
+        (lambda m, d: m["shards"][0].update(digest="md5:0"), "has digest 'md5:0'; expected 'sha256:'"),
     ])
     def test_manifest_does_not_match(self, copy, damage, message):
         manifest = json.loads((copy / MANIFEST_NAME).read_text())
@@ -494,7 +511,10 @@ class TestBadInput:
 
     def test_stale_index_raises_when_read(self, copy):
         """An index whose offsets point at another member of the same size: the tar header
-        before the data names the other member (a ValueError: not skipped)."""
+        before the data names the other member (a ValueError: not skipped). With the
+        manifest's pins the edited index is refused at open (TestPins); without them
+        (older manifests, shards of other tools) when the sample is read."""
+        _unpin(copy)
         index_path = copy / "shard-000000.idx.json"
         index = json.loads(index_path.read_text())
         index["keys"][0], index["keys"][1] = index["keys"][1], index["keys"][0]
@@ -517,6 +537,331 @@ class TestBadInput:
         _edit_json(copy / MANIFEST_NAME, lambda m: m["shards"][1].update(bytes=2048))
         with pytest.raises(ValueError, match="shard-000001.tar: not a readable tar file|holds"):
             D.ShardDataset(copy)
+
+
+def _complete_copy_smaller(src, dst):
+    """Write at ``dst`` the tar ``src`` without the zero padding after its end-of-archive
+    blocks: the same complete shard, fewer bytes."""
+    with tarfile.open(src) as tar:
+        end = max(m.offset_data + -(-m.size // 512) * 512 for m in tar)
+    dst.write_bytes(src.read_bytes()[:end + 1024])
+    assert dst.stat().st_size < src.stat().st_size
+
+
+class TestPins:
+    """The manifest pins each shard (``digest``: index_digest of its member index), so a
+    rescan tells another shard from a truncated one and an edited index is refused."""
+
+    def test_pack_writes_pins_and_open_reads_no_shard(self, packed, monkeypatch):
+        from fastprep.data.shards import index_digest, scan_shard
+
+        _, dst = packed
+        manifest = json.loads((dst / MANIFEST_NAME).read_text())
+        for entry in manifest["shards"]:
+            index = json.loads((dst / entry["index"]).read_text())
+            with open(dst / entry["name"], "rb") as f:
+                scanned = scan_shard(f, entry["name"])
+            assert entry["digest"] == index_digest(index) == index_digest(scanned)
+            assert entry["digest"].startswith("sha256:") and len(entry["digest"]) == 7 + 64
+        digests = {e["digest"] for e in manifest["shards"]}
+        assert len(digests) == len(manifest["shards"])
+        # opening checks indexes against pins without opening a shard
+        from fastprep.data import shards as module
+
+        opened = []
+        for method in ("open", "read_range"):
+            monkeypatch.setattr(module._Storage, method, lambda self, name, *a, **k: opened.append(name))
+        assert len(D.ShardDataset(dst)) == 9 and opened == []
+
+    def test_digest_covers_every_column(self):
+        from fastprep.data.shards import index_digest
+
+        index = {"keys": ["a", "b"], "extensions": ["jpg", None], "offsets": [512, 2048], "sizes": [10, 0],
+                 "targets": [0, 1], "pack": {"ignored": True}}
+        pin = index_digest(index)
+
+        def reference(ix):  # docs/pack.md's definition
+            blobs = ["\0".join(ix["keys"]).encode(), "\0".join(e or "/" for e in ix["extensions"]).encode()]
+            blobs += [b"".join(v.to_bytes(8, "little") for v in ix[c]) for c in ("offsets", "sizes", "targets")]
+            return "sha256:" + hashlib.sha256(b"".join(len(b).to_bytes(8, "little") + b for b in blobs)).hexdigest()
+
+        assert pin == reference(index) == index_digest({k: v for k, v in index.items() if k != "pack"})
+        with pytest.raises(ValueError, match="offsets must be ints that fit in an int64"):
+            index_digest({**index, "offsets": [512, 2**64]})
+        for column, value in (("keys", ["b", "a"]), ("extensions", ["jpg", "jpg"]), ("offsets", [512, 2560]),
+                              ("sizes", [11, 0]), ("targets", [0, 0])):
+            assert index_digest({**index, column: value}) != pin, column
+
+    @pytest.mark.parametrize("keep_index", [False, True])
+    @pytest.mark.parametrize("smaller", [False, True])
+    def test_swapped_shard(self, copy, keep_index, smaller):
+        """shard-000001.tar overwritten by a copy of shard-000002.tar (both hold 2 samples)."""
+        if smaller:
+            _complete_copy_smaller(copy / "shard-000002.tar", copy / "shard-000001.tar")
+        else:
+            shutil.copy(copy / "shard-000002.tar", copy / "shard-000001.tar")
+        if not keep_index:
+            (copy / "shard-000001.idx.json").unlink()
+            message = (r"shard '.*shard-000001\.tar' is not the shard the manifest pins: it holds 2 samples "
+                       r"\('dog/e' to 'emu/f'\) in \d+ bytes, digest sha256:[0-9a-f]{64}; the manifest records 2 "
+                       r"samples in 10240 bytes, digest sha256:")
+        elif smaller:
+            message = (r"shard '.*shard-000001\.tar' \(\d+ of 10240 bytes\) is not the shard its index describes: "
+                       r"the tar header gives \d+ bytes, the index \d+")
+        else:  # same size, index kept: found when a sample is read (the tar header names another member)
+            ds = D.ShardDataset(copy, on_error="skip")
+            with pytest.raises(ValueError, match=r"does not match shard .*shard-000001.tar.*the tar header gives \d+ "
+                                                 r"bytes, the index \d+"):
+                ds[3]
+            return
+        for on_error in ("raise", "skip"):
+            with pytest.raises(ValueError, match=message):
+                D.ShardDataset(copy, on_error=on_error)
+        assert not (copy / "shard-000001.idx.json").exists() or keep_index  # nothing cached from the wrong shard
+
+    def test_shard_listed_twice(self, copy):
+        def twice(m):
+            m["shards"].append(dict(m["shards"][1]))
+            m["num_samples"] += m["shards"][1]["num_samples"]
+
+        _edit_json(copy / MANIFEST_NAME, twice)
+        with pytest.raises(ValueError, match=r"'shard-000001\.tar' is the name of shard entry 1 and the name of "
+                                             r"shard entry 4: every shard and index must be listed once"):
+            D.ShardDataset(copy)
+
+    def test_no_classes_with_targets(self, copy, tmp_path, tree):
+        _edit_json(copy / MANIFEST_NAME, lambda m: m.update(classes=[]))
+        with pytest.raises(ValueError, match=r"the manifest lists no classes \(an unlabelled, flat folder: every "
+                                             r"target 0\) but sample 'dog/100%25' has target 1"):
+            D.ShardDataset(copy)
+        # a flat folder: no classes, every target 0
+        flat = tmp_path / "flat"
+        flat.mkdir()
+        for rel in ("cat/a.jpg", "emu/g.jpg"):
+            shutil.copy(tree[0] / rel, flat / rel.replace("/", "-"))
+        _pack(flat, tmp_path / "flat-wds")
+        ds = D.ShardDataset(tmp_path / "flat-wds")
+        assert ds.classes == [] and ds.targets == [0, 0] and ds.files == ["shard-000000.tar:cat-a",
+                                                                          "shard-000000.tar:emu-g"]
+
+    def test_changed_target_in_index(self, copy):
+        _edit_json(copy / "shard-000000.idx.json", lambda i: i["targets"].__setitem__(0, 2))  # 0 -> 2 of 3 classes
+        with pytest.raises(ValueError, match=r"index '.*shard-000000\.idx\.json' is not the index the manifest pins "
+                                             r"for shard '.*shard-000000\.tar': its digest is sha256:[0-9a-f]{64}, "
+                                             r"the manifest's sha256:[0-9a-f]{64} \(an edited index"):
+            D.ShardDataset(copy)
+        (copy / "shard-000000.idx.json").unlink()  # as the message says: rebuilt from the shard, which is intact
+        assert D.ShardDataset(copy).targets[0] == 0
+
+    def test_truncated_shard_without_index(self, copy):
+        index = json.loads((copy / "shard-000001.idx.json").read_text())
+        with open(copy / "shard-000001.tar", "r+b") as f:
+            f.truncate(index["offsets"][-1] + index["sizes"][-1] // 2)
+        (copy / "shard-000001.idx.json").unlink()
+        with pytest.raises(ValueError, match=r"shard '.*shard-000001\.tar' is truncated \(\d+ of 10240 bytes\) and "
+                                             r"its index 'shard-000001\.idx\.json' is missing: its samples cannot "
+                                             r"be located \(.*\); restore it \(or its index\), or re-pack"):
+            D.ShardDataset(copy, on_error="skip")
+        with open(copy / "shard-000001.tar", "r+b") as f:  # cut between the two samples
+            f.truncate(index["offsets"][-1] - 512)
+        with pytest.raises(ValueError, match=r"is truncated .* \(its tar ends after 1 samples\)"):
+            D.ShardDataset(copy)
+
+    def test_unpinned_manifest_reads_as_before(self, copy):
+        """A manifest without digests (an older fastprep.pack): a rescanned shard is read as
+        it is, with a warning that nothing could check it."""
+        _unpin(copy)
+        shutil.copy(copy / "shard-000002.tar", copy / "shard-000001.tar")
+        (copy / "shard-000001.idx.json").unlink()
+        with pytest.warns(UserWarning, match=r"shards indexed by a scan that nothing could check: "
+                                             r"'.*shard-000001\.tar' \(the manifest pins no 'digest'"):
+            ds = D.ShardDataset(copy)
+        assert ds.files[3:7] == ["shard-000001.tar:dog/e", "shard-000001.tar:emu/f", "shard-000002.tar:dog/e",
+                                 "shard-000002.tar:emu/f"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            D.ShardDataset(copy)  # the index is cached now: no rescan, no warning
+
+    def test_repack_pins_an_older_directory(self, tmp_path, tree):
+        src, _ = tree
+        dst = tmp_path / "dst"
+        first = _pack(src, dst)
+        pinned = (dst / MANIFEST_NAME).read_bytes()
+        _unpin(dst)
+        again = _pack(src, dst)
+        assert again.shards_reused == first.shards and again.shards == 0
+        assert (dst / MANIFEST_NAME).read_bytes() == pinned
+
+
+@contextlib.contextmanager
+def _fifo(path):
+    """Put a FIFO at ``path``. Should a reader open it (a regression), a writer thread lets
+    that open return at once with EOF, so the test fails on its message instead of hanging."""
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    os.mkfifo(path)
+    stop = threading.Event()
+
+    def writer():
+        while not stop.wait(0.01):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # succeeds only while a reader waits
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        thread.join()
+
+
+_NOT_REGULAR = [("fifo", r"a FIFO"), ("directory", r"a directory"), ("device", r"a character device")]
+
+
+def _not_regular(path, kind, stack):
+    """Replace the file at ``path`` by a FIFO, a directory or a character device (a symlink to /dev/null)."""
+    if kind == "fifo":
+        return stack.enter_context(_fifo(path))
+    path.unlink()
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/null")
+    return path
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+class TestNotRegularFiles:
+    """A FIFO, directory or device where a shard, an index or the manifest should be: a
+    clear error, never a read that blocks."""
+
+    @pytest.mark.parametrize("kind, what", _NOT_REGULAR)
+    @pytest.mark.parametrize("url", [False, True])
+    def test_shard_replaced_after_open(self, copy, kind, what, url):
+        root = f"file://{copy}" if url else copy
+        if url:
+            pytest.importorskip("fsspec")
+        ds = D.ShardDataset(root)
+        skipping = D.ShardDataset(root, on_error="skip")
+        shard = ds.files.index("shard-000001.tar:dog/100%25")
+        with contextlib.ExitStack() as stack:
+            _not_regular(copy / "shard-000001.tar", kind, stack)
+            message = rf"'{'file://' if url else ''}{copy}/shard-000001\.tar' is not a regular file \({what}\)"
+            with pytest.raises(OSError, match=message):
+                ds.read_encoded(shard)
+            with pytest.raises(fio.DecodeError, match=rf"'shard-000001\.tar:dog/100%25' \(index 3\): {message}"):
+                ds[shard]
+            _same_entries(ds.read_encoded_batch(range(len(ds))), _single_entries(ds, range(len(ds))))
+            assert len(_read_all(skipping)) == len(ds) and skipping.skipped == 2  # both samples of the shard
+
+    @pytest.mark.parametrize("kind, what", _NOT_REGULAR)
+    @pytest.mark.parametrize("name", ["shard-000001.tar", "shard-000001.idx.json", MANIFEST_NAME])
+    def test_at_open(self, copy, kind, what, name):
+        with contextlib.ExitStack() as stack:
+            _not_regular(copy / name, kind, stack)
+            with pytest.raises(OSError, match=rf"'{copy / name}' is not a regular file \({what}\)"):
+                D.ShardDataset(copy)
+            if name == MANIFEST_NAME:
+                assert not D.is_shard_dir(copy)
+
+    def test_rescan_and_resume(self, tmp_path, tree, copy):
+        (copy / "shard-000001.idx.json").unlink()
+        with contextlib.ExitStack() as stack:  # the index is missing: the shard would be scanned
+            _not_regular(copy / "shard-000001.tar", "fifo", stack)
+            with pytest.raises(OSError, match=r"shard-000001\.tar' is not a regular file \(a FIFO\)"):
+                D.ShardDataset(copy)
+        src, _ = tree
+        dst = tmp_path / "dst"
+        first = _pack(src, dst)
+        expected = _snapshot(dst)
+        with contextlib.ExitStack() as stack:  # a resumed pack reads the indexes: from this one on, redone
+            _not_regular(dst / "shard-000001.idx.json", "fifo", stack)
+            summary = _pack(src, dst)
+        assert summary.shards_reused == 1 and summary.shards == first.shards - 1
+        assert _snapshot(dst) == expected
+
+
+# Run by test_loaders_never_block_on_a_fifo_shard in a session of its own: loaders built on a
+# shard directory, then shard-000001.tar replaced by a FIFO; one JSON line per (engine, on_error).
+_LOADER_SCRIPT = r"""
+import json, os, signal, sys, warnings
+warnings.simplefilter("ignore")
+import fastprep.data as D
+
+dst = sys.argv[1]
+loaders = {(engine, on_error): D.make_loader(dst, batch_size=4, crop_size=24, device="cpu", seed=0, engine=engine,
+                                             num_workers=2, on_error=on_error)
+           for engine in ("threads", "processes") for on_error in ("raise", "skip")}
+os.unlink(os.path.join(dst, "shard-000001.tar"))
+os.mkfifo(os.path.join(dst, "shard-000001.tar"))
+# The processes engine's broken-off epoch last: its workers are not forked into another loader's.
+for engine, on_error in [("threads", "raise"), ("threads", "skip"), ("processes", "skip"), ("processes", "raise")]:
+    loader = loaders[engine, on_error]
+    result = {"engine": engine, "on_error": on_error}
+    try:
+        result["samples"] = sum(len(y) for _, y in loader)
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+    result["skipped"] = loader.loader.dataset.skipped
+    print(json.dumps(result), flush=True)
+# Killed with the last loader's workers alive: they must notice and exit on their own.
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _session_processes(sid: int) -> list[str]:
+    """The live (not zombie) processes of session ``sid``: ``"pid state command"``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(f"{entry} {fields[0]} {stat[:stat.rindex(')') + 1]}")
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.isdir("/proc"), reason="needs os.mkfifo and /proc")
+def test_loaders_never_block_on_a_fifo_shard(copy):
+    """Both engines, both on_error modes, a FIFO swapped in after the loaders were built: the
+    run ends (a hang fails after the timeout), and once its main process is killed no worker
+    is left behind (blocked workers used to outlive it as orphans)."""
+    import fastprep
+
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(fastprep.__file__))}  # this fastprep
+    proc = subprocess.Popen([sys.executable, "-c", _LOADER_SCRIPT, str(copy)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole session: the blocked workers too
+        out, err = proc.communicate()
+        pytest.fail(f"the loaders blocked on the FIFO shard (killed after 120 s); finished: {out}")
+    finally:
+        deadline = time.monotonic() + 20
+        while (left := _session_processes(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for line in left:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL, err
+    assert not left, f"processes left behind by the killed loader: {left}"
+    results = {(r["engine"], r["on_error"]): r for r in map(json.loads, out.splitlines())}
+    assert sorted(results) == [("processes", "raise"), ("processes", "skip"), ("threads", "raise"),
+                               ("threads", "skip")]
+    for engine in ("threads", "processes"):
+        raised, skipped = results[engine, "raise"], results[engine, "skip"]
+        assert raised["error"].startswith("DecodeError") and "samples" not in raised, raised
+        assert re.search(r"'shard-000001\.tar:dog/(100%25|d)' \(index [34]\): '.*shard-000001\.tar' is not a "
+                         r"regular file \(a FIFO\)", raised["error"]), raised
+        assert skipped.get("samples") == 9 and skipped["skipped"] == 2, skipped
 
 
 def _same_entries(batch, single):
@@ -566,6 +911,7 @@ class TestBatchRead:
             f.truncate(index1["offsets"][-1] + index1["sizes"][-1] // 2)
         index0["keys"][0], index0["keys"][1] = index0["keys"][1], index0["keys"][0]  # a stale index
         (copy / first["index"]).write_text(json.dumps(index0))
+        _unpin(copy)  # else refused at open
         with pytest.warns(UserWarning, match="truncated"):
             ds = D.ShardDataset(copy)
         indices = list(range(len(ds)))
@@ -593,7 +939,8 @@ class TestBatchRead:
                     "shards": [{"name": "x.tar", "index": "x.idx.json", "num_samples": 4,
                                 "bytes": os.path.getsize(root / "x.tar")}]}
         (root / MANIFEST_NAME).write_text(json.dumps(manifest))
-        ds = D.ShardDataset(root)
+        with pytest.warns(UserWarning, match="nothing could check"):
+            ds = D.ShardDataset(root)
         batch = ds.read_encoded_batch(range(4))
         _same_entries(batch, _single_entries(ds, range(4)))
         assert isinstance(batch[1][0], OSError) and "no image member" in str(batch[1][0])

@@ -19,6 +19,8 @@ from .. import io as fio
 from .._checks import is_int
 from .._seeding import check_seed, keyed_default_rng, sample_key
 from . import fallback as _fb
+from ._files import file_kind as _file_kind
+from ._files import open_regular
 
 __all__ = ["JpegDataset", "JpegFolder", "SkippedFile"]
 
@@ -490,14 +492,7 @@ def _read_regular_file(path: str) -> torch.Tensor:
     Raises:
         OSError: the path cannot be read or is not a regular file.
     """
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise OSError(f"not a regular file ({_file_kind(mode)})")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError(f"not a regular file ({_file_kind(mode)})")
+    with os.fdopen(open_regular(path), "rb") as f:
         return torch.from_numpy(np.fromfile(f, dtype=np.uint8))
 
 
@@ -511,14 +506,6 @@ def _read_error(code: int, path: str) -> OSError:
     if code < 0:
         return OSError(f"not a regular file ({_file_kind(_NOT_REGULAR_MODES.get(code, 0))})")
     return OSError(code, os.strerror(code), path)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "not a regular file"
 
 
 class JpegFolder(JpegDataset):

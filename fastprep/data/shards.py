@@ -4,8 +4,9 @@ with random access: :class:`ShardDataset`, :func:`is_shard_dir`.
 A shard directory holds plain tar files (``shard-000000.tar``, ...) in which the members
 sharing a key form one sample (``<key>.jpg`` -- or the image's own extension -- and
 ``<key>.cls``, the class index as decimal text), a manifest (:data:`MANIFEST_NAME`: classes,
-shards, sample counts) and, per shard, a member index (``shard-000000.idx.json``: where
-each sample's image bytes start in the tar and how long they are). The index turns a
+shards, sample counts, each shard's pin: :func:`index_digest`) and, per shard, a member
+index (``shard-000000.idx.json``: where each sample's image bytes start in the tar and how
+long they are). The index turns a
 sample into one byte-range read, so a sampler can shuffle globally (no shuffle buffer). A
 missing index is rebuilt by scanning the tar headers once and cached next to the shard
 when the directory is writable. See docs/pack.md.
@@ -13,6 +14,7 @@ when the directory is writable. See docs/pack.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,10 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._files import NotRegularFileError, file_kind, open_regular
 from .datasets import JpegDataset
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "IMAGE_EXTENSIONS", "MANIFEST_NAME", "ShardDataset", "is_shard_dir",
-           "scan_shard", "split_member_name"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "IMAGE_EXTENSIONS", "MANIFEST_NAME", "ShardDataset", "index_digest",
+           "is_shard_dir", "scan_shard", "split_member_name"]
 
 #: The manifest's file name inside a shard directory.
 MANIFEST_NAME = "fastprep-shards.json"
@@ -40,6 +43,8 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "w
 _BLOCK = 512
 _REGULAR_TYPES = (b"0", b"\0", b"7")
 _SHARD_NAME = re.compile(r"^[^/\\\x00]+$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_COLUMNS = ("keys", "extensions", "offsets", "sizes", "targets")
 
 
 def split_member_name(name: str) -> tuple[str | None, str | None]:
@@ -52,6 +57,35 @@ def split_member_name(name: str) -> tuple[str | None, str | None]:
     if dot <= slash:
         return None, None
     return name[:dot], name[dot + 1:]
+
+
+def index_digest(index: dict) -> str:
+    """The pin of a shard: ``"sha256:"`` and the hex SHA-256 of its member index's columns.
+
+    ``fastprep.pack`` records it per shard in the manifest (``"digest"``), so a reader can
+    tell the shard it was given from another one -- from its index, or from a scan of the
+    tar when the index is missing -- without reading the shard's data. Hashed, each
+    preceded by its length in bytes (8, little-endian): the ``keys`` joined by NUL (UTF-8),
+    the ``extensions`` joined by NUL (``null`` as ``/``), then ``offsets``, ``sizes`` and
+    ``targets`` as little-endian int64.
+
+    Raises:
+        ValueError: an offset, size or target does not fit in an int64.
+    """
+    digest = hashlib.sha256()
+
+    def add(blob: bytes) -> None:
+        digest.update(len(blob).to_bytes(8, "little"))
+        digest.update(blob)
+
+    add("\0".join(index["keys"]).encode("utf-8", "surrogatepass"))
+    add("\0".join("/" if e is None else e for e in index["extensions"]).encode("utf-8", "surrogatepass"))
+    for column in ("offsets", "sizes", "targets"):
+        try:
+            add(np.asarray(index[column], dtype="<i8").tobytes())
+        except (OverflowError, TypeError, ValueError):
+            raise ValueError(f"{column} must be ints that fit in an int64") from None
+    return "sha256:" + digest.hexdigest()
 
 
 def _has_scheme(path: str) -> bool:
@@ -74,6 +108,11 @@ def is_shard_dir(source) -> bool:
 class _Storage:
     """Reads the files of a shard directory by name: a local folder (``os``) or a URL (fsspec).
 
+    Local files -- a plain path, or a ``file://`` URL (fsspec's local filesystem) -- are
+    opened only when they are regular files (``fastprep.data._files.open_regular``): a FIFO
+    or a device in place of a shard, an index or the manifest is an ``OSError`` naming the
+    path, never a read that blocks.
+
     The fsspec filesystem is created lazily in each process (after a fork or in a spawned
     worker) and never pickled.
     """
@@ -81,7 +120,8 @@ class _Storage:
     def __init__(self, root: str):
         self.root = root
         self.remote = _has_scheme(root)
-        self._fs: tuple[int, Any, str] | None = None  # (pid, filesystem, root path inside it)
+        # (pid, filesystem, root path inside it, whether that filesystem is the local one)
+        self._fs: tuple[int, Any, str, bool] | None = None
 
     def __getstate__(self):
         return {"root": self.root, "remote": self.remote, "_fs": None}
@@ -94,20 +134,35 @@ class _Storage:
         if self._fs is None or self._fs[0] != os.getpid():
             try:
                 import fsspec
+                from fsspec.implementations.local import LocalFileSystem
             except ImportError as e:
                 raise ImportError(f"reading shards from {self.root!r} needs fsspec (pip install fsspec)") from e
             fs, root = fsspec.core.url_to_fs(self.root)
-            self._fs = (os.getpid(), fs, root.rstrip("/"))
-        _, fs, root = self._fs
+            self._fs = (os.getpid(), fs, root.rstrip("/"), isinstance(fs, LocalFileSystem))
+        _, fs, root, _ = self._fs
         return fs, f"{root}/{name}"
+
+    def _local(self, name: str) -> str | None:
+        """The ``os`` path of ``name`` when it is a local file; ``None`` for a remote one."""
+        if not self.remote:
+            return os.path.join(self.root, name)
+        _, path = self._fs_path(name)
+        return path if self._fs is not None and self._fs[3] else None
+
+    def _open_fd(self, local: str, name: str) -> int:
+        try:
+            return open_regular(local)
+        except NotRegularFileError as e:
+            raise NotRegularFileError(f"{self.path(name)!r} is {e}") from None
 
     def size(self, name: str) -> int:
         """Size in bytes of a regular file; ``FileNotFoundError`` naming its path when missing."""
         try:
-            if not self.remote:
-                st = os.stat(self.path(name))
+            local = self._local(name)
+            if local is not None:
+                st = os.stat(local)
                 if not stat.S_ISREG(st.st_mode):
-                    raise OSError(f"{self.path(name)!r} is not a regular file")
+                    raise NotRegularFileError(f"{self.path(name)!r} is not a regular file ({file_kind(st.st_mode)})")
                 return st.st_size
             fs, path = self._fs_path(name)
             return int(fs.info(path)["size"])
@@ -117,8 +172,9 @@ class _Storage:
     def read_all(self, name: str) -> bytes | None:
         """The file's bytes; ``None`` when it does not exist."""
         try:
-            if not self.remote:
-                with open(self.path(name), "rb") as f:
+            local = self._local(name)
+            if local is not None:
+                with os.fdopen(self._open_fd(local, name), "rb") as f:
                     return f.read()
             fs, path = self._fs_path(name)
             return fs.cat_file(path)
@@ -127,12 +183,13 @@ class _Storage:
 
     def read_range(self, name: str, start: int, length: int) -> bytearray:
         """``length`` bytes from ``start`` (fewer only where the file ends first)."""
-        if self.remote:
+        local = self._local(name)
+        if local is None:
             fs, path = self._fs_path(name)
             return bytearray(fs.cat_file(path, start=start, end=start + length))
         buf = bytearray(length)
         view = memoryview(buf)
-        fd = os.open(self.path(name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = self._open_fd(local, name)
         try:
             got = 0
             while got < length:
@@ -147,8 +204,9 @@ class _Storage:
         return buf
 
     def open(self, name: str):
-        if not self.remote:
-            return open(self.path(name), "rb")
+        local = self._local(name)
+        if local is not None:
+            return os.fdopen(self._open_fd(local, name), "rb")
         fs, path = self._fs_path(name)
         return fs.open(path, "rb")
 
@@ -236,6 +294,12 @@ def scan_shard(fileobj, shard: str) -> dict:
         ValueError: not a tar file, a sample without a ``cls`` member or with one that is
             not an integer, or a key split over non-adjacent members.
     """
+    return _scan(fileobj, shard)[0]
+
+
+def _scan(fileobj, shard: str) -> tuple[dict, int]:
+    """:func:`scan_shard`'s index, and where the last member's data ends (its padding
+    included): a complete tar has its end-of-archive blocks there."""
     keys: list[str] = []
     exts: list[str] = []
     offsets: list[int] = []
@@ -245,6 +309,7 @@ def scan_shard(fileobj, shard: str) -> dict:
     current: str | None = None
     image: tuple[str, int, int] | None = None
     cls: int | None = None
+    end = 0  # where the last member's data (padded to a block) ends
 
     def flush():
         if current is None:
@@ -267,6 +332,7 @@ def scan_shard(fileobj, shard: str) -> dict:
     with tar:
         try:
             for m in tar:
+                end = m.offset_data + -(-m.size // _BLOCK) * _BLOCK
                 if not m.isfile():
                     continue
                 key, ext = split_member_name(m.name)
@@ -289,7 +355,7 @@ def scan_shard(fileobj, shard: str) -> dict:
             raise ValueError(f"{shard}: unreadable tar headers after {len(keys)} samples ({e})") from e
         flush()
     return {"format": FORMAT + "-index", "version": FORMAT_VERSION, "shard": shard, "keys": keys,
-            "extensions": exts, "offsets": offsets, "sizes": sizes, "targets": targets}
+            "extensions": exts, "offsets": offsets, "sizes": sizes, "targets": targets}, end
 
 
 def _load_manifest(storage: _Storage) -> dict:
@@ -318,14 +384,32 @@ def _load_manifest(storage: _Storage) -> dict:
                 and _is_count(entry.get("num_samples")) and _is_count(entry.get("bytes"))):
             raise ValueError(f"{path!r}: bad shard entry {entry!r} (needs a plain file 'name' and 'index', "
                              "'num_samples' and 'bytes' >= 0)")
+        if "digest" in entry and not (isinstance(entry["digest"], str) and _DIGEST.match(entry["digest"])):
+            raise ValueError(f"{path!r}: shard {entry['name']!r} has digest {entry['digest']!r}; expected "
+                             "'sha256:' and 64 lower-case hex digits")
+    _check_unique(shards, path)
     if manifest.get("num_samples") != sum(e["num_samples"] for e in shards):
         raise ValueError(f"{path!r}: num_samples={manifest.get('num_samples')!r} but the shards hold "
                          f"{sum(e['num_samples'] for e in shards)} samples")
     return manifest
 
 
+def _check_unique(shards: list, path: str) -> None:
+    """Raise ValueError when a file is named by two shard entries (a shard listed twice, an
+    index given for two shards, or a shard that is another's index)."""
+    owner: dict[str, tuple[int, str]] = {}
+    for i, entry in enumerate(shards):
+        for field in ("name", "index"):
+            file = entry[field]
+            if file in owner:
+                j, other = owner[file]
+                raise ValueError(f"{path!r}: {file!r} is the {other} of shard entry {j} and the {field} of "
+                                 f"shard entry {i}: every shard and index must be listed once")
+            owner[file] = (i, field)
+
+
 def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _check_index(index, entry: dict, num_classes: int, where: str) -> None:
@@ -339,9 +423,8 @@ def _check_index(index, entry: dict, num_classes: int, where: str) -> None:
     if index.get("shard") != entry["name"]:
         raise bad(f"it indexes {index.get('shard')!r}, not {entry['name']!r}")
     n = entry["num_samples"]
-    columns = ("keys", "extensions", "offsets", "sizes", "targets")
-    if not all(isinstance(index.get(c), list) and len(index[c]) == n for c in columns):
-        raise bad(f"the manifest lists {n} samples; every column ({', '.join(columns)}) must have that many")
+    if not all(isinstance(index.get(c), list) and len(index[c]) == n for c in _COLUMNS):
+        raise bad(f"the manifest lists {n} samples; every column ({', '.join(_COLUMNS)}) must have that many")
     if not all(isinstance(k, str) for k in index["keys"]) \
             or not all(e is None or isinstance(e, str) for e in index["extensions"]):
         raise bad("keys and extensions must be strings")
@@ -360,6 +443,26 @@ def _check_index(index, entry: dict, num_classes: int, where: str) -> None:
         end = offset + size + _BLOCK
     if num_classes and any(t >= num_classes for t in index["targets"]):
         raise bad(f"a class index is >= the manifest's {num_classes} classes")
+    if not num_classes and any(index["targets"]):
+        key, target = next((k, t) for k, t in zip(index["keys"], index["targets"]) if t)
+        raise bad(f"the manifest lists no classes (an unlabelled, flat folder: every target 0) but sample "
+                  f"{key!r} has target {target}")
+
+
+def _not_pinned_shard(shard_path: str, entry: dict, size: int, index: dict | None, incomplete: str) -> ValueError:
+    """The error for a rescanned shard without the manifest's digest: truncated or damaged
+    (``incomplete`` says how its scan ended early), or another shard (a complete tar of
+    other members: ``index``)."""
+    restore = "restore it (or its index), or re-pack"
+    if incomplete or index is None:
+        state = f"truncated ({size} of {entry['bytes']} bytes)" if size < entry["bytes"] else "damaged"
+        return ValueError(f"shard {shard_path!r} is {state} and its index {entry['index']!r} is missing: its "
+                          f"samples cannot be located ({incomplete}); {restore}")
+    keys = index["keys"]
+    found = f"{len(keys)} samples" + (f" ({keys[0]!r} to {keys[-1]!r})" if keys else "")
+    return ValueError(f"shard {shard_path!r} is not the shard the manifest pins: it holds {found} in {size} bytes, "
+                      f"digest {index_digest(index)}; the manifest records {entry['num_samples']} samples in "
+                      f"{entry['bytes']} bytes, digest {entry['digest']} (a shard replaced by another one: {restore})")
 
 
 class ShardDataset(JpegDataset):
@@ -383,15 +486,27 @@ class ShardDataset(JpegDataset):
         files: per sample, ``"<shard file name>:<key>"`` -- the name error messages use.
 
     Bad data: a sample whose bytes lie past the end of a truncated shard, whose tar header
-    is damaged, that has no image member, or whose image does not decode raises
-    :class:`fastprep.io.DecodeError` naming the shard and the key (or is replaced, with
-    ``on_error="skip"``). A truncated shard also warns once when the dataset is opened.
+    is damaged, that has no image member, whose shard was replaced by a FIFO, a directory
+    or a device (never opened for reading: no read blocks), or whose image does not decode
+    raises :class:`fastprep.io.DecodeError` naming the shard and the key (or is replaced,
+    with ``on_error="skip"``). A truncated shard also warns once when the dataset is opened.
+
+    Pins: the manifest of ``fastprep.pack`` records each shard's ``digest``
+    (:func:`index_digest`). An index must have it, and a shard whose index is missing is
+    scanned and must give it, so a shard replaced by another one is refused at open (or,
+    with its index kept and the same size, when a sample is read) instead of being read as
+    the other one. A manifest without digests is read as before, with a warning when a
+    shard had to be scanned.
 
     Raises:
         FileNotFoundError: no manifest, or a shard listed in it is missing (its path is named).
+        OSError: the manifest, an index or a shard is not a regular file (a FIFO, a
+            directory, a device), at open.
         ValueError: the manifest, an index or a shard do not match one another (wrong
             counts, offsets out of order or out of bounds, a shard larger than recorded, a
-            tar header that names another member) -- at open, or when the sample is read.
+            shard or index listed twice, targets other than 0 without classes, an index or
+            a shard without its pin, a truncated shard without its index, a tar header that
+            names another member) -- at open, or when the sample is read.
     """
 
     def __init__(self, root, transform=None, on_error: str = "raise", **kwargs):
@@ -403,23 +518,33 @@ class ShardDataset(JpegDataset):
         self._shard_names = [entry["name"] for entry in manifest["shards"]]
         self.shards = [self._storage.path(name) for name in self._shard_names]
         names, targets, shard_ids, offsets, sizes, exts = [], [], [], [], [], []
-        truncated = []
+        truncated: list[str] = []
+        unpinned: list[str] = []
         for shard_id, entry in enumerate(manifest["shards"]):
             size = self._storage.size(entry["name"])
             if size > entry["bytes"]:
                 raise ValueError(f"shard {self.shards[shard_id]!r} has {size} bytes, the manifest records "
                                  f"{entry['bytes']}: the manifest does not match the shards (re-run fastprep.pack)")
-            if size < entry["bytes"]:
-                truncated.append(f"{self.shards[shard_id]!r} ({size} of {entry['bytes']} bytes)")
-            index = self._load_index(entry, len(self.classes))
+            index = self._load_index(entry, size, unpinned)
+            lost = 0 if size == entry["bytes"] else sum(
+                1 for ext, offset, n in zip(index["extensions"], index["offsets"], index["sizes"])
+                if ext is not None and offset + n > size)
+            if lost:
+                truncated.append(f"{self.shards[shard_id]!r} ({size} of {entry['bytes']} bytes, {lost} of "
+                                 f"{entry['num_samples']} samples past the end)")
             names += [f"{entry['name']}:{k}" for k in index["keys"]]
             exts += index["extensions"]
             targets += index["targets"]
             offsets += index["offsets"]
             sizes += index["sizes"]
             shard_ids += [shard_id] * entry["num_samples"]
+        if unpinned:
+            warnings.warn(f"shards indexed by a scan that nothing could check: {', '.join(unpinned)} (the manifest "
+                          "pins no 'digest' for them -- written by an older fastprep.pack, or by hand -- so a shard "
+                          "replaced by another one is read as it is; re-pack with python -m fastprep.pack, or add "
+                          "each shard's digest: docs/pack.md)", UserWarning, stacklevel=2)
         if truncated:
-            warnings.warn(f"truncated shards: {', '.join(truncated)}; their samples past the end fail "
+            warnings.warn(f"truncated shards: {', '.join(truncated)}; those samples fail "
                           "(DecodeError, or skipped with on_error='skip')", UserWarning, stacklevel=2)
         self._shard_ids = np.asarray(shard_ids, dtype=np.int32)
         self._offsets = np.asarray(offsets, dtype=np.int64)
@@ -429,29 +554,74 @@ class ShardDataset(JpegDataset):
         self._native_shard = [_utf8_path(path) for path in self.shards]
         super().__init__(names, targets, transform, on_error, **kwargs)
 
-    def _load_index(self, entry: dict, num_classes: int) -> dict:
-        """The shard's member index: its side file, or a scan of the tar (then cached)."""
-        where = f"index {self._storage.path(entry['index'])!r}"
+    def _load_index(self, entry: dict, size: int, unpinned: list[str]) -> dict:
+        """The shard's member index, checked against the manifest's entry (its pin too) and
+        against the shard (``size`` bytes): its side file, or a scan of the tar (then cached).
+        A rescanned shard the manifest does not pin is appended to ``unpinned``."""
         raw = self._storage.read_all(entry["index"])
-        if raw is not None:
-            try:
-                index = json.loads(raw)
-            except ValueError as e:
-                raise ValueError(f"{where} is not valid JSON: {e}") from None
-        else:
-            shard_path = self._storage.path(entry["name"])
-            try:
-                with self._storage.open(entry["name"]) as f:
-                    index = scan_shard(f, entry["name"])
-            except FileNotFoundError:
-                raise FileNotFoundError(f"shard missing: {shard_path!r}") from None
-            if len(index["keys"]) != entry["num_samples"]:
-                raise ValueError(f"shard {shard_path!r} holds {len(index['keys'])} samples, the manifest "
-                                 f"records {entry['num_samples']}: the manifest does not match the shards")
-            where = f"the scan of {shard_path!r}"
-            self._storage.write_atomic(entry["index"], json.dumps(index, separators=(",", ":")).encode())
-        _check_index(index, entry, num_classes, where)
+        if raw is None:
+            return self._rescan(entry, size, unpinned)
+        where = f"index {self._storage.path(entry['index'])!r}"
+        try:
+            index = json.loads(raw)
+        except ValueError as e:
+            raise ValueError(f"{where} is not valid JSON: {e}") from None
+        _check_index(index, entry, len(self.classes), where)
+        pin = entry.get("digest")
+        if pin is not None and index_digest(index) != pin:
+            raise ValueError(f"{where} is not the index the manifest pins for shard "
+                             f"{self._storage.path(entry['name'])!r}: its digest is {index_digest(index)}, the "
+                             f"manifest's {pin} (an edited index, or one of other shards: delete it to rebuild it "
+                             "from the shard, or re-pack)")
+        if size < entry["bytes"]:
+            self._check_first_member(entry, index, size)
         return index
+
+    def _rescan(self, entry: dict, size: int, unpinned: list[str]) -> dict:
+        """The index of a shard whose index file is missing, from its tar headers; compared
+        with the manifest's pin, so that another shard (or a truncated one) is not read as
+        this one."""
+        shard_path = self._storage.path(entry["name"])
+        pin = entry.get("digest")
+        try:
+            with self._storage.open(entry["name"]) as f:
+                index, end = _scan(f, entry["name"])
+                f.seek(end)
+                complete = f.read(2 * _BLOCK) == bytes(2 * _BLOCK)  # the end-of-archive blocks are there
+        except FileNotFoundError:
+            raise FileNotFoundError(f"shard missing: {shard_path!r}") from None
+        except ValueError as e:
+            if pin is not None:
+                raise _not_pinned_shard(shard_path, entry, size, None, str(e)) from e
+            raise
+        if pin is not None and index_digest(index) != pin:
+            raise _not_pinned_shard(shard_path, entry, size, index, "" if complete else
+                                    f"its tar ends after {len(index['keys'])} samples")
+        if pin is None:
+            unpinned.append(repr(shard_path))
+        if len(index["keys"]) != entry["num_samples"]:
+            raise ValueError(f"shard {shard_path!r} holds {len(index['keys'])} samples, the manifest "
+                             f"records {entry['num_samples']}: the manifest does not match the shards")
+        _check_index(index, entry, len(self.classes), f"the scan of {shard_path!r}")
+        self._storage.write_atomic(entry["index"], json.dumps(index, separators=(",", ":")).encode())
+        return index
+
+    def _check_first_member(self, entry: dict, index: dict, size: int) -> None:
+        """Raise ValueError when the first image member of a shard shorter than recorded is
+        not the one its index names: the shard was replaced by another one, it is not
+        truncated. One header read."""
+        for key, ext, offset, n in zip(index["keys"], index["extensions"], index["offsets"], index["sizes"]):
+            if ext is None:
+                continue
+            if offset + n > size:
+                return  # past the end already: nothing to compare
+            why = _check_header(bytes(self._storage.read_range(entry["name"], offset - _BLOCK, _BLOCK)),
+                                f"{key}.{ext}", n)
+            if why is not None and why != "checksum":  # a damaged header fails when read
+                raise ValueError(f"shard {self._storage.path(entry['name'])!r} ({size} of {entry['bytes']} bytes) "
+                                 f"is not the shard its index describes: {why} (a shard replaced by another one: "
+                                 "restore it, or re-pack)")
+            return
 
     def read_encoded(self, index: int) -> tuple[torch.Tensor, str]:
         """``(image bytes as a uint8 1-D tensor, "<shard>:<key>")`` of sample ``index``: one

@@ -91,10 +91,11 @@ def _check_keys(samples) -> list[str]:
 
 def _read_and_transcode(job):
     """Worker: (path, options) -> (kind, bytes, input size, reason); kind as in pack_folder."""
+    from fastprep.data._files import read_regular
+
     path, opts = job
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular(path)  # a FIFO swapped in after the listing is refused, not read
     except OSError as e:
         return "error", b"", 0, f"cannot read: {e}"
     kind, out, reason = _transcode(data, opts)
@@ -140,7 +141,7 @@ class _ShardWriter:
 
     def finish(self) -> dict:
         """Close, rename into place, write the index; the manifest's entry for this shard."""
-        from fastprep.data.shards import FORMAT, FORMAT_VERSION
+        from fastprep.data.shards import FORMAT, FORMAT_VERSION, index_digest
 
         self.tar.close()
         path = os.path.join(self.dst, self.name)
@@ -150,7 +151,8 @@ class _ShardWriter:
                  "pack": {"options": self.options, "bytes": size, "sources": self.sources}}
         index_name = _shard_name(self.number, "idx.json")
         _write_json(os.path.join(self.dst, index_name), index)
-        return {"name": self.name, "index": index_name, "num_samples": self.num_samples, "bytes": size}
+        return {"name": self.name, "index": index_name, "num_samples": self.num_samples, "bytes": size,
+                "digest": index_digest(index)}
 
     def abandon(self):
         try:
@@ -171,27 +173,31 @@ def _kept_shards(dst: str, sources, targets, options: dict):
     """The manifest entries and index pack states of the complete shards from an earlier run
     that still match the sources (in order, from the first shard; stops at the first that
     does not)."""
+    from fastprep.data._files import read_regular
+    from fastprep.data.shards import index_digest
+
     kept: list = []
     position = 0
     while True:
         index_path = os.path.join(dst, _shard_name(len(kept), "idx.json"))
         try:
-            with open(index_path, encoding="utf-8") as f:
-                index = json.load(f)
+            index = json.loads(read_regular(index_path).decode("utf-8"))
             state = index["pack"]
-            shard_size = os.path.getsize(os.path.join(dst, index["shard"]))
+            shard_size = os.stat(os.path.join(dst, index["shard"])).st_size
             recorded = [tuple(s[:3]) for s in state["sources"]]
+            digest = index_digest(index)
         except (OSError, ValueError, KeyError, TypeError):
             return kept
         n = len(recorded)
-        if (state.get("options") != options or shard_size != state.get("bytes") or n == 0
+        if (index["shard"] != _shard_name(len(kept)) or state.get("options") != options
+                or shard_size != state.get("bytes") or n == 0
                 or recorded != sources[position:position + n]
                 or any(s[3] == "error" for s in state["sources"])
                 or index["targets"] != [targets[position + i] for i, s in enumerate(state["sources"])
                                         if s[3] != "failed-skipped"]):
             return kept
         kept.append(({"name": index["shard"], "index": _shard_name(len(kept), "idx.json"),
-                      "num_samples": len(index["keys"]), "bytes": shard_size}, state))
+                      "num_samples": len(index["keys"]), "bytes": shard_size, "digest": digest}, state))
         position += n
 
 
@@ -218,7 +224,8 @@ def pack_shards(src: str | os.PathLike, dst: str | os.PathLike, *, shard_size=DE
     is closed when the next sample would take it past ``shard_size`` (a sample larger than
     that gets a shard of its own). ``dst`` then holds ``shard-NNNNNN.tar``, their member
     indexes ``shard-NNNNNN.idx.json`` and the manifest ``fastprep-shards.json``, written
-    last. Resumable: the complete shards of an earlier run whose sources (paths, sizes,
+    last, which pins each shard (``digest``: :func:`fastprep.data.shards.index_digest`).
+    Resumable: the complete shards of an earlier run whose sources (paths, sizes,
     modification times, classes) and options are unchanged are kept, the rest redone.
 
     Args:
