@@ -4,7 +4,7 @@ Shared by the datasets (per-sample files) and the shard reader (shards, indexes,
 manifests): a FIFO opened for reading blocks until a writer appears, and a device may act
 on open, so the path is refused by ``stat`` before it is opened and again by ``fstat`` of
 a non-blocking descriptor after (against a swap in between). The native readers
-(``csrc/plan_batch.cpp``, ``open_regular``) apply the same rule.
+(``csrc/readers/read_files.cpp``, ``open_regular``) apply the same rule.
 """
 
 from __future__ import annotations
