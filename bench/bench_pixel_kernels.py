@@ -5,7 +5,7 @@ on one image (default 224x224, 3 channels, uint8; erase also float32).
 ``apply_pixel_kernel`` copies the image and dispatches by name; its own cost is measured on the
 same image with an erase of an empty rectangle (a kernel that returns at once), and the "net"
 columns subtract it. The four calls of a case (torchvision, reference, fast, empty erase) are
-made in turn, so that the load of the machine falls on all alike. Every case is
+timed in blocks taken in turn (10 rounds), so that the load of the machine falls on all alike. Every case is
 checked bit-equal with torchvision before it is timed. Each time is the median of ``--runs``
 calls (after 20 warm-up calls).
 
@@ -51,18 +51,21 @@ def _cases(img: torch.Tensor) -> dict[str, tuple[Callable, torch.Tensor, list[in
     }
 
 
-def _medians_us(fns: list[Callable[[], object]], runs: int) -> list[float]:
-    """Median time of each of ``fns``, in microseconds, called in turn ``runs`` times (so that a
-    change of load on the machine falls on all of them alike)."""
-    for _ in range(20):
-        for fn in fns:
+def _medians_us(fns: list[Callable[[], object]], runs: int, rounds: int = 10) -> list[float]:
+    """Median time of each of ``fns``, in microseconds, over ``runs`` calls each: ``rounds``
+    rounds of a block of calls of each function in turn (so that a change of load on the
+    machine falls on all of them alike, while each block runs in its own steady state)."""
+    for fn in fns:
+        for _ in range(20):
             fn()
+    block = max(1, runs // rounds)
     times: list[list[int]] = [[] for _ in fns]
-    for _ in range(runs):
+    for _ in range(rounds):
         for fn, t in zip(fns, times):
-            t0 = time.perf_counter_ns()
-            fn()
-            t.append(time.perf_counter_ns() - t0)
+            for _ in range(block):
+                t0 = time.perf_counter_ns()
+                fn()
+                t.append(time.perf_counter_ns() - t0)
     return [statistics.median(t) / 1000 for t in times]
 
 
@@ -96,8 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
     apply = torch.ops.fastprep.apply_pixel_kernel
 
     print(platform_info.describe())
-    print(f"torch {torch.__version__}, 1 thread, {h}x{w}x3, median of {args.runs} calls, interleaved; net: less "
-          "apply_pixel_kernel's own cost (copy + dispatch: an empty erase on the same image)")
+    print(f"torch {torch.__version__}, 1 thread, {h}x{w}x3, median of {args.runs} calls in 10 interleaved rounds; "
+          "net: less apply_pixel_kernel's own cost (copy + dispatch: an empty erase on the same image)")
     print(f"{'kernel':24s} {'torchvision':>11s} {'reference':>10s} {'fast':>8s} {'overhead':>9s} {'fast net':>9s} "
           f"{'tv/fast':>8s} {'tv/net':>7s}  status")
     results = {}

@@ -150,6 +150,14 @@ class TestEraseKernel:
                 check_all_variants("erase", F.erase(img, i, j, eh, ew, noise), img, ints=(i, j, eh, ew, 0, 0),
                                    extras=(noise,))
 
+    def test_rectangle_past_the_edges_is_clipped_as_python_slices(self):
+        for img in (IMAGES[0], IMAGES[0].float()):
+            c, h, w = img.shape
+            for i, j, eh, ew in [(h - 2, w - 3, 10, 10), (h, 0, 5, w), (0, w + 4, 3, 3), (0, 0, h + 100, w + 100)]:
+                v = torch.tensor([-7.25])[:, None, None]
+                check_all_variants("erase", F.erase(img, i, j, eh, ew, v), img, ints=(i, j, eh, ew, -1, 1),
+                                   floats=(-7.25,))
+
     def test_bad_steps(self):
         img = IMAGES[0]
         for variant in VARIANTS:
