@@ -55,3 +55,12 @@ def test_bench_window_bytes_counts(bench_path):
     bounds = layout["starts"] + [layout["end"]]
     want = sum(bounds[k + 1] - bounds[k] for row in (1, 2, 3) for k in range(row * 23 + 2, row * 23 + 5))
     assert (nbytes, ranges) == (want, 3)
+
+
+def test_bench_pixel_kernels_quick(bench_path, capsys):
+    """Every case runs and is bit-equal with torchvision (the script checks before timing)."""
+    import bench_pixel_kernels
+
+    report = bench_pixel_kernels.main(["--runs", "2", "--size", "17x19"])
+    assert set(report["results"]) >= {"posterize", "solarize", "autocontrast", "equalize", "invert", "erase"}
+    assert "interleaved" in capsys.readouterr().out

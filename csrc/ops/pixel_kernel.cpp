@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace fastprep {
@@ -169,11 +170,12 @@ PixelStep make_step(int64_t id, const std::vector<int64_t>& ints, const std::vec
   return step;
 }
 
-// apply_pixel_kernel(image [C, H, W] uint8 or float32, name, ints, floats, variant): the kernel
-// on a copy of `image`; variant 0 what the batch op runs, 1 the reference, 2 the fast kernel
-// (an error when it has none).
+// apply_pixel_kernel(image [C, H, W] uint8 or float32, name, ints, floats, variant, extras): the
+// kernel on a copy of `image`; variant 0 what the batch op runs, 1 the reference, 2 the fast
+// kernel (an error when it has none); `extras` are the step's kept tensors (RandomErasing's noise).
 at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, const std::vector<int64_t>& ints,
-                              const std::vector<double>& floats, int64_t variant) {
+                              const std::vector<double>& floats, int64_t variant,
+                              const std::optional<std::vector<at::Tensor>>& extras) {
   TORCH_CHECK_VALUE(image.dim() == 3 && image.device().is_cpu(), "image must be a [C, H, W] CPU tensor, got shape ",
                     image.sizes(), " on ", image.device());
   TORCH_CHECK_TYPE(image.scalar_type() == at::kByte || image.scalar_type() == at::kFloat,
@@ -186,6 +188,7 @@ at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, 
   Image img{out.data_ptr(), out.scalar_type(), out.size(0), out.size(1), out.size(2), out.numel()};
   const PixelStep step = make_step(id, ints, floats);
   KernelScratch scratch;
+  if (extras.has_value()) scratch.extras = {extras->data(), (int64_t)extras->size()};
   {
     const c10::ParallelGuard inline_aten(true);
     const bool fast = variant == 2 || (variant == 0 && e.use_fast);
@@ -211,7 +214,8 @@ std::string pixel_kernel_names() {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
-  m.def("apply_pixel_kernel(Tensor image, str name, int[] ints, float[] floats, int variant=0) -> Tensor");
+  m.def("apply_pixel_kernel(Tensor image, str name, int[] ints, float[] floats, int variant=0, Tensor[]? extras=None) -> "
+        "Tensor");
   m.def("pixel_kernel_info(str name) -> str");
   m.def("pixel_kernel_names() -> str");
 }
