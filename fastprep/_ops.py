@@ -104,7 +104,7 @@ def _decode_batch_fake(data, plans, steps, extras, fills, out, decode_channels, 
 
 
 @torch.library.register_fake("fastprep::apply_pixel_kernel")
-def _apply_pixel_kernel_fake(image, name, ints, floats, variant=0):
+def _apply_pixel_kernel_fake(image, name, ints, floats, variant=0, extras=None, extra=-1):
     torch._check(image.dim() == 3)
     # a kernel may reduce the channels (rgb_to_grayscale to 1)
     channels = torch.library.get_ctx().new_dynamic_size(min=1, max=image.shape[0])

@@ -11,9 +11,9 @@ import torchvision.transforms.v2.functional as F
 from fastprep import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 
 
-def apply_kernel(img, name, ints=(), floats=(), variant=0, extras=()):
+def apply_kernel(img, name, ints=(), floats=(), variant=0, extras=(), extra=-1):
     return torch.ops.fastprep.apply_pixel_kernel(img, name, list(ints), [float(f) for f in floats], variant,
-                                                 list(extras))
+                                                 list(extras), extra)
 
 
 def kernel_status(name):
@@ -41,9 +41,9 @@ IMAGES = point_images()
 VARIANTS = (0, 1, 2)
 
 
-def check_all_variants(name, want, img, ints=(), floats=(), extras=()):
+def check_all_variants(name, want, img, ints=(), floats=(), extras=(), extra=-1):
     for variant in VARIANTS:
-        got = apply_kernel(img, name, ints, floats, variant, extras)
+        got = apply_kernel(img, name, ints, floats, variant, extras, extra)
         assert got.dtype == want.dtype and torch.equal(got, want), (name, ints, floats, variant, tuple(img.shape))
 
 
@@ -148,7 +148,7 @@ class TestEraseKernel:
                                        ints=(i, j, eh, ew, -1, len(values)), floats=values)
                 noise = torch.empty([c, eh, ew], dtype=torch.float32).normal_(generator=g) * (1 + 60 * (k % 2))
                 check_all_variants("erase", F.erase(img, i, j, eh, ew, noise), img, ints=(i, j, eh, ew, 0, 0),
-                                   extras=(noise,))
+                                   extras=(noise,), extra=0)
 
     def test_rectangle_past_the_edges_is_clipped_as_python_slices(self):
         for img in (IMAGES[0], IMAGES[0].float()):
@@ -166,6 +166,6 @@ class TestEraseKernel:
             with pytest.raises(ValueError, match="values for an image of 3 channels"):
                 apply_kernel(img, "erase", (0, 0, 2, 2, -1, 2), (0.0, 1.0), variant)
             with pytest.raises(ValueError, match="noise tensor 0 of 0"):
-                apply_kernel(img, "erase", (0, 0, 2, 2, 0, 0), (), variant)
+                apply_kernel(img, "erase", (0, 0, 2, 2, 0, 0), (), variant, extra=0)
             with pytest.raises(ValueError, match=r"float32 \[3, 2, 2\]"):
-                apply_kernel(img, "erase", (0, 0, 2, 2, 0, 0), (), variant, extras=(torch.zeros(3, 2, 3),))
+                apply_kernel(img, "erase", (0, 0, 2, 2, 0, 0), (), variant, extras=(torch.zeros(3, 2, 3),), extra=0)

@@ -22,8 +22,8 @@ struct Region {
   int64_t top, left, height, width;
 };
 
-// i0..i3 = i, j, h, w; i4 = index of the noise in the step's extras, or -1; i5 = number of
-// values in f (1 or the image's channels).
+// i0..i3 = i, j, h, w; i5 = number of values in f (1 or the image's channels; 0 with noise);
+// the step's `extra`: the index of the noise in the sample's extras, or -1.
 Region erase_region(const PixelStep& s, const Image& im) {
   TORCH_CHECK_VALUE(s.i[0] >= 0 && s.i[1] >= 0 && s.i[2] >= 0 && s.i[3] >= 0,
                     "erase: i, j, h, w must not be negative, got ", s.i[0], ", ", s.i[1], ", ", s.i[2], ", ", s.i[3]);
@@ -37,10 +37,10 @@ Region erase_region(const PixelStep& s, const Image& im) {
 
 // The noise tensor of a 'random' erase, checked against the region; nullptr for values.
 const at::Tensor* erase_noise(const PixelStep& s, const Image& im, const Region& r, const KernelScratch& scratch) {
-  if (s.i[4] < 0) return nullptr;
-  TORCH_CHECK_VALUE(s.i[4] < scratch.extras.count, "erase: noise tensor ", s.i[4], " of ", scratch.extras.count,
+  if (s.extra < 0) return nullptr;
+  TORCH_CHECK_VALUE(s.extra < scratch.extras.count, "erase: noise tensor ", s.extra, " of ", scratch.extras.count,
                     " kept by the draws");
-  const at::Tensor& v = scratch.extras.tensors[s.i[4]];
+  const at::Tensor& v = scratch.extras.tensors[s.extra];
   TORCH_CHECK_VALUE(v.device().is_cpu() && v.scalar_type() == at::kFloat && v.dim() == 3 && v.size(0) == im.channels &&
                         v.size(1) == r.height && v.size(2) == r.width && v.is_contiguous(),
                     "erase: the noise must be a contiguous float32 [", im.channels, ", ", r.height, ", ", r.width,
@@ -130,7 +130,6 @@ std::vector<PixelStep> erase_probes() {
     for (int repeat = 0; repeat < 3; repeat++) {
       PixelStep s;
       for (int f = 0; f < 4; f++) s.i[f] = rect[f];
-      s.i[4] = -1;
       s.i[5] = 1;
       s.f[0] = values[k++ % (sizeof(values) / sizeof(values[0]))];
       out.push_back(s);
@@ -138,8 +137,8 @@ std::vector<PixelStep> erase_probes() {
   return out;
 }
 
-FP_REGISTER_PIXEL_KERNEL({"erase", "i0..i3=i, j, h, w; i4=noise index in the extras or -1; i5=number of values; "
-                          "f0..=values", erase_ref, erase_fast, erase_probes});
+FP_REGISTER_PIXEL_KERNEL({"erase", "i0..i3=i, j, h, w; i5=number of values; f0..=values; extra=the noise, or -1",
+                          erase_ref, erase_fast, erase_probes});
 
 }  // namespace
 }  // namespace fastprep
@@ -180,8 +179,9 @@ void draw_random_erasing(const NodeSpec& node, DrawContext& ctx) {
     const int64_t i = ctx.draws.randint(0, h - eh + 1);
     const int64_t j = ctx.draws.randint(0, w - ew + 1);
     PixelStep& s = ctx.emit(kernel);
-    const int64_t ints[kStepInts] = {i, j, eh, ew, noise, count};
+    const int64_t ints[kStepInts] = {i, j, eh, ew, 0, count};
     std::copy(ints, ints + kStepInts, s.i);
+    s.extra = noise;
     for (int64_t k = 0; k < count; k++) s.f[k] = f[5 + k];
     return;
   }

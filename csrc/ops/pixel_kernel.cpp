@@ -172,10 +172,11 @@ PixelStep make_step(int64_t id, const std::vector<int64_t>& ints, const std::vec
 
 // apply_pixel_kernel(image [C, H, W] uint8 or float32, name, ints, floats, variant, extras): the
 // kernel on a copy of `image`; variant 0 what the batch op runs, 1 the reference, 2 the fast
-// kernel (an error when it has none); `extras` are the step's kept tensors (RandomErasing's noise).
+// kernel (an error when it has none); `extras` are the sample's kept tensors (RandomErasing's
+// noise) and `extra` the step's index into them (-1: none).
 at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, const std::vector<int64_t>& ints,
                               const std::vector<double>& floats, int64_t variant,
-                              const std::optional<std::vector<at::Tensor>>& extras) {
+                              const std::optional<std::vector<at::Tensor>>& extras, int64_t extra) {
   TORCH_CHECK_VALUE(image.dim() == 3 && image.device().is_cpu(), "image must be a [C, H, W] CPU tensor, got shape ",
                     image.sizes(), " on ", image.device());
   TORCH_CHECK_TYPE(image.scalar_type() == at::kByte || image.scalar_type() == at::kFloat,
@@ -186,7 +187,8 @@ at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, 
   TORCH_CHECK_VALUE(variant != 2 || e.def.fast != nullptr, "pixel kernel '", name, "' has no fast variant");
   at::Tensor out = image.contiguous().clone();
   Image img{out.data_ptr(), out.scalar_type(), out.size(0), out.size(1), out.size(2), out.numel()};
-  const PixelStep step = make_step(id, ints, floats);
+  PixelStep step = make_step(id, ints, floats);
+  step.extra = extra;
   KernelScratch scratch;
   if (extras.has_value()) scratch.extras = {extras->data(), (int64_t)extras->size()};
   {
@@ -214,8 +216,8 @@ std::string pixel_kernel_names() {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
-  m.def("apply_pixel_kernel(Tensor image, str name, int[] ints, float[] floats, int variant=0, Tensor[]? extras=None) -> "
-        "Tensor");
+  m.def("apply_pixel_kernel(Tensor image, str name, int[] ints, float[] floats, int variant=0, Tensor[]? extras=None, "
+        "int extra=-1) -> Tensor");
   m.def("pixel_kernel_info(str name) -> str");
   m.def("pixel_kernel_names() -> str");
 }

@@ -77,5 +77,5 @@ class NativeRandomErasing(NativeTransform):
             i = draws.randint(0, h - eh + 1)
             j = draws.randint(0, w - ew + 1)
             values = t.value or []
-            steps.emit("erase", (i, j, eh, ew, noise, len(values)), values)
+            steps.emit("erase", (i, j, eh, ew, 0, len(values)), values, extra=noise)
             return
