@@ -341,15 +341,15 @@ bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& lay
   size_t planned = 0;  // the next plan entry
   uint64_t start = bases.next(4);
   if (start != 0) return false;  // the first interval starts with the scan
-  for (uint64_t i = 0; i <= last; i++) {
+  for (uint64_t i = 0, j = 0; i <= last; i++) {  // j: interval i's place in its group
     // The next interval's start (its marker ends 2 bytes before), or the end of the EOI marker.
     uint64_t next;
-    if (i + 1 == N)
-      next = eoi + 2;
-    else if ((i + 1) % n != 0)
+    if (++j < n) {
       next = start + deltas.next((int)w);
-    else
-      next = bases.next(4);
+    } else {
+      j = 0;
+      next = i + 1 < N ? bases.next(4) : eoi + 2;
+    }
     if (next < start + 3 || next > limit) return false;
     const uint8_t* marker = data + scan + next - 2;
     if (marker[0] != 0xFF || marker[1] != (i + 1 == N ? 0xD9 : 0xD0 + i % 8)) return false;
