@@ -48,6 +48,17 @@ class BlobCursor {
     while (chunk_ < chunks_.size() && pos >= chunks_[chunk_].second) pos -= chunks_[chunk_++].second;
     enter(pos);
   }
+  // The next `len` bytes, in place when they lie in one chunk, else copied into `spill`.
+  const uint8_t* take(size_t len, std::vector<uint8_t>* spill) {
+    if ((size_t)(end_ - p_) >= len) {
+      const uint8_t* at = p_;
+      p_ += len;
+      return at;
+    }
+    spill->resize(len);
+    for (size_t k = 0; k < len; k++) (*spill)[k] = (uint8_t)next(1);
+    return spill->data();
+  }
   // The next `width` bytes (0..4) as a big-endian unsigned.
   uint64_t next(int width) {
     uint64_t v = 0;
@@ -306,6 +317,35 @@ void spans_from_scan(const std::vector<size_t>& starts, const std::vector<size_t
   }
 }
 
+namespace {
+
+// offs[k + 1] = offs[k] + the k-th of `count` big-endian W-byte distances at `d`; returns
+// the smallest distance (UINT64_MAX when there is none).
+template <int W>
+uint64_t add_distances(const uint8_t* d, uint64_t count, uint64_t* offs) {
+  uint64_t off = offs[0], smallest = UINT64_MAX;
+  for (uint64_t k = 0; k < count; k++, d += W) {
+    uint64_t v = 0;
+    for (int b = 0; b < W; b++) v = (v << 8) | d[b];
+    off += v;
+    offs[k + 1] = off;
+    smallest = v < smallest ? v : smallest;
+  }
+  return smallest;
+}
+
+uint64_t add_distances(int width, const uint8_t* d, uint64_t count, uint64_t* offs) {
+  switch (width) {
+    case 1: return add_distances<1>(d, count, offs);
+    case 2: return add_distances<2>(d, count, offs);
+    case 3: return add_distances<3>(d, count, offs);
+    case 4: return add_distances<4>(d, count, offs);
+    default: return UINT64_MAX;  // no distances (one interval per group)
+  }
+}
+
+}  // namespace
+
 bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& layout, const SplicePlan& plan,
                       std::vector<IntervalSpan>* spans) {
   if (layout.index_chunks.empty() || !layout.eligible || layout.scan_start >= size || plan.intervals.empty())
@@ -338,24 +378,34 @@ bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& lay
   BlobCursor deltas(data, layout.index_chunks, kBlobHeader + 4 * G);
   spans->clear();
   spans->reserve(plan.intervals.size());
-  size_t planned = 0;  // the next plan entry
-  uint64_t start = bases.next(4);
-  if (start != 0) return false;  // the first interval starts with the scan
-  for (uint64_t i = 0, j = 0; i <= last; i++) {  // j: interval i's place in its group
-    // The next interval's start (its marker ends 2 bytes before), or the end of the EOI marker.
-    uint64_t next;
-    if (++j < n) {
-      next = start + deltas.next((int)w);
-    } else {
-      j = 0;
-      next = i + 1 < N ? bases.next(4) : eoi + 2;
+  // Group by group (an MCU row, or one interval): offs = where its intervals start, then
+  // where the next group starts (after the last group: the end of EOI). The markers are
+  // read with no branch per interval, so the walk runs at the speed of the reads.
+  std::vector<uint64_t> offs((size_t)n + 1);
+  std::vector<uint8_t> spill;  // a group's distances when they straddle two segments
+  uint64_t base = bases.next(4);
+  if (base != 0) return false;  // the first interval starts with the scan
+  size_t planned = 0;          // the next plan entry
+  for (uint64_t g = 0, i0 = 0; g <= last / n; g++, i0 += n) {
+    offs[0] = base;
+    const uint64_t shortest = add_distances((int)w, deltas.take((size_t)((n - 1) * w), &spill), n - 1, offs.data());
+    base = g + 1 < G ? bases.next(4) : eoi + 2;
+    offs[n] = base;
+    // Every interval holds at least a byte and its marker; all of them inside the buffer.
+    if (shortest < 3 || base < offs[n - 1] + 3 || base > limit) return false;
+    const uint64_t checked = std::min(n, last - i0 + 1);  // the group's intervals up to the window's last
+    unsigned bad = 0;
+    for (uint64_t j = 0; j < checked; j++) {
+      const uint8_t* marker = data + scan + offs[j + 1] - 2;
+      const uint64_t i = i0 + j;
+      bad |= (marker[0] ^ 0xFFu) | (marker[1] ^ (i + 1 == N ? 0xD9u : 0xD0u + (unsigned)(i & 7)));
     }
-    if (next < start + 3 || next > limit) return false;
-    const uint8_t* marker = data + scan + next - 2;
-    if (marker[0] != 0xFF || marker[1] != (i + 1 == N ? 0xD9 : 0xD0 + i % 8)) return false;
-    if (i == (uint64_t)plan.intervals[planned]) {
-      const size_t s = scan + (size_t)start;
-      size_t e = (size_t)(marker - data);
+    if (bad != 0) return false;
+    for (; planned < plan.intervals.size() && (uint64_t)plan.intervals[planned] < i0 + n; planned++) {
+      const uint64_t i = (uint64_t)plan.intervals[planned];
+      if (i < i0 || (planned > 0 && i <= (uint64_t)plan.intervals[planned - 1])) return false;  // not stream order
+      const size_t s = scan + (size_t)offs[i - i0];
+      size_t e = scan + (size_t)offs[i - i0 + 1] - 2;
       while (e > s && data[e - 1] == 0xFF) e--;  // fill bytes before the marker
       // No marker inside: every 0xFF of entropy-coded data is a stuffed 0xFF 0x00.
       for (const uint8_t* p = data + s;;) {
@@ -365,12 +415,9 @@ bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& lay
         p = q + 2;
       }
       spans->push_back({s, e});
-      if (++planned == plan.intervals.size()) return true;
-      if ((uint64_t)plan.intervals[planned] <= i) return false;  // not in stream order
     }
-    start = next;
   }
-  return false;
+  return planned == plan.intervals.size();
 }
 
 void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<IntervalSpan>& spans,
