@@ -266,10 +266,12 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
     context) are entropy-decoded, so the cost follows the window rather than the image.
     The markers are checked first: with the file's interval index, every restart marker
     from the start of the scan to the end of the window's last interval, at the offset the
-    index gives (two bytes each); without one, every marker of the scan (number, order,
-    end of scan). Any inconsistency, or any libjpeg warning in the needed intervals, falls
-    back to the path above, with its errors and warnings: a damaged marker before the
-    window gives the full decode's pixels and its :class:`DecodeWarning`.
+    index gives (two bytes each, but a memory read per interval: on large files with short
+    intervals that costs up to a pass over the file's bytes above the window, docs/pack.md);
+    without one, every marker of the scan (number, order, end of scan). Any
+    inconsistency, or any libjpeg warning in the needed intervals, falls back to the path
+    above, with its errors and warnings: a damaged marker before the window gives the
+    full decode's pixels and its :class:`DecodeWarning`.
 
     What the fast path does not look at may go unnoticed where a full decode would warn:
     damaged entropy-coded bytes in intervals the window does not need and markers after

@@ -185,6 +185,16 @@ class TestWritten:
         windows = random_windows(2048, 2048, 12, seed=5) + [(2020, 2000, 24, 48), (0, 0, 9, 9)]
         assert roi_matches(packed, full, windows, "UNCHANGED") is None
         assert index_stats()[0] == used0 + len(windows)
+        # a marker in the last segment's part of the index, damaged: windows below it fall
+        # back (the walk crossed every segment boundary to get there), windows above keep it
+        bad = _damage_marker(packed, len(index["starts"]) - 300, "renumbered")
+        bad_full, warned = _decode(fio.decode_jpeg, bad, "UNCHANGED")
+        assert warned == 1
+        for t, l, h, w in [(2040, 0, 8, 64), (0, 100, 64, 64)]:
+            used0 = index_stats()[0]
+            roi, roi_warned = _decode(fio.decode_jpeg_roi, bad, t, l, h, w, "UNCHANGED")
+            assert torch.equal(roi, bad_full[:, t:t + h, l:l + w]) and roi_warned == (t > 1000)
+            assert index_stats()[0] == used0 + (t < 1000)
 
 
 class TestRoi:
