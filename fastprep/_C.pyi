@@ -2,6 +2,8 @@
 through ``torch.ops.fastprep.*`` (schemas in csrc/ops.cpp); the module itself holds only
 these helpers."""
 
+import torch
+
 libjpeg_turbo_version: str
 """The libjpeg-turbo version the extension was compiled against, e.g. ``"2.1.5"``."""
 
@@ -20,3 +22,7 @@ def interval_index_stats() -> tuple[int, int]:
 def resize_isa(level: int, /) -> int:
     """resize_aa's kernel variant: -1 reads it, 0 (baseline) or 1 (AVX2) selects one, capped
     by the CPU; returns the variant in use. Use :func:`fastprep._kernels.isa.set_isa`."""
+
+def buffer_view(buffer: memoryview, /) -> torch.Tensor:
+    """A uint8 1-D tensor over the bytes of a C-contiguous buffer, read in place (no copy,
+    read-only buffers too): hand it only to ops that read it (``fastprep._checks.encoded_view``)."""
