@@ -1,7 +1,10 @@
 // Schemas of torch.ops.fastprep.* and the Python module object for fastprep._C.
 #include <Python.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <string>
 
 #include "isa.h"
@@ -78,6 +81,34 @@ static PyObject* take_warning(PyObject*, PyObject*) {
   return out;
 }
 
+// buffer_view(obj) -> Tensor: a uint8 1-D tensor over the bytes of `obj`, any C-contiguous
+// buffer (bytes, bytearray, memoryview, mmap, numpy array), read in place: no copy, and no
+// warning for read-only buffers, which torch.frombuffer and torch.from_numpy give. The
+// tensor holds the buffer (and so `obj`) until it is freed. torch has no read-only tensors,
+// so the caller (fastprep._checks.encoded_view) hands it only to ops that read their input
+// and never lets it out.
+static PyObject* buffer_view(PyObject*, PyObject* obj) {
+  Py_buffer* view = new Py_buffer;
+  if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+    delete view;
+    return nullptr;
+  }
+  // Released when the last holder goes: the tensor's storage, or this frame if from_blob throws.
+  const std::shared_ptr<Py_buffer> held(view, [](Py_buffer* v) {
+    const PyGILState_STATE gil = PyGILState_Ensure();  // a tensor may be freed without the GIL
+    PyBuffer_Release(v);
+    PyGILState_Release(gil);
+    delete v;
+  });
+  try {
+    return THPVariable_Wrap(at::from_blob(view->buf, {(int64_t)view->len}, [held](void*) {},
+                                          at::TensorOptions(at::kByte)));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
+    return nullptr;
+  }
+}
+
 // restart_stats() -> (taken, fallbacks): this thread's restart-interval ROI decodes, and
 // eligible files that fell back to the sequential path (for tests).
 static PyObject* restart_stats(PyObject*, PyObject*) {
@@ -105,6 +136,7 @@ static PyObject* native_isa(PyObject*, PyObject* arg) {
 
 static PyMethodDef methods[] = {
     {"take_warning", take_warning, METH_NOARGS, "Pending libjpeg warning of this thread, cleared."},
+    {"buffer_view", buffer_view, METH_O, "A uint8 1-D tensor over a C-contiguous buffer's bytes, not copied."},
     {"restart_stats", restart_stats, METH_NOARGS,
      "This thread's (restart-interval ROI decodes taken, eligible files that fell back)."},
     {"interval_index_stats", interval_index_stats, METH_NOARGS,

@@ -2,6 +2,8 @@
 through ``torch.ops.fastprep.*`` (schemas in csrc/ops.cpp); the module itself holds only
 these helpers."""
 
+import torch
+
 libjpeg_turbo_version: str
 """The libjpeg-turbo version the extension was compiled against, e.g. ``"2.1.5"``."""
 
@@ -21,3 +23,7 @@ def native_isa(level: int, /) -> int:
     """The C++ kernels' variant (csrc/isa.h: resize, the batch op's conversions, the pixel
     kernels): -1 reads it, 0 (baseline) or 1 (AVX2 + FMA) selects one, capped by the CPU;
     returns the variant in use. Use :func:`fastprep._kernels.isa.set_isa`."""
+
+def buffer_view(buffer: memoryview, /) -> torch.Tensor:
+    """A uint8 1-D tensor over the bytes of a C-contiguous buffer, read in place (no copy,
+    read-only buffers too): hand it only to ops that read it (``fastprep._checks.encoded_view``)."""

@@ -8,6 +8,7 @@ The texts are part of the behaviour (tests match them): change them here only on
 from __future__ import annotations
 
 import math
+import mmap
 import numbers
 import operator
 import os
@@ -17,12 +18,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import _C
+
 __all__ = [
     "MODE_NAMES",
     "ON_ERROR",
     "as_int",
     "dct_scale_num",
     "encoded_tensor",
+    "encoded_view",
     "fill_scalar",
     "fill_values",
     "float_dtype",
@@ -48,7 +52,9 @@ __all__ = [
 _INT64_MAX = (1 << 63) - 1
 
 #: Encoded bytes as the decode functions take them.
-Buffer = torch.Tensor | bytes | bytearray | memoryview | np.ndarray
+Buffer = torch.Tensor | bytes | bytearray | memoryview | mmap.mmap | np.ndarray
+
+_BUFFER_TYPES = "a uint8 tensor, bytes, bytearray, memoryview, mmap or numpy uint8 array"
 
 #: What a dataset does with a file it cannot read or decode.
 ON_ERROR = ("raise", "skip")
@@ -352,41 +358,60 @@ def dct_scale_num(scale: Any) -> int:
 
 
 def encoded_tensor(data: Buffer) -> torch.Tensor:
-    """Encoded bytes as a contiguous uint8 1-D CPU tensor, without a copy when possible."""
+    """Encoded bytes as a contiguous uint8 1-D CPU tensor that the caller may keep: the
+    caller's memory when it is a writable buffer, a copy of a read-only one (``bytes``, a
+    read-only memoryview, mmap or array) or of a non-contiguous one. For a call into an op
+    that only reads, :func:`encoded_view` copies nothing."""
     if isinstance(data, torch.Tensor):
-        if data.dtype != torch.uint8:
-            raise TypeError(f"data tensor must be uint8, got {data.dtype}")
-        if data.dim() != 1:
-            raise ValueError(f"data tensor must be 1-D, got shape {tuple(data.shape)}")
-        if data.device.type != "cpu":
-            raise ValueError(f"data tensor must be on the CPU, got {data.device}")
-        return data.contiguous()
+        return _checked_tensor(data)
+    flat = _contiguous_buffer(data)
+    if len(flat) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    if flat.readonly:
+        return torch.from_numpy(np.frombuffer(flat, dtype=np.uint8).copy())
+    return torch.frombuffer(flat, dtype=torch.uint8)
+
+
+def encoded_view(data: Buffer) -> torch.Tensor:
+    """Encoded bytes as a contiguous uint8 1-D CPU tensor over the caller's memory, for one
+    call into a fastprep op that only reads it (decode, header, transcode): ``bytes``,
+    ``bytearray``, memoryviews, mmaps and numpy arrays are read in place, read-only ones
+    included, without a copy and without torch's warning about non-writable buffers.
+
+    torch has no read-only tensors, so a view of a read-only buffer must not be kept or
+    returned: pass it to the op and drop it. Non-contiguous input (a strided memoryview,
+    array or tensor) is copied once into contiguous memory.
+    """
+    if isinstance(data, torch.Tensor):
+        return _checked_tensor(data)
+    return _C.buffer_view(_contiguous_buffer(data))
+
+
+def _checked_tensor(data: torch.Tensor) -> torch.Tensor:
+    if data.dtype != torch.uint8:
+        raise TypeError(f"data tensor must be uint8, got {data.dtype}")
+    if data.dim() != 1:
+        raise ValueError(f"data tensor must be 1-D, got shape {tuple(data.shape)}")
+    if data.device.type != "cpu":
+        raise ValueError(f"data tensor must be on the CPU, got {data.device}")
+    return data.contiguous()
+
+
+def _contiguous_buffer(data: Any) -> memoryview:
+    """``data`` (any accepted type but a tensor) as a C-contiguous memoryview of its bytes:
+    the caller's memory, or a copy where it is not contiguous."""
     if isinstance(data, np.ndarray):
         if data.dtype != np.uint8:
             raise TypeError(f"data array must be uint8, got {data.dtype}")
         if data.ndim != 1:
             raise ValueError(f"data array must be 1-D, got shape {data.shape}")
-        if data.flags.writeable and data.flags.c_contiguous:
-            return torch.from_numpy(data)
-        return torch.from_numpy(np.array(data, copy=True))
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return _buffer_tensor(memoryview(data))
+        flat: np.ndarray = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+        return memoryview(flat.data)
+    if isinstance(data, (bytes, bytearray, memoryview, mmap.mmap)):
+        view = memoryview(data)
+        if not view.c_contiguous:
+            view = memoryview(view.tobytes())
+        return view if view.format == "B" and view.ndim == 1 else view.cast("B")
     if isinstance(data, (str, os.PathLike)):
         raise TypeError("data must be encoded bytes, got a path; use fastprep.io.read_file(path) first")
-    raise TypeError(
-        f"data must be a uint8 tensor, bytes, bytearray, memoryview or numpy uint8 array, got {type(data).__name__}"
-    )
-
-
-def _buffer_tensor(view: memoryview) -> torch.Tensor:
-    if not view.c_contiguous:
-        raise ValueError(f"data memoryview must be C-contiguous, got strides {view.strides}")
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    if view.nbytes == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    if view.readonly:
-        out = torch.empty(view.nbytes, dtype=torch.uint8)
-        out.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
-        return out
-    return torch.frombuffer(view, dtype=torch.uint8)
+    raise TypeError(f"data must be {_BUFFER_TYPES}, got {type(data).__name__}")

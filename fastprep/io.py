@@ -1,9 +1,11 @@
 """Reading and decoding JPEG files.
 
 Everything here works on encoded bytes held in memory: a uint8 1-D CPU tensor, ``bytes``,
-``bytearray``, ``memoryview`` or a numpy uint8 array. Writable buffers are used without a
-copy; read-only ones (``bytes``, read-only memoryviews/arrays) are copied once into a tensor
-(a few microseconds for a typical photo, well under 1 % of a decode).
+``bytearray``, ``memoryview``, ``mmap.mmap`` or a numpy uint8 array (``numpy.memmap``
+too). All of them are read in place, read-only ones included: no call copies the file, so a
+window's cost does not grow with the file's size whatever the input type, and nothing is
+ever written into the caller's buffer. Only non-contiguous input (a strided tensor, array
+or memoryview) is copied once into contiguous memory.
 
 Decoding uses the system libjpeg-turbo through ``torch.ops.fastprep.*``. The ops release the
 GIL and keep no global state, so any number of threads may decode at once.
@@ -197,7 +199,7 @@ def jpeg_info(data: Buffer) -> JpegInfo:
     Raises:
         DecodeError: the headers are missing or invalid.
     """
-    header = JpegHeader._make(_call_op(torch.ops.fastprep.jpeg_info, _checks.encoded_tensor(data)).tolist())
+    header = JpegHeader._make(_call_op(torch.ops.fastprep.jpeg_info, _checks.encoded_view(data)).tolist())
     ncomp = header.components
     factors = header.sampling_factors()
     subsampling = None
@@ -241,7 +243,7 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
         uint8 tensor ``[C, H, W]``; ``(H, W) = scaled_size(height, width, scale)``. Contiguous,
         or with ``channels_last`` a permuted view of a contiguous ``[H, W, C]`` tensor.
     """
-    return _call_op(torch.ops.fastprep.decode_jpeg, _checks.encoded_tensor(data), _mode(mode),
+    return _call_op(torch.ops.fastprep.decode_jpeg, _checks.encoded_view(data), _mode(mode),
                     _checks.max_pixels(max_pixels), bool(strict), _checks.dct_scale_num(scale),
                     _checks.max_scans(max_scans), bool(channels_last))
 
@@ -262,10 +264,30 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
     :func:`transcode_jpeg` and ``python -m fastprep.pack`` make such files losslessly)
     are faster still: only the restart intervals that cover the window (plus one pixel of
     context) are entropy-decoded, so the cost follows the window rather than the image.
-    The markers are validated first (number, order, end of scan) and any inconsistency,
-    or any libjpeg warning in the needed intervals, falls back to the path above, with
-    its errors and warnings. Corruption confined to intervals the window does not need
-    is not looked at, so it may go unnoticed (a full decode would warn).
+    The markers are checked first: with the file's interval index, every restart marker
+    from the start of the scan to the end of the window's last interval, at the offset the
+    index gives (two bytes each, but a memory read per interval: on large files with short
+    intervals that costs up to a pass over the file's bytes above the window, docs/pack.md);
+    without one, every marker of the scan (number, order, end of scan). Any
+    inconsistency, or any libjpeg warning in the needed intervals, falls back to the path
+    above, with its errors and warnings: a damaged marker before the window gives the
+    full decode's pixels and its :class:`DecodeWarning`.
+
+    What the fast path does not look at may go unnoticed where a full decode would warn:
+    damaged entropy-coded bytes in intervals the window does not need and markers after
+    the window (neither changes the window's pixels in a full decode), and, in a file with
+    an interval index, a *new* marker that damage created in the entropy-coded data outside
+    the window (a byte turned into ``0xFF`` followed by a non-zero byte, or a stuffed
+    ``0xFF 0x00`` whose ``0x00`` changed): only reading every byte finds it. The window is
+    then the decode of its own intervals where the index locates them, i.e. the pixels
+    the file held there before the damage, while a full decode resynchronizes at the new
+    marker and, when it comes before the window, may put other pixels there.
+    With ``strict=True`` the index is not trusted alone: the whole scan is searched for
+    markers as in a file without an index (one pass over the file's bytes, so the cost
+    grows with the file: docs/pack.md), and anything out of place sends the decode to the
+    path above, which raises when it meets it before the window's last rows. So a strict
+    ROI decode that returns equals the full decode sliced (which may warn about damage
+    below the window), and one that raises has a full decode that raises with strict too.
 
     Args:
         data: encoded JPEG bytes.
@@ -283,7 +305,7 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
             over ``max_pixels``/``max_scans`` (every scan is decoded whatever the window).
         ValueError: a window that is empty or does not fit in the (scaled) image.
     """
-    return _call_op(torch.ops.fastprep.decode_jpeg_roi, _checks.encoded_tensor(data), _checks.as_int("top", top),
+    return _call_op(torch.ops.fastprep.decode_jpeg_roi, _checks.encoded_view(data), _checks.as_int("top", top),
                     _checks.as_int("left", left), _checks.as_int("height", height), _checks.as_int("width", width),
                     _mode(mode), _checks.max_pixels(max_pixels), bool(strict),
                     _checks.dct_scale_num(scale), _checks.max_scans(max_scans), bool(channels_last))
@@ -345,6 +367,6 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
         interval = _checks.as_int("restart_interval", restart_interval)
         if not 0 <= interval <= 65535:
             raise ValueError(f"restart_interval must be in [0, 65535] MCUs or 'auto', got {interval}")
-    out = _call_op(torch.ops.fastprep.transcode_jpeg, _checks.encoded_tensor(data), interval, bool(optimize),
+    out = _call_op(torch.ops.fastprep.transcode_jpeg, _checks.encoded_view(data), interval, bool(optimize),
                    bool(keep_metadata), _checks.max_pixels(max_pixels), bool(interval_index))
     return out.numpy().tobytes()

@@ -21,7 +21,7 @@ import fastprep.io as fio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__)))
 FUZZ_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
 TARGETS = ["fuzz_jpeg_info", "fuzz_decode_jpeg", "fuzz_decode_roi", "fuzz_transforms", "fuzz_transcode",
-           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes"]
+           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes", "fuzz_index_damage"]
 
 try:
     import atheris  # noqa: F401
@@ -152,6 +152,26 @@ class TestOracles:
             differs = r"scale \d differs from the full decode sliced: 1 values, max 4"
             with pytest.raises(_harness.Finding, match=differs):
                 target.test_one_input(params + self._photo(), decode_roi=wrong)
+
+    def test_index_damage_oracle_reports_pixels_a_damaged_marker_moved(self):
+        """A renumbered marker before the window makes libjpeg resynchronize and put other
+        pixels in it: a ROI decoder that keeps the clean pixels (the index's intervals,
+        the damage not looked at) must be reported."""
+        target = importlib.import_module("fuzz_index_damage")
+        packed = fio.transcode_jpeg(self._photo(), restart_interval=1)  # 4 16-px intervals per MCU row
+        _, _, restarts = target.scan_range(packed)
+        first = min(restarts)
+        bad = bytearray(packed)
+        bad[first + 1] = 0xD2  # RST0 -> RST2: the next intervals are decoded elsewhere
+        bad = bytes(bad)
+        window = (2, 34, 8, 8)  # interval 2
+
+        def clean_roi(data, *args, **kwargs):
+            return fio.decode_jpeg_roi(packed, *args, **kwargs)
+
+        with pytest.raises(_harness.Finding, match=r"ROI \(2, 34, 8, 8\) mode .* differs from the full decode"):
+            target.check(bad, None, fio.ImageReadMode.RGB, [window], 8, decode_roi=clean_roi)
+        target.check(bad, None, fio.ImageReadMode.RGB, [window], 8)  # the real decoder agrees
 
     def test_transcode_oracle_reports_changed_pixels(self):
         target = importlib.import_module("fuzz_transcode")

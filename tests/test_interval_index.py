@@ -5,6 +5,7 @@ another file never changes pixels: it is rejected and the file scanned."""
 
 import io
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -184,6 +185,16 @@ class TestWritten:
         windows = random_windows(2048, 2048, 12, seed=5) + [(2020, 2000, 24, 48), (0, 0, 9, 9)]
         assert roi_matches(packed, full, windows, "UNCHANGED") is None
         assert index_stats()[0] == used0 + len(windows)
+        # a marker in the last segment's part of the index, damaged: windows below it fall
+        # back (the walk crossed every segment boundary to get there), windows above keep it
+        bad = _damage_marker(packed, len(index["starts"]) - 300, "renumbered")
+        bad_full, warned = _decode(fio.decode_jpeg, bad, "UNCHANGED")
+        assert warned == 1
+        for t, l, h, w in [(2040, 0, 8, 64), (0, 100, 64, 64)]:
+            used0 = index_stats()[0]
+            roi, roi_warned = _decode(fio.decode_jpeg_roi, bad, t, l, h, w, "UNCHANGED")
+            assert torch.equal(roi, bad_full[:, t:t + h, l:l + w]) and roi_warned == (t > 1000)
+            assert index_stats()[0] == used0 + (t < 1000)
 
 
 class TestRoi:
@@ -363,3 +374,146 @@ class TestBadIndex:
             with pytest.raises(fio.DecodeError, match="truncated"):
                 fio.decode_jpeg_roi(data, 104, 200, 16, 56)
             assert index_stats()[1] - rejected0 == (2 if index_segments(data) else 0)
+
+
+# ------------------------------------------- damage outside the window (issue 24, item A)
+
+
+def _packed_photo(encoding):
+    """A packed 96x256 Pillow JPEG with 2-MCU intervals: 8 per MCU row in 4:2:0 (32 px, 6
+    rows), 16 per row in 4:4:4 (16 px, 12 rows)."""
+    return fio.transcode_jpeg(make_jpeg(encoding, 96, 256, seed=3), restart_interval=2)
+
+
+def _layout(encoding):
+    mcu = 16 if encoding == "420" else 8
+    return mcu, 256 // (2 * mcu)  # MCU size, intervals per row
+
+
+def _damage_marker(data, k, how):
+    """``data`` with the RST marker that ends interval ``k`` damaged."""
+    scan, starts, _ = scan_offsets(data)
+    at = scan + starts[k + 1] - 2
+    assert data[at] == 0xFF and data[at + 1] == 0xD0 + k % 8
+    b = bytearray(data)
+    if how == "renumbered":  # two ahead: libjpeg's resync decodes the next intervals elsewhere
+        b[at + 1] = 0xD0 + (k + 2) % 8
+    elif how == "renumbered-far":  # four ahead: libjpeg discards it (a warning, same pixels)
+        b[at + 1] = 0xD0 + (k + 4) % 8
+    elif how == "other-marker":  # a bit flip: RSTn -> SOFn
+        b[at + 1] ^= 0x10
+    elif how == "not-a-marker":  # a bit flip of the 0xFF
+        b[at] ^= 0x01
+    return bytes(b)
+
+
+def _decode(fn, *args, **kwargs):
+    """``(result or the DecodeError, DecodeWarnings issued)``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = fn(*args, **kwargs)
+        except fio.DecodeError as e:
+            out = e
+    assert all(issubclass(w.category, fio.DecodeWarning) for w in caught), caught
+    return out, len(caught)
+
+
+def _new_marker(data, intervals, stuffed):
+    """``data`` with a marker created inside the entropy-coded data of the first of
+    ``intervals`` that has room for one (its markers intact): a stuffed ``0xFF 0x00``
+    whose ``0x00`` became an RST code, or a byte turned into ``0xFF`` before a non-zero
+    byte."""
+    scan, starts, _ = scan_offsets(data)
+    b = bytearray(data)
+    for interval in intervals:
+        lo, hi = scan + starts[interval], scan + starts[interval + 1] - 2  # the interval's bytes
+        for p in range(lo + 1, hi - 1):
+            if stuffed and b[p] == 0xFF and b[p + 1] == 0x00:
+                b[p + 1] = 0xD0 + (interval + 3) % 8
+                return bytes(b)
+            if not stuffed and 0xFF not in (b[p - 1], b[p], b[p + 1]) and b[p + 1] != 0x00:
+                b[p] = 0xFF
+                return bytes(b)
+    raise AssertionError(f"no place for a new marker in intervals {intervals}")
+
+
+@pytest.mark.parametrize("encoding", ["420", "444"])
+class TestDamageOutsideTheWindow:
+    """A damaged RST marker before the window makes libjpeg resynchronize, which can put
+    other pixels in the window in a full decode: the indexed ROI must not keep the clean
+    pixels silently, it must give the full decode's pixels and its warning (strict=True:
+    raise). Damage after the window cannot change it: the index path stays (no warning)."""
+
+    @pytest.mark.parametrize("how", ["renumbered", "renumbered-far", "other-marker", "not-a-marker"])
+    def test_marker_before_the_window(self, encoding, how):
+        data = _packed_photo(encoding)
+        mcu, per_row = _layout(encoding)
+        k = per_row + 3  # MCU row 1, the 4th interval's end marker
+        bad = _damage_marker(data, k, how)
+        clean = fio.decode_jpeg(data)
+        full, warned = _decode(fio.decode_jpeg, bad)
+        assert warned == 1
+        x = (k + 2 - per_row) * 2 * mcu  # interval k + 2: decoded elsewhere after a resync
+        windows = [(mcu + 2, x + 2, mcu - 4, 2 * mcu - 4),  # the same MCU row, after the marker
+                   (2 * mcu + 4, 0, mcu // 2, 20),  # the next row, left of the marker's column
+                   (96 - mcu, 100, mcu, 120),  # the last row
+                   (40, 0, 30, 256)]  # full width, rows below
+        if how == "renumbered":
+            t, l, h, w = windows[0]
+            assert not torch.equal(full[:, t:t + h, l:l + w], clean[:, t:t + h, l:l + w])  # the pixels move
+        for t, l, h, w in windows:
+            rejected0 = index_stats()[1]
+            roi, roi_warned = _decode(fio.decode_jpeg_roi, bad, t, l, h, w)
+            assert torch.equal(roi, full[:, t:t + h, l:l + w]), (how, (t, l, h, w))
+            assert roi_warned == 1, (how, (t, l, h, w))  # the sequential path's DecodeWarning
+            assert index_stats()[1] == rejected0 + 1
+            err, _ = _decode(fio.decode_jpeg_roi, bad, t, l, h, w, strict=True)
+            assert isinstance(err, fio.DecodeError) and "strict" in str(err)
+
+    @pytest.mark.parametrize("how", ["renumbered", "other-marker", "not-a-marker"])
+    def test_marker_after_the_window(self, encoding, how):
+        data = _packed_photo(encoding)
+        mcu, per_row = _layout(encoding)
+        n = len(read_index(data)["starts"])
+        bad = _damage_marker(data, n - per_row + 2, how)  # in the last MCU row
+        full, warned = _decode(fio.decode_jpeg, bad)
+        assert warned == 1
+        for t, l, h, w in [(0, 0, mcu, 40), (mcu + 3, 60, 2 * mcu, 150), (5, 200, 3 * mcu, 56)]:
+            used0 = index_stats()[0]
+            for strict in (False, True):
+                roi, roi_warned = _decode(fio.decode_jpeg_roi, bad, t, l, h, w, strict=strict)
+                assert torch.equal(roi, full[:, t:t + h, l:l + w]) and roi_warned == 0
+            assert index_stats()[0] == used0 + 1  # strict does not take the index alone
+
+    @pytest.mark.parametrize("stuffed", [True, False])
+    def test_new_marker_before_the_window(self, encoding, stuffed):
+        """No check of the index's offsets sees a marker created in entropy-coded data
+        outside the window (docs/pack.md): without strict the window is the decode of its
+        own intervals, the pixels the file held before the damage; strict=True scans the
+        whole file and raises, as the full decode does."""
+        data = _packed_photo(encoding)
+        mcu, per_row = _layout(encoding)
+        bad = _new_marker(data, range(per_row, 2 * per_row), stuffed)  # MCU row 1
+        _, warned = _decode(fio.decode_jpeg, bad)
+        assert warned >= 1
+        full_strict, _ = _decode(fio.decode_jpeg, bad, strict=True)
+        assert isinstance(full_strict, fio.DecodeError)
+        clean = fio.decode_jpeg(data)
+        for t, l, h, w in [(96 - mcu, 100, mcu, 120), (3 * mcu, 0, 20, 256)]:
+            used0 = index_stats()[0]
+            roi, roi_warned = _decode(fio.decode_jpeg_roi, bad, t, l, h, w)
+            assert torch.equal(roi, clean[:, t:t + h, l:l + w]) and roi_warned == 0
+            assert index_stats()[0] == used0 + 1
+            err, _ = _decode(fio.decode_jpeg_roi, bad, t, l, h, w, strict=True)
+            assert isinstance(err, fio.DecodeError) and "strict" in str(err)
+
+    def test_new_marker_after_the_window(self, encoding):
+        data = _packed_photo(encoding)
+        mcu, per_row = _layout(encoding)
+        n = len(read_index(data)["starts"])
+        bad = _new_marker(data, range(n - per_row, n - 1), stuffed=False)  # the last row
+        clean = fio.decode_jpeg(data)
+        for strict in (False, True):
+            roi, roi_warned = _decode(fio.decode_jpeg_roi, bad, 2, 30, 2 * mcu, 100, strict=strict)
+            assert torch.equal(roi, clean[:, 2:2 + 2 * mcu, 30:130]) and roi_warned == 0

@@ -1,8 +1,11 @@
 """fastprep.io: header parsing, full decode and exact ROI decode."""
 
+import array
 import io
+import mmap
 import subprocess
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -10,7 +13,7 @@ import torch
 from PIL import Image
 
 import fastprep.io as fio
-from fastprep._checks import encoded_tensor
+from fastprep._checks import encoded_tensor, encoded_view
 from conftest import ENCODINGS, _need_tool, cjpeg, make_jpeg
 
 ALL = sorted(ENCODINGS)
@@ -396,12 +399,122 @@ class TestInputs:
         t = torch.frombuffer(bytearray(photo_420), dtype=torch.uint8)
         assert encoded_tensor(t).data_ptr() == t.data_ptr()
 
+    def test_every_input_type_read_in_place(self, photo_420, tmp_path, monkeypatch):
+        """Every buffer type the docs accept is read where it lies -- the tensor the op gets
+        points at the caller's first byte, so no call copies the file -- with no warning,
+        the tensor path's results, and the caller's bytes untouched."""
+        packed = fio.transcode_jpeg(photo_420)
+        path = tmp_path / "packed.jpg"
+        path.write_bytes(packed)
+        tensor = torch.frombuffer(bytearray(packed), dtype=torch.uint8)
+        want = (fio.jpeg_info(tensor), fio.decode_jpeg(tensor), fio.decode_jpeg_roi(tensor, 300, 500, 224, 224),
+                fio.transcode_jpeg(tensor, restart_interval=0))
+        seen = []
+        real_call_op = fio._call_op
+
+        def spy(op, data, *args):
+            seen.append(data.data_ptr())
+            return real_call_op(op, data, *args)
+
+        monkeypatch.setattr(fio, "_call_op", spy)
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as ro_map, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as copy_map:
+            inputs = {"bytes": packed, "bytearray": bytearray(packed), "memoryview of bytes": memoryview(packed),
+                      "memoryview of bytearray": memoryview(bytearray(packed)),
+                      "read-only memoryview": memoryview(bytearray(packed)).toreadonly(),
+                      "read-only array": np.frombuffer(packed, np.uint8), "array": np.fromfile(path, np.uint8),
+                      "numpy.memmap": np.memmap(path, np.uint8, mode="r"), "read-only mmap": ro_map,
+                      "copy-on-write mmap": copy_map, "tensor": tensor}
+            for name, data in inputs.items():
+                if isinstance(data, torch.Tensor):
+                    address = data.data_ptr()
+                else:
+                    first = np.frombuffer(data, np.uint8)  # a view (read-only buffers stay read-only)
+                    address = first.ctypes.data
+                    del first
+                seen.clear()
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    got = (fio.jpeg_info(data), fio.decode_jpeg(data), fio.decode_jpeg_roi(data, 300, 500, 224, 224),
+                           fio.transcode_jpeg(data, restart_interval=0))
+                assert not caught, (name, [str(w.message) for w in caught])
+                assert seen == [address] * 4, name
+                assert got[0] == want[0] and got[3] == want[3], name
+                assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), name
+                assert bytes(data.numpy() if isinstance(data, torch.Tensor) else data) == packed, name
+            del inputs, data
+
+    def test_non_contiguous_buffers_are_copied(self, photo_420):
+        ref = fio.decode_jpeg_roi(photo_420, 5, 6, 30, 40)
+        spread = bytearray(2 * len(photo_420))
+        spread[::2] = photo_420
+        strided = memoryview(spread)[::2]
+        assert not strided.c_contiguous
+        for data in (strided, np.frombuffer(spread, np.uint8)[::2]):
+            assert torch.equal(fio.decode_jpeg_roi(data, 5, 6, 30, 40), ref)
+            assert encoded_view(data).data_ptr() != np.frombuffer(spread, np.uint8).ctypes.data
+
+    def test_the_view_is_released_after_the_call(self, photo_420, tmp_path):
+        """The op's view of the caller's buffer ends with the call: a bytearray can grow
+        again and an mmap can be closed."""
+        ba = bytearray(photo_420)
+        fio.decode_jpeg_roi(ba, 5, 6, 30, 40)
+        fio.jpeg_info(ba)
+        ba.extend(b"\0")  # BufferError while a view is exported
+        path = tmp_path / "a.jpg"
+        path.write_bytes(photo_420)
+        with open(path, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            fio.decode_jpeg_roi(m, 5, 6, 30, 40)
+            m.close()  # BufferError while a view is exported
+
+    def test_kept_tensors_never_alias_read_only_memory(self, photo_420):
+        """encoded_tensor's result may be kept (and written to) by its caller: it copies
+        read-only buffers; encoded_view, for one op call, does not."""
+        address = np.frombuffer(photo_420, np.uint8).ctypes.data
+        assert encoded_tensor(photo_420).data_ptr() != address
+        assert encoded_view(photo_420).data_ptr() == address
+
+    @pytest.mark.parametrize("bad, exc, match", [
+        (array.array("B", b"\xff\xd8"), TypeError, "data must be a uint8 tensor, bytes, bytearray, memoryview, mmap "
+                                                    "or numpy uint8 array, got array"),
+        ([255, 216], TypeError, "got list"),
+        ("photo.jpg", TypeError, "got a path; use fastprep.io.read_file"),
+        (np.zeros(4, np.float32), TypeError, "data array must be uint8, got float32"),
+        (np.zeros((2, 2), np.uint8), ValueError, r"data array must be 1-D, got shape \(2, 2\)"),
+        (torch.zeros(4), TypeError, "data tensor must be uint8, got torch.float32"),
+    ])
+    def test_bad_input_types(self, bad, exc, match):
+        for fn in (fio.jpeg_info, fio.decode_jpeg, lambda d: fio.decode_jpeg_roi(d, 0, 0, 1, 1)):
+            with pytest.raises(exc, match=match):
+                fn(bad)
+
     def test_read_file(self, tmp_path, photo_420):
         p = tmp_path / "a.jpg"
         p.write_bytes(photo_420)
         t = fio.read_file(p)
         assert t.dtype == torch.uint8 and t.dim() == 1 and bytes(t.numpy()) == photo_420
         assert torch.equal(fio.decode_jpeg(fio.read_file(str(p))), fio.decode_jpeg(photo_420))
+
+
+class TestTruncatedMessages:
+    """A truncated file: a full decode says the file ends before the image does; a window
+    says the window needs data past the end."""
+
+    @pytest.mark.parametrize("encoding", ["420", "420-progressive"])
+    def test_full_decode_and_window(self, encoding):
+        data = make_jpeg(encoding, 533, 800, seed=1)
+        cut = data[:len(data) * 2 // 3]
+        for kwargs in ({}, {"strict": True}, {"scale": (2, 8)}):
+            with pytest.raises(fio.DecodeError, match="truncated JPEG data: premature end of data, the file ends "
+                                                      "before the end of the image") as e:
+                fio.decode_jpeg(cut, **kwargs)
+            assert "window" not in str(e.value)
+        with pytest.raises(fio.DecodeError, match="truncated JPEG data: .*window needs") as e:
+            fio.decode_jpeg_roi(cut, 500, 0, 33, 64)
+        # a window that is the whole image is the whole image
+        with pytest.raises(fio.DecodeError, match="before the end of the image"):
+            fio.decode_jpeg_roi(cut, 0, 0, 533, 800)
 
 
 class TestThreads:

@@ -21,10 +21,14 @@ namespace {
 // when the file does not allow it or anything about its markers is inconsistent (the
 // buffer may hold a partial decode then); the caller then takes the sequential path, which
 // reports errors and warnings as usual. The spliced stream is decoded strictly: any
-// libjpeg warning means "fall back".
+// libjpeg warning means "fall back". A strict decode does not take the interval index
+// alone: it scans the whole scan's markers, as for a file without an index, so that a
+// marker created by damage outside the window (which no check of the index's offsets can
+// see, restart_index.h) sends it to the sequential path, which raises where a full decode
+// up to the window's rows would.
 bool decode_restart_roi(const uint8_t* bytes, size_t size, const fp_info& info, int64_t mode, int64_t top,
-                        int64_t left, int64_t height, int64_t width, int64_t scale_num,
-                        bool channels_last, const std::function<uint8_t*()>& out_buffer) {
+                        int64_t left, int64_t height, int64_t width, int64_t scale_num, bool channels_last,
+                        bool strict, const std::function<uint8_t*()>& out_buffer) {
   if (info.progressive) return false;
   const RestartLayout layout = parse_restart_layout(bytes, size);
   if (!layout.eligible || layout.height != info.height || layout.width != info.width) return false;
@@ -34,9 +38,9 @@ bool decode_restart_roi(const uint8_t* bytes, size_t size, const fp_info& info, 
   // The interval index (packed files) gives the window's intervals without a scan of the
   // whole file; anything it gets wrong makes it scan instead.
   std::vector<IntervalSpan> spans;
-  const bool indexed = spans_from_index(bytes, size, layout, plan, &spans);
+  const bool indexed = !strict && spans_from_index(bytes, size, layout, plan, &spans);
   if (!indexed) {
-    if (layout.has_index_segment) stats.index_rejected++;
+    if (!strict && layout.has_index_segment) stats.index_rejected++;
     std::vector<size_t> starts, ends;
     if (!find_restart_intervals(bytes, size, layout, &starts, &ends)) {
       stats.fallbacks++;
@@ -79,7 +83,7 @@ void decode_roi_into(const Decoder& dec, const fp_info& info, const uint8_t* byt
   if (max_pixels <= 0 || info.height * info.width <= max_pixels) {
     thread_warning().clear();
     if (decode_restart_roi(bytes, size, info, mode, top, left, height, width, scale_num, channels_last,
-                           out_buffer))
+                           fp_is_strict(dec.get()) != 0, out_buffer))
       return;
   }
   decodable_channels(info, mode, max_pixels);

@@ -62,6 +62,7 @@ struct fp_decoder {
   int scale_num;
   int header_read;
   int decoding;
+  int whole_image;  // the window being decoded is the whole (scaled) image: errors say "image"
   int warnings;
   char message[JMSG_LENGTH_MAX + 96];
   char first_warning[JMSG_LENGTH_MAX];
@@ -72,6 +73,14 @@ static const JOCTET fp_fake_eoi[2] = {0xFF, JPEG_EOI};
 
 static fp_decoder* decoder_of(j_common_ptr cinfo) {
   return (fp_decoder*)cinfo->client_data;
+}
+
+// A truncated file, in the terms of what was asked: a whole image (decode_jpeg) or a window.
+static const char* truncation_message(const fp_decoder* dec, int window_rows_missing) {
+  if (dec->whole_image)
+    return "truncated JPEG data: premature end of data, the file ends before the end of the image";
+  return window_rows_missing ? "truncated JPEG data: the file ends before the data the window needs"
+                             : "truncated JPEG data: the requested window needs data past the end of the buffer";
 }
 
 static void fp_error_exit(j_common_ptr cinfo) {
@@ -95,7 +104,7 @@ static void fp_emit_message(j_common_ptr cinfo, int msg_level) {
   // restart marker is missing.
   if ((cinfo->err->msg_code == JWRN_HIT_MARKER || cinfo->err->msg_code == JWRN_MUST_RESYNC) &&
       dec->src.eof_hit)
-    fp_fail(dec, "truncated JPEG data: the requested window needs data past the end of the buffer");
+    fp_fail(dec, truncation_message(dec, 0));
   if (dec->strict) {
     char buf[JMSG_LENGTH_MAX];
     (*cinfo->err->format_message)(cinfo, buf);
@@ -209,6 +218,8 @@ fp_decoder* fp_create(int strict) {
   dec->created = 1;
   return dec;
 }
+
+int fp_is_strict(const fp_decoder* dec) { return dec->strict; }
 
 void fp_destroy(fp_decoder* dec) {
   if (dec == NULL) return;
@@ -422,6 +433,8 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   // Variables that are modified after setjmp and read after a longjmp must be volatile;
   // everything below the setjmp is recomputed, so none is needed.
   dec->decoding = 1;
+  dec->whole_image = top == 0 && left == 0 && height == fp_scaled_size(cinfo->image_height, dec->scale_num) &&
+                     width == fp_scaled_size(cinfo->image_width, dec->scale_num);
   if (setjmp(dec->err.jump)) {
     jpeg_abort_decompress(cinfo);
     return FP_ERROR;
@@ -539,7 +552,7 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
   if (dec->src.eof_hit &&
       (dec->strict || jpeg_has_multiple_scans(cinfo) || cinfo->arith_code ||
        (int64_t)dec->src.eof_imcu_row + 1 < (int64_t)cinfo->total_iMCU_rows))
-    fp_fail(dec, "truncated JPEG data: the file ends before the data the window needs");
+    fp_fail(dec, truncation_message(dec, 1));
   jpeg_abort_decompress(cinfo);
   return FP_OK;
 }

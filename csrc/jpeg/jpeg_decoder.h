@@ -43,6 +43,8 @@ typedef struct fp_decoder fp_decoder;
 // All functions are thread-safe for distinct decoders; nothing is global.
 fp_decoder* fp_create(int strict);
 void fp_destroy(fp_decoder* dec);
+// Whether the decoder turns libjpeg warnings into errors (fp_create's `strict`).
+int fp_is_strict(const fp_decoder* dec);
 
 // Parse the headers of `data` (no entropy decoding). The buffer must outlive the decoder.
 int fp_read_header(fp_decoder* dec, const uint8_t* data, size_t size, fp_info* info);

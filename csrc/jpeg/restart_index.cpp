@@ -38,30 +38,59 @@ inline void put_be(uint8_t* p, uint64_t v, int width) {
   for (int k = width - 1; k >= 0; k--, v >>= 8) p[k] = (uint8_t)v;
 }
 
-// The concatenated chunks of an index, read without copying them together.
-class IndexBlob {
+// The concatenated chunks of an index, read front to back without copying them together:
+// a cursor that keeps its chunk, so a walk over every entry costs O(entries) whatever the
+// number of chunks. The caller keeps every read inside the blob (its size is checked first).
+class BlobCursor {
  public:
-  IndexBlob(const uint8_t* data, const std::vector<std::pair<size_t, size_t>>& chunks)
+  BlobCursor(const uint8_t* data, const std::vector<std::pair<size_t, size_t>>& chunks, size_t pos)
       : data_(data), chunks_(chunks) {
-    for (const auto& c : chunks) size_ += c.second;
+    while (chunk_ < chunks_.size() && pos >= chunks_[chunk_].second) pos -= chunks_[chunk_++].second;
+    enter(pos);
   }
-  size_t size() const { return size_; }
-  // Big-endian unsigned of `width` bytes at `pos` (pos + width <= size()).
-  uint64_t get(size_t pos, int width) const {
+  // The next `len` bytes, in place when they lie in one chunk, else copied into `spill`.
+  const uint8_t* take(size_t len, std::vector<uint8_t>* spill) {
+    if ((size_t)(end_ - p_) >= len) {
+      const uint8_t* at = p_;
+      p_ += len;
+      return at;
+    }
+    spill->resize(len);
+    for (size_t k = 0; k < len; k++) (*spill)[k] = (uint8_t)next(1);
+    return spill->data();
+  }
+  // The next `width` bytes (0..4) as a big-endian unsigned.
+  uint64_t next(int width) {
     uint64_t v = 0;
-    size_t c = 0, base = 0;
-    while (pos >= base + chunks_[c].second) base += chunks_[c++].second;
-    for (int k = 0; k < width; k++, pos++) {
-      while (pos >= base + chunks_[c].second) base += chunks_[c++].second;
-      v = (v << 8) | data_[chunks_[c].first + (pos - base)];
+    if (end_ - p_ >= width) {
+      for (int k = 0; k < width; k++) v = (v << 8) | p_[k];
+      p_ += width;
+      return v;
+    }
+    for (int k = 0; k < width; k++) {  // straddles a chunk boundary
+      while (p_ == end_) {
+        if (++chunk_ >= chunks_.size()) return v;  // past the blob: never, the caller checked its size
+        enter(0);
+      }
+      v = (v << 8) | *p_++;
     }
     return v;
   }
 
  private:
+  void enter(size_t offset) {
+    if (chunk_ < chunks_.size()) {
+      p_ = data_ + chunks_[chunk_].first + offset;
+      end_ = data_ + chunks_[chunk_].first + chunks_[chunk_].second;
+    } else {
+      p_ = end_ = nullptr;  // at the blob's end: nothing may be read
+    }
+  }
   const uint8_t* data_;
   const std::vector<std::pair<size_t, size_t>>& chunks_;
-  size_t size_ = 0;
+  size_t chunk_ = 0;
+  const uint8_t* p_ = nullptr;
+  const uint8_t* end_ = nullptr;
 };
 
 // Whether a frame `width` pixels wide gives every horizontally subsampled component at
@@ -288,62 +317,107 @@ void spans_from_scan(const std::vector<size_t>& starts, const std::vector<size_t
   }
 }
 
+namespace {
+
+// offs[k + 1] = offs[k] + the k-th of `count` big-endian W-byte distances at `d`; returns
+// the smallest distance (UINT64_MAX when there is none).
+template <int W>
+uint64_t add_distances(const uint8_t* d, uint64_t count, uint64_t* offs) {
+  uint64_t off = offs[0], smallest = UINT64_MAX;
+  for (uint64_t k = 0; k < count; k++, d += W) {
+    uint64_t v = 0;
+    for (int b = 0; b < W; b++) v = (v << 8) | d[b];
+    off += v;
+    offs[k + 1] = off;
+    smallest = v < smallest ? v : smallest;
+  }
+  return smallest;
+}
+
+uint64_t add_distances(int width, const uint8_t* d, uint64_t count, uint64_t* offs) {
+  switch (width) {
+    case 1: return add_distances<1>(d, count, offs);
+    case 2: return add_distances<2>(d, count, offs);
+    case 3: return add_distances<3>(d, count, offs);
+    case 4: return add_distances<4>(d, count, offs);
+    default: return UINT64_MAX;  // no distances (one interval per group)
+  }
+}
+
+}  // namespace
+
 bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& layout, const SplicePlan& plan,
                       std::vector<IntervalSpan>* spans) {
-  if (layout.index_chunks.empty() || !layout.eligible || layout.scan_start >= size) return false;
-  const IndexBlob blob(data, layout.index_chunks);
-  if (blob.size() < kBlobHeader) return false;
-  const uint64_t N = blob.get(0, 4), G = blob.get(4, 4), n = blob.get(8, 4), w = blob.get(12, 1);
-  const uint64_t eoi = blob.get(13, 4);
+  if (layout.index_chunks.empty() || !layout.eligible || layout.scan_start >= size || plan.intervals.empty())
+    return false;
+  size_t blob_size = 0;
+  for (const auto& c : layout.index_chunks) blob_size += c.second;
+  if (blob_size < kBlobHeader) return false;
+  BlobCursor head(data, layout.index_chunks, 0);
+  const uint64_t N = head.next(4), G = head.next(4), n = head.next(4), w = head.next(1), eoi = head.next(4);
   if ((int64_t)N != restart_interval_count(layout) || (int64_t)n != restart_intervals_per_group(layout) ||
-      G * n != N || (n == 1 ? w != 0 : (w < 1 || w > 4)) || blob.size() != kBlobHeader + 4 * G + G * (n - 1) * w)
+      G * n != N || (n == 1 ? w != 0 : (w < 1 || w > 4)) || blob_size != kBlobHeader + 4 * G + G * (n - 1) * w)
     return false;
   const size_t scan = layout.scan_start;
   const uint64_t limit = size - scan;  // relative offsets must stay below (markers: 2 bytes)
   // The scan must end where the index says: a truncated file is left to the scan (and then
   // to the sequential path, which reports it), as without an index.
   if (eoi + 2 > limit || data[scan + eoi] != 0xFF || data[scan + eoi + 1] != 0xD9) return false;
-  const size_t deltas_at = kBlobHeader + 4 * G;
+  const uint64_t last = (uint64_t)plan.intervals.back();  // plan order is stream order
+  if (last >= N) return false;
+  // Every marker from the scan's start to the end of the window's last interval is checked
+  // at the offset the index gives (2 bytes each, no decode), not only the window's own: a
+  // full decode reads them all, in stream order, and a damaged one (renumbered, or no
+  // longer a marker) makes libjpeg resynchronize and put later intervals in other places,
+  // so the window's pixels would differ from the full decode's. Markers after that cannot
+  // change the window: libjpeg reaches them only after it has decoded every interval the
+  // plan holds, and the plan already holds all the context the window's pixels depend on.
+  // What this cannot see is a marker that damage created inside entropy-coded data outside
+  // the window (only a pass over every byte can; strict decodes make it, decode_jpeg_roi.cpp).
+  BlobCursor bases(data, layout.index_chunks, kBlobHeader);
+  BlobCursor deltas(data, layout.index_chunks, kBlobHeader + 4 * G);
   spans->clear();
   spans->reserve(plan.intervals.size());
-  uint64_t prev_i = UINT64_MAX, prev_next = 0, min_start = 0;
-  for (int64_t planned : plan.intervals) {
-    const uint64_t i = (uint64_t)planned, g = i / n, j = i % n;
-    // Start: the group's base plus the distances before it (carried along a row).
-    uint64_t start;
-    if (prev_i != UINT64_MAX && i == prev_i + 1 && j != 0) {
-      start = prev_next;
-    } else {
-      start = blob.get(kBlobHeader + 4 * g, 4);
-      for (uint64_t k = 0; k < j; k++) start += blob.get(deltas_at + (g * (n - 1) + k) * w, (int)w);
+  // Group by group (an MCU row, or one interval): offs = where its intervals start, then
+  // where the next group starts (after the last group: the end of EOI). The markers are
+  // read with no branch per interval, so the walk runs at the speed of the reads.
+  std::vector<uint64_t> offs((size_t)n + 1);
+  std::vector<uint8_t> spill;  // a group's distances when they straddle two segments
+  uint64_t base = bases.next(4);
+  if (base != 0) return false;  // the first interval starts with the scan
+  size_t planned = 0;          // the next plan entry
+  for (uint64_t g = 0, i0 = 0; g <= last / n; g++, i0 += n) {
+    offs[0] = base;
+    const uint64_t shortest = add_distances((int)w, deltas.take((size_t)((n - 1) * w), &spill), n - 1, offs.data());
+    base = g + 1 < G ? bases.next(4) : eoi + 2;
+    offs[n] = base;
+    // Every interval holds at least a byte and its marker; all of them inside the buffer.
+    if (shortest < 3 || base < offs[n - 1] + 3 || base > limit) return false;
+    const uint64_t checked = std::min(n, last - i0 + 1);  // the group's intervals up to the window's last
+    unsigned bad = 0;
+    for (uint64_t j = 0; j < checked; j++) {
+      const uint8_t* marker = data + scan + offs[j + 1] - 2;
+      const uint64_t i = i0 + j;
+      bad |= (marker[0] ^ 0xFFu) | (marker[1] ^ (i + 1 == N ? 0xD9u : 0xD0u + (unsigned)(i & 7)));
     }
-    // The next interval's start (its marker ends 2 bytes before), or the EOI marker.
-    uint64_t next;
-    if (j + 1 < n)
-      next = start + blob.get(deltas_at + (g * (n - 1) + j) * w, (int)w);
-    else if (g + 1 < G)
-      next = blob.get(kBlobHeader + 4 * (g + 1), 4);
-    else
-      next = eoi + 2;
-    if (next < start + 3 || next > limit || start < min_start) return false;
-    const size_t s = scan + (size_t)start, m = scan + (size_t)next - 2;
-    if (i == 0 ? start != 0 : (start < 2 || data[s - 2] != 0xFF || data[s - 1] != 0xD0 + (i - 1) % 8)) return false;
-    if (data[m] != 0xFF || data[m + 1] != (i + 1 == N ? 0xD9 : 0xD0 + i % 8)) return false;
-    size_t e = m;
-    while (e > s && data[e - 1] == 0xFF) e--;  // fill bytes before the marker
-    // No marker inside: every 0xFF of entropy-coded data is a stuffed 0xFF 0x00.
-    for (const uint8_t* p = data + s;;) {
-      const uint8_t* q = (const uint8_t*)memchr(p, 0xFF, (size_t)(data + e - p));
-      if (q == nullptr) break;
-      if (q + 1 >= data + e || q[1] != 0x00) return false;
-      p = q + 2;
+    if (bad != 0) return false;
+    for (; planned < plan.intervals.size() && (uint64_t)plan.intervals[planned] < i0 + n; planned++) {
+      const uint64_t i = (uint64_t)plan.intervals[planned];
+      if (i < i0 || (planned > 0 && i <= (uint64_t)plan.intervals[planned - 1])) return false;  // not stream order
+      const size_t s = scan + (size_t)offs[i - i0];
+      size_t e = scan + (size_t)offs[i - i0 + 1] - 2;
+      while (e > s && data[e - 1] == 0xFF) e--;  // fill bytes before the marker
+      // No marker inside: every 0xFF of entropy-coded data is a stuffed 0xFF 0x00.
+      for (const uint8_t* p = data + s;;) {
+        const uint8_t* q = (const uint8_t*)memchr(p, 0xFF, (size_t)(data + e - p));
+        if (q == nullptr) break;
+        if (q + 1 >= data + e || q[1] != 0x00) return false;
+        p = q + 2;
+      }
+      spans->push_back({s, e});
     }
-    spans->push_back({s, e});
-    prev_i = i;
-    prev_next = next;
-    min_start = next;
   }
-  return true;
+  return planned == plan.intervals.size();
 }
 
 void write_splice(const uint8_t* data, const RestartLayout& layout, const std::vector<IntervalSpan>& spans,

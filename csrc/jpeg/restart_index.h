@@ -91,14 +91,18 @@ void spans_from_scan(const std::vector<size_t>& starts, const std::vector<size_t
                      std::vector<IntervalSpan>* spans);
 
 // The spans of the plan's intervals read from the file's interval index, touching only the
-// index entries and the bytes of those intervals. Returns false -- the caller then scans
-// -- when the file has no index or anything about it disagrees with the bytes: each
-// interval must start at the scan's start (the first) or right after the RST marker of the
-// previous number, end at the RST marker of its own number (EOI for the last) after
-// optional fill bytes, hold no other marker, lie inside the buffer, and the spans must
-// follow one another in order. So a wrong, stale or foreign index can only make the
-// decode scan; every span it yields is one real interval of the file (docs/pack.md: the
-// RST numbering identifies an interval modulo 8 only).
+// index entries up to the plan's last interval, the 2 bytes of every marker up to the end of
+// that interval, and the bytes of the planned intervals: O(intervals) reads, no scan of the
+// entropy-coded data. Returns false -- the caller then scans -- when the file has no index
+// or anything about it disagrees with the bytes: every interval from the first to the
+// plan's last must end at the RST marker of its own number (EOI for the last of the image)
+// where the index says, the first start at the scan's start, and the planned ones must hold
+// no other marker (fill bytes before their end allowed); all inside the buffer, in order.
+// So a wrong, stale or foreign index, or a damaged marker anywhere before the window's end,
+// can only make the decode scan; every span it yields is one real interval of the file
+// (docs/pack.md: the RST numbering identifies an interval modulo 8 only). A marker that
+// damage created inside entropy-coded data outside the window goes unseen (only a pass over
+// every byte finds it; docs/pack.md says what the window is then).
 bool spans_from_index(const uint8_t* data, size_t size, const RestartLayout& layout, const SplicePlan& plan,
                       std::vector<IntervalSpan>* spans);
 
