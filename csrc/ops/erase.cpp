@@ -11,8 +11,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {

@@ -15,13 +15,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "../isa.h"
+#include "isa.h"
 
 #if FP_HAVE_AVX2_TARGET
 #include <immintrin.h>
 #endif
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {
