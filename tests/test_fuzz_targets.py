@@ -21,7 +21,7 @@ import fastprep.io as fio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__)))
 FUZZ_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
 TARGETS = ["fuzz_jpeg_info", "fuzz_decode_jpeg", "fuzz_decode_roi", "fuzz_transforms", "fuzz_transcode",
-           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes", "fuzz_index_damage"]
+           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes", "fuzz_index_damage", "fuzz_native_pipelines"]
 
 try:
     import atheris  # noqa: F401
@@ -206,6 +206,47 @@ class TestOracles:
 
 def _harness_roi():
     return importlib.import_module("fuzz_decode_roi")
+
+
+class TestNativePipelinesOracle:
+    """fuzz_native_pipelines reports a native path that drifts from torchvision's."""
+
+    def _input(self, corpus):
+        for path in corpus:
+            data = _read(path)
+            info = fio.jpeg_info(data[_harness.PARAM_BYTES:])
+            if info.color_space == "YCbCr" and not info.progressive and info.height * info.width <= 1 << 16:
+                return data
+        pytest.skip("no small baseline YCbCr seed")
+
+    def test_a_pixel_off_by_one_is_reported(self, corpus, monkeypatch):
+        target = importlib.import_module("fuzz_native_pipelines")
+        data = self._input(corpus)
+        target.test_one_input(data)  # clean
+        run = target.NativePipeline.run
+
+        def off_by_one(self, datas, plans, out, **kw):
+            results = run(self, datas, plans, out, **kw)
+            out.view(-1)[0] += 1
+            return results
+
+        monkeypatch.setattr(target.NativePipeline, "run", off_by_one)
+        with pytest.raises(_harness.Finding, match="native pixels differ"):
+            for k in range(32):  # some seeds build pipelines the compiler refuses: try several
+                target.test_one_input(bytes([k]) + data[1:])
+
+    def test_a_drifting_draw_is_reported(self, corpus, monkeypatch):
+        target = importlib.import_module("fuzz_native_pipelines")
+        data = self._input(corpus)
+        plan = target.NativePipeline.plan
+
+        def drifted(self, data, key=None):
+            return plan(self, data, key=None if key is None else key + 1)
+
+        monkeypatch.setattr(target.NativePipeline, "plan", drifted)
+        with pytest.raises(_harness.Finding, match="plan_batch and plan differ"):
+            for k in range(32):
+                target.test_one_input(bytes([k]) + data[1:])
 
 
 class TestBlindMode:
