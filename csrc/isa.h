@@ -36,3 +36,16 @@ int64_t set_isa_level(int64_t level);
 #endif
 // A kernel body instantiated inside each variant's wrapper.
 #define FP_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Defines `void name params` running `name##_body args` compiled for AVX2+FMA when the level
+// in use allows it, for the baseline otherwise (the kernels' ISA variants: one source, the
+// same IEEE operations in each).
+#define FP_VARIANTS(name, params, args)                        \
+  FP_TARGET_AVX2 void name##_avx2 params { name##_body args; } \
+  void name##_base params { name##_body args; }                \
+  void name params {                                           \
+    if (FP_HAVE_AVX2_TARGET && isa_level() >= kIsaAvx2)        \
+      name##_avx2 args;                                        \
+    else                                                       \
+      name##_base args;                                        \
+  }

@@ -202,17 +202,6 @@ FP_ALWAYS_INLINE void hue_span_body(uint8_t* __restrict r, uint8_t* __restrict g
   for (int64_t k = 0; k < n; k++) hue_pixel(r[k], g[k], b[k], hue);
 }
 
-// Variants: the same bodies compiled for AVX2+FMA and for the baseline (isa.h).
-#define FP_VARIANTS(name, params, args)                   \
-  FP_TARGET_AVX2 void name##_avx2 params { name##_body args; } \
-  void name##_base params { name##_body args; }            \
-  void name params {                                       \
-    if (FP_HAVE_AVX2_TARGET && isa_level() >= kIsaAvx2)    \
-      name##_avx2 args;                                    \
-    else                                                   \
-      name##_base args;                                    \
-  }
-
 FP_VARIANTS(brightness_span, (uint8_t * p, int64_t n, float factor), (p, n, factor))
 FP_VARIANTS(gray_span, (const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n, float* out), (r, g, b, n, out))
 FP_VARIANTS(blend_plane_span, (uint8_t * p, const float* other, int64_t n, float ratio, float alpha),

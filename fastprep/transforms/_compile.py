@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torchvision.transforms import v2
 
-from . import _native_color, _native_flip  # noqa: F401  (register their native sides)
+from . import _native_auto, _native_blur, _native_color, _native_flip  # noqa: F401  (register their native sides)
 from ._compose import Compose
 from ._decode import (
     DecodeCenterCrop,
@@ -208,7 +208,7 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     augment: list[NativeTransform] = []
     after: list[NativeTransform] = []
     to_float, mean, std = False, None, None
-    for k, step in enumerate(rest):
+    for step in rest:
         if type(step) is v2.ToDtype and step.dtype == torch.uint8 and not to_float:
             continue
         if not to_float and _to_float(step):
