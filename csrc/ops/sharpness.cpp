@@ -6,18 +6,17 @@
 // `view.add_(blurred.sub_(view), alpha=1 - factor)`, clamp_(0, 255), truncation to uint8 (the
 // one-pixel border keeps its values).
 //
-// The fast kernel computes the rounded convolution in integers, which gives the same value
-// whatever order ATen's convolution sums in. With k = (sum of the 3x3 neighbourhood) + 4 * centre
+// The fast kernel computes the rounded convolution from integers, which gives the same value
+// whatever order ATen's convolution sums in. With k = (sum of the 8 neighbours) + 5 * centre
 // (an integer <= 3315), the exact value of the convolution with weights 1/13 and 5/13 is k / 13.
 // k / 13 is never a half-integer (13 (2m + 1) is odd, 2k even) and is at least 1/26 from one;
 // the float32 convolution differs from k / 13 by the rounding of its weights (< 2**-24 relative)
 // and of its nine products and eight sums (each < 2**-24 times a magnitude <= 255), in all
 // < 3e-4, whatever the order or blocking of the sums. So round_() of ATen's float32 result is
-// the integer nearest to k / 13: floor((2k + 13) / 26), computed here as a float32 division of
-// exact integers (the quotient lies at least 1/26 below the next integer, far more than its
-// rounding error, and is exact when it is an integer). The blend is then ATen's float32 arithmetic:
-// fma(blurred - v, f32(1 - factor), v) (add_ with alpha is a fused multiply-add), clamped,
-// truncated.
+// the integer nearest to k / 13, which the fast kernel computes as floor(k * f32(1/13) + 0.5)
+// (the weight's rounding and the product's and the sum's move it by < 1e-4). The blend is then
+// ATen's float32 arithmetic: fma(blurred - v, f32(1 - factor), v) (add_ with alpha is a fused
+// multiply-add), clamped, truncated.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -61,11 +60,10 @@ FP_ALWAYS_INLINE void sharpness_row_span_body(const uint8_t* __restrict above, c
                                               const uint8_t* __restrict below, uint8_t* __restrict out, int64_t n,
                                               float alpha) {
   for (int64_t x = 0; x < n; x++) {
+    const uint16_t k = (uint16_t)(above[x] + above[x + 1] + above[x + 2] + row[x] + 5 * row[x + 1] + row[x + 2] +
+                                  below[x] + below[x + 1] + below[x + 2]);
+    const float blurred = std::floor((float)k * (1.0f / 13.0f) + 0.5f);  // round(k / 13), see the top
     const float centre = (float)row[x + 1];
-    const float ring = (float)above[x] + (float)above[x + 1] + (float)above[x + 2] + (float)row[x] + (float)row[x + 2] +
-                       (float)below[x] + (float)below[x + 1] + (float)below[x + 2];
-    const float k = ring + 5.0f * centre;                              // exact: an integer <= 3315
-    const float blurred = std::floor((2.0f * k + 13.0f) / 26.0f);  // round(k / 13), see the top
     const float v = std::fma(blurred - centre, alpha, centre);
     out[x] = (uint8_t)(int32_t)std::min(std::max(v, 0.0f), 255.0f);
   }
