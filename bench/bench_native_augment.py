@@ -60,7 +60,7 @@ def timed(fns: dict, runs: int) -> dict:
             fn()
     while min(len(t) for t in times.values()) < runs:
         for name, fn in fns.items():
-            for _ in range(BLOCK):
+            for _ in range(min(BLOCK, runs)):
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)

@@ -55,3 +55,13 @@ def test_bench_window_bytes_counts(bench_path):
     bounds = layout["starts"] + [layout["end"]]
     want = sum(bounds[k + 1] - bounds[k] for row in (1, 2, 3) for k in range(row * 23 + 2, row * 23 + 5))
     assert (nbytes, ranges) == (want, 3)
+
+
+def test_bench_native_augment_quick(bench_path, capsys):
+    import bench_native_augment
+
+    bench_native_augment.main(["--runs", "1", "--samples", "2", "--runs-per-key", "1"])
+    out = capsys.readouterr().out
+    for line in ("apply_pixel_kernel overhead", "adjust_sharpness(2.0)", "gaussian_blur(23, 1.05)", "rotate(90) square",
+                 "TrivialAugmentWide", "RandAugment", "AutoAugment(IMAGENET)"):
+        assert line in out
