@@ -7,11 +7,14 @@
 // torchvision's code in ATen: _affine_grid (linspace base grid, theta / (w/2, h/2), bmm), then
 // _apply_grid_transform (the image in float32 with a ones mask channel when a fill is given,
 // grid_sample with zeros padding and align_corners=False, the fill where the mask says, round_,
-// cast to uint8).
+// cast to uint8). Only the last cast is written here, where it is exact by construction (whole
+// numbers in [0, 255]; ATen's float-to-uint8 cast costs as much as the grid_sample); with fill
+// values outside [0, 255] ATen casts.
 #include "affine.h"
 
 #include <cmath>
 
+#include "../isa.h"
 #include "pixel_kernel.h"
 
 namespace fastprep {
@@ -94,8 +97,9 @@ at::Tensor affine_grid(const at::Tensor& theta, int64_t w, int64_t h) {
   return output_grid.view({1, oh, ow, 2});
 }
 
-// _apply_grid_transform(img, grid, mode, fill) for a [C, H, W] uint8 image.
-at::Tensor apply_grid_transform(const at::Tensor& img, const at::Tensor& grid, bool bilinear, const double* fill,
+// _apply_grid_transform(img, grid, mode, fill) for a [C, H, W] uint8 image, up to its round_()
+// (the [1, C, H, W] float32 result; the cast to uint8 is the caller's).
+at::Tensor apply_grid_transform_rounded(const at::Tensor& img, const at::Tensor& grid, bool bilinear, const double* fill,
                                 int64_t fill_count) {
   const int64_t c = img.size(0), h = img.size(1), w = img.size(2);
   at::Tensor float_img = img.reshape({-1, c, h, w}).to(at::kFloat);
@@ -114,7 +118,24 @@ at::Tensor apply_grid_transform(const at::Tensor& img, const at::Tensor& grid, b
     else
       float_img = float_img.sub_(fill_img).mul_(mask).add_(fill_img);
   }
-  return float_img.round_().to(at::kByte).reshape({c, h, w});
+  return float_img.round_();
+}
+
+// Whole numbers in [0, 255] to uint8: exact in any implementation, as ATen's cast.
+FP_ALWAYS_INLINE void whole_to_u8_span_body(const float* __restrict in, uint8_t* __restrict out, int64_t n) {
+  for (int64_t k = 0; k < n; k++) out[k] = (uint8_t)(int32_t)in[k];
+}
+
+FP_VARIANTS(whole_to_u8_span, (const float* in, uint8_t* out, int64_t n), (in, out, n))
+
+// Whether the grid transform's rounded values lie in [0, 255]: grid_sample of uint8 values
+// (nearest: the values or 0; bilinear: non-negative weights that sum to 1 within float32
+// rounding) and, with a fill, the fill values (nearest) or blends between a value and the fill
+// (bilinear), so whenever every fill value is in [0, 255]. Then the cast to uint8 is exact.
+bool rounded_values_fit_u8(const double* fill, int64_t fill_count) {
+  for (int64_t k = 0; k < fill_count; k++)
+    if (!((float)fill[k] >= 0.0f && (float)fill[k] <= 255.0f)) return false;
+  return true;
 }
 
 void affine_ref(const PixelStep& s, Image& im, KernelScratch&) {
@@ -135,7 +156,12 @@ void affine_ref(const PixelStep& s, Image& im, KernelScratch&) {
   if (im.numel() == 0) return;
   const at::Tensor theta = at::tensor(at::ArrayRef<double>(s.f, 6), at::kFloat).reshape({1, 2, 3});
   const at::Tensor grid = affine_grid(theta, im.width, im.height);
-  im.assign(apply_grid_transform(im.tensor(), grid, bilinear, has_fill ? s.f + 6 : nullptr, fill_count));
+  const double* fill = has_fill ? s.f + 6 : nullptr;
+  const at::Tensor rounded = apply_grid_transform_rounded(im.tensor(), grid, bilinear, fill, fill_count).contiguous();
+  if (rounded_values_fit_u8(fill, has_fill ? fill_count : 0))
+    whole_to_u8_span(rounded.data_ptr<float>(), im.u8(), im.numel());
+  else  // values outside uint8's range: ATen's cast, whatever it makes of them
+    im.assign(rounded.to(at::kByte).reshape({im.channels, im.height, im.width}));
 }
 
 void rotate90_ref(const PixelStep& s, Image& im, KernelScratch&) {
