@@ -37,9 +37,9 @@ int64_t set_isa_level(int64_t level);
 // A kernel body instantiated inside each variant's wrapper.
 #define FP_ALWAYS_INLINE inline __attribute__((always_inline))
 
-// Defines `void name params` running `name##_body args` compiled for AVX2+FMA when the level
-// in use allows it, for the baseline otherwise (the kernels' ISA variants: one source, the
-// same IEEE operations in each).
+// Defines `name params` that runs `name##_body args` compiled for AVX2+FMA when the CPU (and
+// set_isa_level) allows, else for the baseline: the same always-inline body, vectorized for
+// each target. Use it inside namespace fastprep.
 #define FP_VARIANTS(name, params, args)                        \
   FP_TARGET_AVX2 void name##_avx2 params { name##_body args; } \
   void name##_base params { name##_body args; }                \

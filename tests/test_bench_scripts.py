@@ -57,6 +57,15 @@ def test_bench_window_bytes_counts(bench_path):
     assert (nbytes, ranges) == (want, 3)
 
 
+def test_bench_pixel_kernels_quick(bench_path, capsys):
+    """Every case runs and is bit-equal with torchvision (the script checks before timing)."""
+    import bench_pixel_kernels
+
+    report = bench_pixel_kernels.main(["--runs", "2", "--size", "17x19"])
+    assert set(report["results"]) >= {"posterize", "solarize", "autocontrast", "equalize", "invert", "erase"}
+    assert "interleaved" in capsys.readouterr().out
+
+
 def test_bench_native_augment_quick(bench_path, capsys):
     import bench_native_augment
 

@@ -202,6 +202,7 @@ FP_ALWAYS_INLINE void hue_span_body(uint8_t* __restrict r, uint8_t* __restrict g
   for (int64_t k = 0; k < n; k++) hue_pixel(r[k], g[k], b[k], hue);
 }
 
+// The spans compiled for AVX2+FMA and for the baseline (isa.h: FP_VARIANTS).
 FP_VARIANTS(brightness_span, (uint8_t * p, int64_t n, float factor), (p, n, factor))
 FP_VARIANTS(gray_span, (const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n, float* out), (r, g, b, n, out))
 FP_VARIANTS(blend_plane_span, (uint8_t * p, const float* other, int64_t n, float ratio, float alpha),

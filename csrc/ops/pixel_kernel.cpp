@@ -9,7 +9,16 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
+
+// The OpenMP runtime torch loads and the MKL inside libtorch_cpu, if any (weak: null when absent;
+// MKL_Set_Num_Threads_Local is the C entry point that mkl_service.h names mkl_set_num_threads_local).
+extern "C" {
+int omp_get_max_threads() __attribute__((weak));
+void omp_set_num_threads(int) __attribute__((weak));
+int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+}
 
 namespace fastprep {
 
@@ -28,6 +37,33 @@ void Image::assign(const at::Tensor& t) {
 }
 
 namespace {
+
+// A kernel runs on the calling thread alone: at::parallel_for inline (ParallelGuard), and the
+// thread's OpenMP and MKL thread counts at 1, which oneDNN's convolutions (gaussian_blur's and
+// adjust_sharpness's references) and MKL's GEMM (affine's grid) read directly, past the
+// ParallelGuard. Both counts are per thread and restored on exit, so the caller's torch
+// threads are unchanged.
+class SingleThreaded {
+ public:
+  SingleThreaded() : inline_aten_(true) {
+    if (omp_get_max_threads != nullptr && omp_set_num_threads != nullptr) {
+      omp_threads_ = omp_get_max_threads();
+      if (omp_threads_ != 1) omp_set_num_threads(1);
+    }
+    if (MKL_Set_Num_Threads_Local != nullptr) mkl_threads_ = MKL_Set_Num_Threads_Local(1);
+  }
+  ~SingleThreaded() {
+    if (omp_threads_ > 1) omp_set_num_threads(omp_threads_);
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(mkl_threads_);
+  }
+  SingleThreaded(const SingleThreaded&) = delete;
+  SingleThreaded& operator=(const SingleThreaded&) = delete;
+
+ private:
+  c10::ParallelGuard inline_aten_;
+  int omp_threads_ = 0;
+  int mkl_threads_ = 0;  // 0: the thread follows MKL's global count
+};
 
 struct Entry {
   PixelKernelDef def;
@@ -114,7 +150,7 @@ Entry& entry(int64_t id) {
   TORCH_CHECK_VALUE(id >= 0 && id < (int64_t)kernels.size(), "unknown pixel kernel id ", id);
   Entry& e = *kernels[(size_t)id];
   std::call_once(e.proved, [&] {
-    const c10::ParallelGuard inline_aten(true);
+    const SingleThreaded single_threaded;
     prove(e);
   });
   return e;
@@ -144,7 +180,7 @@ void check_pixel_step(const PixelStep& step, const char* where) {
 
 void run_pixel_step(const PixelStep& step, Image& image, KernelScratch& scratch) {
   Entry& e = entry(step.kernel);
-  const c10::ParallelGuard inline_aten(true);
+  const SingleThreaded single_threaded;
   (e.use_fast ? e.def.fast : e.def.reference)(step, image, scratch);
 }
 
@@ -169,11 +205,12 @@ PixelStep make_step(int64_t id, const std::vector<int64_t>& ints, const std::vec
   return step;
 }
 
-// apply_pixel_kernel(image [C, H, W] uint8 or float32, name, ints, floats, variant): the kernel
-// on a copy of `image`; variant 0 what the batch op runs, 1 the reference, 2 the fast kernel
-// (an error when it has none).
+// apply_pixel_kernel(image [C, H, W] uint8 or float32, name, ints, floats, variant, extras): the
+// kernel on a copy of `image`; variant 0 what the batch op runs, 1 the reference, 2 the fast
+// kernel (an error when it has none); `extras` are the step's kept tensors (RandomErasing's noise).
 at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, const std::vector<int64_t>& ints,
-                              const std::vector<double>& floats, int64_t variant) {
+                              const std::vector<double>& floats, int64_t variant,
+                              const std::optional<std::vector<at::Tensor>>& extras) {
   TORCH_CHECK_VALUE(image.dim() == 3 && image.device().is_cpu(), "image must be a [C, H, W] CPU tensor, got shape ",
                     image.sizes(), " on ", image.device());
   TORCH_CHECK_TYPE(image.scalar_type() == at::kByte || image.scalar_type() == at::kFloat,
@@ -186,8 +223,9 @@ at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, 
   Image img{out.data_ptr(), out.scalar_type(), out.size(0), out.size(1), out.size(2), out.numel()};
   const PixelStep step = make_step(id, ints, floats);
   KernelScratch scratch;
+  if (extras.has_value()) scratch.extras = {extras->data(), (int64_t)extras->size()};
   {
-    const c10::ParallelGuard inline_aten(true);
+    const SingleThreaded single_threaded;
     const bool fast = variant == 2 || (variant == 0 && e.use_fast);
     (fast ? e.def.fast : e.def.reference)(step, img, scratch);
   }
@@ -211,7 +249,8 @@ std::string pixel_kernel_names() {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
-  m.def("apply_pixel_kernel(Tensor image, str name, int[] ints, float[] floats, int variant=0) -> Tensor");
+  m.def("apply_pixel_kernel(Tensor image, str name, int[] ints, float[] floats, int variant=0, Tensor[]? extras=None) -> "
+        "Tensor");
   m.def("pixel_kernel_info(str name) -> str");
   m.def("pixel_kernel_names() -> str");
 }

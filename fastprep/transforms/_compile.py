@@ -11,7 +11,8 @@ A pipeline the threads engine can run has three parts, in this order:
 2. **Augmentations** on the uint8 image: v2 transforms with a native side
    (:func:`fastprep.transforms._native.to_native`).
 3. **The output**: ``ToDtype(torch.float32, scale=True)`` (+ ``Normalize``), fused into the
-   batch write, then transforms that run on the float image (``RandomErasing``).
+   batch write, then transforms that run on the float image (``RandomErasing``, which may also
+   come before ``ToDtype``: its native side's stage is ``"any"``).
 
 ``ToImage``, ``ToPureTensor`` and ``PILToTensor`` change nothing on a decoded uint8 tensor
 and are skipped, as is ``ToDtype(torch.uint8)`` before the float conversion. Anything else
@@ -30,7 +31,15 @@ from typing import Any, NamedTuple
 import torch
 from torchvision.transforms import v2
 
-from . import _native_auto, _native_blur, _native_color, _native_flip  # noqa: F401  (register their native sides)
+# register the native sides
+from . import (  # noqa: F401
+    _native_auto,
+    _native_blur,
+    _native_color,
+    _native_erasing,
+    _native_flip,
+    _native_point,
+)
 from ._compose import Compose
 from ._decode import (
     DecodeCenterCrop,

@@ -147,7 +147,7 @@ class NativeTransform:
     #: The name of the C++ draw (csrc/ops/*.cpp: FP_REGISTER_NODE_DRAW).
     draw_name: ClassVar[str]
     #: ``"uint8"``: runs on the uint8 image (before ToDtype); ``"float"``: on the float32 image
-    #: after ToDtype + Normalize (RandomErasing).
+    #: after ToDtype + Normalize; ``"any"``: on either (RandomErasing).
     stage: ClassVar[str] = "uint8"
 
     def __init__(self, transform: Any):

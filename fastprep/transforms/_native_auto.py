@@ -16,7 +16,7 @@ magnitude functions; AutoAugment's and RandAugment's translations depend on the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -28,14 +28,6 @@ from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
 # The transform ids, in the order of csrc/ops/auto_augment.cpp's Op.
 _OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
         "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
-# The pixel kernel each op emits (None: none, or the affine kernels).
-_OP_KERNELS: dict[str, tuple[str, ...]] = {
-    "Identity": (), "ShearX": ("affine",), "ShearY": ("affine",), "TranslateX": ("affine",),
-    "TranslateY": ("affine",), "Rotate": ("affine", "rotate90"), "Brightness": ("adjust_brightness",),
-    "Color": ("adjust_saturation",), "Contrast": ("adjust_contrast",), "Sharpness": ("adjust_sharpness",),
-    "Posterize": ("posterize",), "Solarize": ("solarize",), "AutoContrast": ("autocontrast",),
-    "Equalize": ("equalize",), "Invert": ("invert",),
-}
 _COLOR_KERNELS = {"Brightness": "adjust_brightness", "Color": "adjust_saturation", "Contrast": "adjust_contrast",
                   "Sharpness": "adjust_sharpness"}
 _PLAIN_KERNELS = {"AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}
@@ -128,12 +120,6 @@ def _magnitude_source(fn: _MagnitudeFn, bins: int) -> tuple[int, list[float]]:
     return -1, []
 
 
-def _missing_kernels(ops: Iterable[str]) -> list[str]:
-    """The pixel kernels the ops emit that this build lacks."""
-    available = set(torch.ops.fastprep.pixel_kernel_names().split())
-    return sorted({k for op in ops for k in _OP_KERNELS[op]} - available)
-
-
 class _NativeAutoAugmentBase(NativeTransform):
     """The parts the three auto-augments share: the fill, the interpolation, the augmentation
     space and its node layout (csrc/ops/auto_augment.cpp)."""
@@ -145,9 +131,6 @@ class _NativeAutoAugmentBase(NativeTransform):
         unknown = [op for op in self._space if op not in _OPS]
         if unknown:
             raise self.unsupported(f"ops {unknown} have no native implementation")
-        missing = _missing_kernels(self._space)
-        if missing:
-            raise self.unsupported(f"the pixel kernels {missing} are not built into this fastprep")
         if self._bins() < 2:
             raise self.unsupported(f"num_magnitude_bins={self._bins()}: at least 2 are needed")
         self._sources = {op: _magnitude_source(fn, self._bins()) for op, (fn, _) in self._space.items()}
