@@ -55,9 +55,11 @@ def load_images(photos: str | None, count: int) -> list[torch.Tensor]:
 def timed(fns: dict, runs: int) -> dict:
     """Median seconds per call of each function, alternating in blocks."""
     times: dict = {name: [] for name in fns}
-    for fn in fns.values():  # warm-up (first-use proofs, allocations)
-        for _ in range(3):
+    for fn in fns.values():  # warm-up (first-use proofs, oneDNN primitives, allocations): 10 calls and 0.3 s
+        start, calls = time.perf_counter(), 0
+        while calls < 10 or time.perf_counter() - start < 0.3:
             fn()
+            calls += 1
     while min(len(t) for t in times.values()) < runs:
         for name, fn in fns.items():
             for _ in range(min(BLOCK, runs)):

@@ -292,6 +292,19 @@ class TestGaussianBlurKernel:
         finally:
             torch.set_num_threads(previous)
 
+    def test_the_callers_thread_count_is_restored(self):
+        # the kernels set the thread's OpenMP count (what torch.get_num_threads reads) to 1
+        # while they run
+        previous = torch.get_num_threads()
+        img = torch.zeros((3, 20, 20), dtype=torch.uint8)
+        try:
+            torch.set_num_threads(2)
+            apply(img, "gaussian_blur", ints=[5, 5], floats=[1.0, 1.0])
+            apply(img, "affine", [1, 0, 0], [1.0, 0.0, 3.0, 0.0, 1.0, 0.0])
+            assert torch.get_num_threads() == 2
+        finally:
+            torch.set_num_threads(previous)
+
     def test_kernel_larger_than_the_image_raises_as_torchvision(self):
         img = torch.zeros((3, 3, 30), dtype=torch.uint8)
         with pytest.raises(RuntimeError, match="Padding size"):
