@@ -209,7 +209,10 @@ def covering_keys(pipe, candidates, shape, picks):
         steps = python_steps(roots, key, shape)
         cpp, _ = cpp_steps(prog, key, shape)
         assert torch.equal(as_bytes(steps.records()), cpp), (key, steps.items)
-        kind = tuple((name, ints[:1] if name == "rotate90" else ()) for name, ints, _ in steps.items)
+        # an affine step's kind: the signs of its matrix (which op, which direction)
+        kind = tuple((name, ints[:1] if name == "rotate90" else (),
+                      tuple((f > 0) - (f < 0) for f in floats[:6]) if name == "affine" else ())
+                     for name, ints, floats in steps.items)
         chosen.setdefault(kind, [])
         if len(chosen[kind]) < picks:
             chosen[kind].append(key)
