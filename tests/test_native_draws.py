@@ -237,11 +237,15 @@ class TestAutoAugmentDraws:
         keys = covering_keys(pipe, range(300), self.OBLONG, picks=1)
         check(pipe, keys[:25], [self.OBLONG, (3, 40, 21)])
 
-    @pytest.mark.parametrize("policy", list(v2.AutoAugmentPolicy))
-    def test_auto_augment(self, policy):
-        pipe = [v2.AutoAugment(policy, interpolation="bilinear")]
+    @pytest.mark.parametrize("policy, interpolation, fill", [
+        (v2.AutoAugmentPolicy.IMAGENET, "bilinear", None), (v2.AutoAugmentPolicy.IMAGENET, "nearest", [10, 200, 30]),
+        (v2.AutoAugmentPolicy.CIFAR10, "nearest", None), (v2.AutoAugmentPolicy.CIFAR10, "bilinear", 77.5),
+        (v2.AutoAugmentPolicy.SVHN, "bilinear", (255,)), (v2.AutoAugmentPolicy.SVHN, "nearest", 0),
+    ])
+    def test_auto_augment(self, policy, interpolation, fill):
+        pipe = [v2.AutoAugment(policy, interpolation=interpolation, fill=fill)]
         keys = covering_keys(pipe, range(600), self.OBLONG, picks=1)
-        check(pipe, keys[:40], [self.OBLONG, (1, 23, 30)])
+        check(pipe, keys[:30], [self.OBLONG, (1, 23, 30)])
 
     def test_translations_follow_the_image_size(self):
         # AutoAugment's and RandAugment's translations are 150/331 of the image's width/height
