@@ -64,3 +64,13 @@ def test_bench_pixel_kernels_quick(bench_path, capsys):
     report = bench_pixel_kernels.main(["--runs", "2", "--size", "17x19"])
     assert set(report["results"]) >= {"posterize", "solarize", "autocontrast", "equalize", "invert", "erase"}
     assert "interleaved" in capsys.readouterr().out
+
+
+def test_bench_native_augment_quick(bench_path, capsys):
+    import bench_native_augment
+
+    bench_native_augment.main(["--runs", "1", "--samples", "2", "--runs-per-key", "1"])
+    out = capsys.readouterr().out
+    for line in ("apply_pixel_kernel overhead", "adjust_sharpness(2.0)", "gaussian_blur(23, 1.05)", "rotate(90) square",
+                 "TrivialAugmentWide", "RandAugment", "AutoAugment(IMAGENET)"):
+        assert line in out

@@ -12,6 +12,14 @@
 #include <optional>
 #include <sstream>
 
+// The OpenMP runtime torch loads and the MKL inside libtorch_cpu, if any (weak: null when absent;
+// MKL_Set_Num_Threads_Local is the C entry point that mkl_service.h names mkl_set_num_threads_local).
+extern "C" {
+int omp_get_max_threads() __attribute__((weak));
+void omp_set_num_threads(int) __attribute__((weak));
+int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+}
+
 namespace fastprep {
 
 at::Tensor Image::tensor() const {
@@ -29,6 +37,33 @@ void Image::assign(const at::Tensor& t) {
 }
 
 namespace {
+
+// A kernel runs on the calling thread alone: at::parallel_for inline (ParallelGuard), and the
+// thread's OpenMP and MKL thread counts at 1, which oneDNN's convolutions (gaussian_blur's and
+// adjust_sharpness's references) and MKL's GEMM (affine's grid) read directly, past the
+// ParallelGuard. Both counts are per thread and restored on exit, so the caller's torch
+// threads are unchanged.
+class SingleThreaded {
+ public:
+  SingleThreaded() : inline_aten_(true) {
+    if (omp_get_max_threads != nullptr && omp_set_num_threads != nullptr) {
+      omp_threads_ = omp_get_max_threads();
+      if (omp_threads_ != 1) omp_set_num_threads(1);
+    }
+    if (MKL_Set_Num_Threads_Local != nullptr) mkl_threads_ = MKL_Set_Num_Threads_Local(1);
+  }
+  ~SingleThreaded() {
+    if (omp_threads_ > 1) omp_set_num_threads(omp_threads_);
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(mkl_threads_);
+  }
+  SingleThreaded(const SingleThreaded&) = delete;
+  SingleThreaded& operator=(const SingleThreaded&) = delete;
+
+ private:
+  c10::ParallelGuard inline_aten_;
+  int omp_threads_ = 0;
+  int mkl_threads_ = 0;  // 0: the thread follows MKL's global count
+};
 
 struct Entry {
   PixelKernelDef def;
@@ -115,7 +150,7 @@ Entry& entry(int64_t id) {
   TORCH_CHECK_VALUE(id >= 0 && id < (int64_t)kernels.size(), "unknown pixel kernel id ", id);
   Entry& e = *kernels[(size_t)id];
   std::call_once(e.proved, [&] {
-    const c10::ParallelGuard inline_aten(true);
+    const SingleThreaded single_threaded;
     prove(e);
   });
   return e;
@@ -145,7 +180,7 @@ void check_pixel_step(const PixelStep& step, const char* where) {
 
 void run_pixel_step(const PixelStep& step, Image& image, KernelScratch& scratch) {
   Entry& e = entry(step.kernel);
-  const c10::ParallelGuard inline_aten(true);
+  const SingleThreaded single_threaded;
   (e.use_fast ? e.def.fast : e.def.reference)(step, image, scratch);
 }
 
@@ -192,7 +227,7 @@ at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, 
   KernelScratch scratch;
   if (extras.has_value()) scratch.extras = {extras->data(), (int64_t)extras->size()};
   {
-    const c10::ParallelGuard inline_aten(true);
+    const SingleThreaded single_threaded;
     const bool fast = variant == 2 || (variant == 0 && e.use_fast);
     (fast ? e.def.fast : e.def.reference)(step, img, scratch);
   }

@@ -14,9 +14,10 @@
 //   equal; otherwise the reference runs for the life of the process
 //   (pixel_kernel_status() says which, and why).
 //
-// Kernels run inside the batch op's native threads without the GIL; ATen's own intra-op
-// threads are kept out (a c10::ParallelGuard makes at::parallel_for run inline), as in a
-// DataLoader worker, which torch limits to one thread.
+// Kernels run inside the batch op's native threads without the GIL, each on its calling thread
+// alone, as in a DataLoader worker, which torch limits to one thread: a c10::ParallelGuard
+// makes at::parallel_for run inline, and the thread's OpenMP and MKL thread counts are 1 while
+// a kernel runs (oneDNN's convolutions and MKL's GEMM thread with OpenMP directly).
 #pragma once
 
 #include <ATen/ATen.h>

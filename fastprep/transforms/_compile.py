@@ -31,7 +31,15 @@ from typing import Any, NamedTuple
 import torch
 from torchvision.transforms import v2
 
-from . import _native_color, _native_erasing, _native_flip, _native_point  # noqa: F401  (register their native sides)
+# register the native sides
+from . import (  # noqa: F401
+    _native_auto,
+    _native_blur,
+    _native_color,
+    _native_erasing,
+    _native_flip,
+    _native_point,
+)
 from ._compose import Compose
 from ._decode import (
     DecodeCenterCrop,

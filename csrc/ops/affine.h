@@ -1,0 +1,41 @@
+// The affine steps of torchvision v2's F.affine and F.rotate on uint8 images, as draws emit
+// them (csrc/ops/affine.cpp holds the kernels): the inverse matrix computed in double exactly
+// as torchvision's _get_inverse_affine_matrix computes it in CPython, and rotate_image's
+// shortcuts (no step for 0 degrees, torch.rot90 for 180, and for 90 and 270 on square images).
+#pragma once
+
+#include <cstdint>
+
+#include "native_draw.h"
+
+namespace fastprep {
+
+// The interpolation and fill of a grid transform (_apply_grid_transform): nearest or bilinear,
+// and the fill values (none, or 1 or C values: torch.tensor(fill, dtype=float32)).
+struct GridFill {
+  static constexpr int kMaxValues = 4;
+  int64_t bilinear = 0;
+  int64_t count = 0;  // 0: fill=None
+  double values[kMaxValues] = {};
+};
+
+// torchvision's _get_inverse_affine_matrix(center, angle, translate, scale, shear) (inverted):
+// math.radians/degrees as CPython computes them and the C library's cos, sin and tan.
+void inverse_affine_matrix(const double center[2], double angle, const double translate[2], double scale,
+                           const double shear[2], double matrix[6]);
+
+// CPython's math.degrees (x * (180 / pi), the constant rounded once) and math.atan (the C
+// library's atan).
+double math_degrees(double x);
+double math_atan(double x);
+
+// Python's `x % y` on floats (the sign of y; 0.0 for a zero remainder).
+double python_float_mod(double x, double y);
+
+// The step of affine_image on the current image with the inverse matrix `matrix`.
+void emit_affine(DrawContext& ctx, const double matrix[6], const GridFill& fill);
+
+// rotate_image(image, angle, interpolation, expand=False, center=None, fill).
+void emit_rotate(DrawContext& ctx, double angle, const GridFill& fill);
+
+}  // namespace fastprep

@@ -1,0 +1,276 @@
+"""Native sides of v2's AutoAugment, RandAugment and TrivialAugmentWide (C++ draws:
+csrc/ops/auto_augment.cpp; the geometric ops' kernels: csrc/ops/affine.cpp).
+
+Each draw makes the v2 transform's torch calls in its order (``torch.randint(len(space), ())``
+for an op, the magnitude index, ``torch.rand(()) <= 0.5`` for the sign, AutoAugment's
+``torch.rand(()) <= probability``) and emits the steps of
+``_AutoAugmentBase._apply_image_or_video_transform``: the affine ops with their inverse matrix
+computed by torchvision's own ``_get_inverse_affine_matrix`` from the arguments ``F.affine`` /
+``F.rotate`` receive, the colour ops as their kernels, Identity as nothing.
+
+The C++ node carries the magnitude tables, computed here by calling the transform's own
+magnitude functions; AutoAugment's and RandAugment's translations depend on the image size
+(``linspace(0, 150 / 331 * width, bins)``), which the C++ draw evaluates with ATen's linspace.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
+
+# The transform ids, in the order of csrc/ops/auto_augment.cpp's Op.
+_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+        "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
+_COLOR_KERNELS = {"Brightness": "adjust_brightness", "Color": "adjust_saturation", "Contrast": "adjust_contrast",
+                  "Sharpness": "adjust_sharpness"}
+_PLAIN_KERNELS = {"AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}
+
+# Where an op's magnitudes come from (csrc/ops/auto_augment.cpp: Magnitudes).
+_NO_MAGNITUDES, _TABLE, _WIDTH_LINSPACE, _HEIGHT_LINSPACE = 0, 1, 2, 3
+# AutoAugment's and RandAugment's translations: torch.linspace(0.0, 150.0 / 331.0 * size, bins).
+_TRANSLATE_COEFFICIENT = 150.0 / 331.0
+_FILL_SLOTS = 4
+# Image sizes the magnitude functions are evaluated at to tell a fixed table from a size-dependent one.
+_PROBE_SIZES = ((224, 224), (97, 331), (331, 97), (500, 375))
+_MagnitudeFn = Callable[[int, int, int], Any]
+
+
+class _GridFill:
+    """The interpolation and fill of the transform's affine steps."""
+
+    def __init__(self, bilinear: bool, values: tuple[float, ...] | None):
+        self.bilinear, self.values = bilinear, values
+
+    def ints(self) -> tuple[int, int, int]:
+        return int(self.bilinear), int(self.values is not None), len(self.values or ())
+
+
+def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
+    steps.emit("affine", ints=fill.ints(), floats=(*matrix, *(fill.values or ())))
+
+
+def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], shear: Sequence[float],
+                  center: Sequence[int] | None) -> None:
+    """The step of ``F.affine(image, angle=0.0, translate, scale=1.0, shear, center)`` (affine_image)."""
+    from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+
+    center_f = [0.0, 0.0]
+    if center is not None:
+        center_f = [(float(c) - s * 0.5) for c, s in zip(center, [steps.width, steps.height])]
+    translate_f = [float(t) for t in translate]
+    _affine_step(steps, _get_inverse_affine_matrix(center_f, 0.0, translate_f, 1.0, list(shear)), fill)
+
+
+def _apply_rotate(steps: Steps, angle: float, fill: _GridFill) -> None:
+    """The steps of ``F.rotate(image, angle)`` (rotate_image, expand=False, center=None)."""
+    from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+
+    angle = angle % 360
+    if angle == 0:
+        return
+    if angle == 180:
+        steps.emit("rotate90", ints=(2,))
+        return
+    if steps.height == steps.width and angle in (90, 270):
+        steps.emit("rotate90", ints=(1 if angle == 90 else 3,))
+        return
+    _affine_step(steps, _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]), fill)
+
+
+def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill) -> None:
+    """The steps of ``_apply_image_or_video_transform(image, op, magnitude, ...)`` on a uint8 image."""
+    if op == "ShearX":
+        _apply_affine(steps, fill, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0])
+    elif op == "ShearY":
+        _apply_affine(steps, fill, translate=[0, 0], shear=[0.0, math.degrees(math.atan(magnitude))], center=[0, 0])
+    elif op == "TranslateX":
+        _apply_affine(steps, fill, translate=[int(magnitude), 0], shear=[0.0, 0.0], center=None)
+    elif op == "TranslateY":
+        _apply_affine(steps, fill, translate=[0, int(magnitude)], shear=[0.0, 0.0], center=None)
+    elif op == "Rotate":
+        _apply_rotate(steps, magnitude, fill)
+    elif op in _COLOR_KERNELS:
+        steps.emit(_COLOR_KERNELS[op], floats=(1.0 + magnitude,))
+    elif op == "Posterize":
+        steps.emit("posterize", ints=(int(magnitude),))
+    elif op == "Solarize":
+        steps.emit("solarize", floats=(255 * magnitude,))
+    elif op in _PLAIN_KERNELS:
+        steps.emit(_PLAIN_KERNELS[op])
+
+
+def _magnitude_source(fn: _MagnitudeFn, bins: int) -> tuple[int, list[float]]:
+    """How the C++ draw gets an op's magnitudes: (kind, floats), or None when it cannot."""
+    tables = [fn(bins, h, w) for h, w in _PROBE_SIZES]
+    if tables[0] is None:
+        return (_NO_MAGNITUDES, []) if all(t is None for t in tables) else (-1, [])
+    if all(t is not None and torch.equal(t, tables[0]) for t in tables):
+        return _TABLE, [float(v) for v in tables[0]]
+    for kind, axis in ((_WIDTH_LINSPACE, 1), (_HEIGHT_LINSPACE, 0)):
+        expected = [torch.linspace(0.0, _TRANSLATE_COEFFICIENT * size[axis], bins) for size in _PROBE_SIZES]
+        if all(t is not None and torch.equal(t, e) for t, e in zip(tables, expected)):
+            return kind, [_TRANSLATE_COEFFICIENT]
+    return -1, []
+
+
+class _NativeAutoAugmentBase(NativeTransform):
+    """The parts the three auto-augments share: the fill, the interpolation, the augmentation
+    space and its node layout (csrc/ops/auto_augment.cpp)."""
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        self._fill = self._grid_fill()
+        self._space: dict[str, tuple[_MagnitudeFn, bool]] = dict(transform._AUGMENTATION_SPACE)
+        unknown = [op for op in self._space if op not in _OPS]
+        if unknown:
+            raise self.unsupported(f"ops {unknown} have no native implementation")
+        if self._bins() < 2:
+            raise self.unsupported(f"num_magnitude_bins={self._bins()}: at least 2 are needed")
+        self._sources = {op: _magnitude_source(fn, self._bins()) for op, (fn, _) in self._space.items()}
+        odd = [op for op, (kind, _) in self._sources.items() if kind < 0]
+        if odd:
+            raise self.unsupported(f"the magnitudes of {odd} depend on the image size in a way the native draw "
+                                   "does not reproduce")
+
+    def _bins(self) -> int:
+        return int(self.transform.num_magnitude_bins)
+
+    def _grid_fill(self) -> _GridFill:
+        from torchvision.transforms.v2._utils import _get_fill
+        from torchvision.transforms.v2.functional._geometry import _check_interpolation
+
+        interpolation = _check_interpolation(self.transform.interpolation).value
+        if interpolation not in ("nearest", "bilinear"):
+            raise self.unsupported(f"interpolation={interpolation!r}: affine ops on tensors take nearest or bilinear")
+        fills = [_get_fill(self.transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
+        if fills[0] != fills[1]:
+            raise self.unsupported(f"fill={self.transform.fill!r} differs between plain tensors and tv_tensors.Image")
+        fill = fills[0]
+        values = None
+        if fill is not None:
+            values = tuple(float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill]))
+        if values is not None and not 1 <= len(values) <= _FILL_SLOTS:
+            raise self.unsupported(f"fill={fill!r}: 1 to {_FILL_SLOTS} values are native")
+        return _GridFill(interpolation == "bilinear", values)
+
+    def _header(self) -> tuple[int, int]:
+        return 0, 0
+
+    def _tail(self) -> tuple[list[int], list[float]]:
+        """The transform's own ints after the space, and floats after the fill."""
+        return [], []
+
+    def params(self) -> tuple[list[int], list[float]]:
+        fill = self._fill
+        tail_ints, tail_floats = self._tail()
+        floats = list(fill.values or ()) + [0.0] * (_FILL_SLOTS - len(fill.values or ())) + tail_floats
+        ints = [int(fill.bilinear), len(fill.values or ()), len(self._space), self._bins(), *self._header()]
+        for op, (_, signed) in self._space.items():
+            kind, values = self._sources[op]
+            ints += [_OPS.index(op), int(signed), kind, len(floats) if values else 0]
+            floats += values
+        return ints + tail_ints, floats
+
+    def _magnitude(self, draws: TorchDraws, steps: Steps, op: str, index: int | None) -> float:
+        """``float(magnitudes[index])`` (``index`` None: ``torch.randint(bins, ())``) with the sign
+        draw, or 0.0 for an op without magnitudes."""
+        fn, signed = self._space[op]
+        magnitudes = fn(self._bins(), steps.height, steps.width)
+        if magnitudes is None:
+            return 0.0
+        magnitude = float(magnitudes[draws.randint(0, self._bins()) if index is None else index])
+        if signed and draws.rand() <= 0.5:
+            magnitude *= -1
+        return magnitude
+
+    def _random_op(self, draws: TorchDraws) -> str:
+        """``_get_random_item``: ``keys[int(torch.randint(len(keys), ()))]``."""
+        keys = tuple(self._space)
+        return keys[draws.randint(0, len(keys))]
+
+
+@native_transform(v2.TrivialAugmentWide)
+class NativeTrivialAugmentWide(_NativeAutoAugmentBase):
+    """``v2.TrivialAugmentWide``: one op, a random magnitude bin, the sign."""
+
+    draw_name = "TrivialAugmentWide"
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        op = self._random_op(draws)
+        magnitude = self._magnitude(draws, steps, op, None)
+        _apply_op(steps, op, magnitude, self._fill)
+
+
+@native_transform(v2.RandAugment)
+class NativeRandAugment(_NativeAutoAugmentBase):
+    """``v2.RandAugment``: ``num_ops`` random ops, each at the fixed magnitude bin, with the sign."""
+
+    draw_name = "RandAugment"
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        bins, index = self._bins(), transform.magnitude
+        if not isinstance(index, int) or not -bins <= index < bins:
+            raise self.unsupported(f"magnitude={index!r} does not index {bins} magnitude bins")
+        self._index = index % bins
+
+    def _header(self) -> tuple[int, int]:
+        return int(self.transform.num_ops), self._index
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        for _ in range(self.transform.num_ops):
+            op = self._random_op(draws)
+            magnitude = self._magnitude(draws, steps, op, self._index)
+            _apply_op(steps, op, magnitude, self._fill)
+
+
+@native_transform(v2.AutoAugment)
+class NativeAutoAugment(_NativeAutoAugmentBase):
+    """``v2.AutoAugment(policy)``: a random sub-policy; each of its two ops applies when
+    ``torch.rand(()) <= probability``, at its magnitude bin of 10, with the sign."""
+
+    draw_name = "AutoAugment"
+    _NUM_BINS = 10
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        for policy in transform._policies:
+            for op, _, index in policy:
+                if op not in self._space:
+                    raise self.unsupported(f"the policy's op {op!r} is not in the augmentation space")
+                if self._sources[op][0] != 0 and (not isinstance(index, int) or not 0 <= index < self._NUM_BINS):
+                    raise self.unsupported(f"the policy's magnitude index {index!r} of {op} is out of range")
+            if len(policy) != 2:
+                raise self.unsupported(f"sub-policies of {len(policy)} ops: the native draw takes pairs")
+
+    def _bins(self) -> int:
+        return self._NUM_BINS
+
+    def _header(self) -> tuple[int, int]:
+        return len(self.transform._policies), 0
+
+    def _tail(self) -> tuple[list[int], list[float]]:
+        keys = list(self._space)
+        ints: list[int] = []
+        floats: list[float] = []
+        for policy in self.transform._policies:
+            for op, probability, index in policy:
+                ints += [keys.index(op), -1 if index is None else int(index)]
+                floats.append(float(probability))
+        return ints, floats
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        policies = self.transform._policies
+        policy = policies[draws.randint(0, len(policies))]
+        for op, probability, index in policy:
+            if not draws.rand() <= f32(probability):
+                continue
+            magnitude = self._magnitude(draws, steps, op, index)
+            _apply_op(steps, op, magnitude, self._fill)

@@ -1,0 +1,50 @@
+"""Native sides of v2's RandomAdjustSharpness and GaussianBlur (kernels and C++ draws:
+csrc/ops/sharpness.cpp, csrc/ops/gaussian_blur.cpp)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchvision.transforms import v2
+
+from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
+
+
+@native_transform(v2.RandomAdjustSharpness)
+class NativeRandomAdjustSharpness(NativeTransform):
+    """``v2.RandomAdjustSharpness(sharpness_factor, p)``: ``torch.rand(1) >= p`` skips."""
+
+    draw_name = "RandomAdjustSharpness"
+
+    def __init__(self, transform: Any):
+        super().__init__(transform)
+        factor = transform.sharpness_factor
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool):
+            raise self.unsupported(f"sharpness_factor must be a number, got {factor!r}")
+        if factor < 0:
+            raise self.unsupported(f"sharpness_factor ({factor}) is not non-negative")
+
+    def params(self) -> tuple[list[int], list[float]]:
+        return [], [float(self.transform.p), float(self.transform.sharpness_factor)]
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        if draws.rand() >= f32(self.transform.p):
+            return
+        steps.emit("adjust_sharpness", floats=(float(self.transform.sharpness_factor),))
+
+
+@native_transform(v2.GaussianBlur)
+class NativeGaussianBlur(NativeTransform):
+    """``v2.GaussianBlur(kernel_size, sigma)``: ``sigma = torch.empty(1).uniform_(sigma_min, sigma_max)``
+    for both axes (a fixed sigma draws too)."""
+
+    draw_name = "GaussianBlur"
+
+    def params(self) -> tuple[list[int], list[float]]:
+        kx, ky = self.transform.kernel_size
+        return [int(kx), int(ky)], [float(self.transform.sigma[0]), float(self.transform.sigma[1])]
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        sigma = draws.uniform(self.transform.sigma[0], self.transform.sigma[1])
+        kx, ky = self.transform.kernel_size
+        steps.emit("gaussian_blur", ints=(kx, ky), floats=(sigma, sigma))
