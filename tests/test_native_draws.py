@@ -212,7 +212,7 @@ def covering_keys(pipe, candidates, shape, picks):
         # an affine step's kind: the signs of its matrix (which op, which direction)
         kind = tuple((name, ints[:1] if name == "rotate90" else (),
                       tuple((f > 0) - (f < 0) for f in floats[:6]) if name == "affine" else ())
-                     for name, ints, floats in steps.items)
+                     for name, ints, floats, _ in steps.items)
         chosen.setdefault(kind, [])
         if len(chosen[kind]) < picks:
             chosen[kind].append(key)

@@ -10,12 +10,12 @@
 // cast to uint8). Only the last cast is written here, where it is exact by construction (whole
 // numbers in [0, 255]; ATen's float-to-uint8 cast costs as much as the grid_sample); with fill
 // values outside [0, 255] ATen casts.
-#include "affine.h"
+#include "ops/affine.h"
 
 #include <cmath>
 
-#include "../isa.h"
-#include "pixel_kernel.h"
+#include "isa.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "native_draw.h"
+#include "ops/native_draw.h"
 
 namespace fastprep {
 

@@ -18,9 +18,9 @@
 // ATen (the stored float is the coefficient).
 #include <cmath>
 
-#include "affine.h"
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "ops/affine.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {

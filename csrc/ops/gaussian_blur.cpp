@@ -10,8 +10,8 @@
 // rounded (round_) and cast to uint8.
 #include <cmath>
 
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {

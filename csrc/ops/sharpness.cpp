@@ -21,9 +21,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "../isa.h"
-#include "native_draw.h"
-#include "pixel_kernel.h"
+#include "isa.h"
+#include "ops/native_draw.h"
+#include "ops/pixel_kernel.h"
 
 namespace fastprep {
 namespace {
