@@ -26,7 +26,7 @@ import math
 import numbers
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,7 +47,6 @@ from ..transforms import (
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
-    RandomMask,
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
@@ -160,7 +159,8 @@ def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
     top, left, height, width = plan.window
     rec["scale_num"], rec["top"], rec["left"], rec["height"], rec["width"] = plan.num, top, left, height, width
     r = plan.resize
-    placed = plan.offset is not None
+    offset = plan.offset
+    placed = offset is not None
     if r is not None and placed:
         rec["resize"] = 1
         rec["full_in_h"], rec["full_in_w"] = r.full_in
@@ -172,9 +172,9 @@ def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
             rec["scale_h"], rec["scale_w"] = float(r.scale[0]), float(r.scale[1])
     else:
         rec["region_h"], rec["region_w"] = height, width
-    if placed:
+    if offset is not None:
         rec["placed"] = 1
-        rec["place_top"], rec["place_left"] = plan.offset
+        rec["place_top"], rec["place_left"] = offset
     if mask_seed is not None:
         rec["mask"], rec["mask_seed"], rec["mask_m"] = 1, int(mask_seed), mask_m
     return rec
@@ -734,7 +734,8 @@ def _batch_tables(plans) -> tuple[torch.Tensor, torch.Tensor, list]:
             and all(type(p) is PlanRef and p.batch is first.batch and p.position == j for j, p in enumerate(plans))):
         return as_bytes(first.batch.plans), first.batch.steps, first.batch.extras
     records = np.zeros(len(plans), dtype=_PLAN)
-    step_lists, extras = [], []
+    step_lists: list[np.ndarray] = []
+    extras: list[torch.Tensor] = []
     total = 0
     for j, p in enumerate(plans):
         plan = p.resolve() if isinstance(p, PlanRef) else p

@@ -170,6 +170,8 @@ class DevicePrefetcher:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.batch_transform = batch_transform
+        #: why make_loader's loader does not run on the threads engine (``None`` when it does)
+        self.engine_reason: str | None = None
         self.non_blocking = bool(non_blocking)
         self._resume: dict | None = None  # a loaded state, for the next iter()
         # [epoch, batches delivered, samples delivered] of the epoch in progress

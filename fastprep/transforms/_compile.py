@@ -88,7 +88,8 @@ def _steps(transform: Any) -> list[Any]:
     """The pipeline's steps, nested Compose flattened."""
     if isinstance(transform, (v2.Compose, Compose)) or type(transform) is torch.nn.Sequential:
         out: list[Any] = []
-        steps = transform.transforms if hasattr(transform, "transforms") else list(transform)
+        container: Any = transform
+        steps: Any = container.transforms if hasattr(container, "transforms") else list(container)
         for t in steps:
             out.extend(_steps(t))
         return out
@@ -162,7 +163,7 @@ def _interpolation(value: Any) -> str:
 def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
     """The decode transform of the pipeline's leading v2 geometry and how many steps it took."""
     first = steps[0]
-    second = steps[1] if len(steps) > 1 else None
+    second: Any = steps[1] if len(steps) > 1 else None
     kind = type(first)
     if kind in (v2.RandomResizedCrop, v2.Resize) and _interpolation(first.interpolation) != "bilinear":
         raise Unsupported(f"{kind.__name__}(interpolation={_interpolation(first.interpolation)!r}): only bilinear "
@@ -278,7 +279,7 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
                 raise Unsupported(f"{type(step).__name__} runs natively after ToDtype(torch.float32) only")
             augment.append(native)
     channels = _channels(decode, augment)
-    if mean is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
+    if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
         raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")
     return CompiledPipeline(decode, mask, tuple(augment), to_float, mean, std, tuple(after), channels, size)
 

@@ -59,8 +59,8 @@ class TorchDraws:
     torch function it names (what v2 makes on the default generator) and returns its value. The
     C++ twin is ``Draws`` in csrc/ops/native_draw.h."""
 
-    def __init__(self, generator: torch.Generator):
-        self.generator = generator
+    def __init__(self, generator: torch.Generator | None):
+        self.generator = generator  # None: the default generator (or what a torch function mode hands out)
 
     def uniform(self, low: float, high: float) -> float:
         """``float(torch.empty(1).uniform_(low, high))``."""

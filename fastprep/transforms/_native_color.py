@@ -34,8 +34,9 @@ class NativeColorJitter(NativeTransform):
         order = draws.randperm(4)
         factors = [None if r is None else draws.uniform(r[0], r[1]) for r in self._ranges()]
         for k in order:
-            if factors[k] is not None:
-                steps.emit(_JITTER_KERNELS[k], floats=(factors[k],))
+            factor = factors[k]
+            if factor is not None:
+                steps.emit(_JITTER_KERNELS[k], floats=(factor,))
 
 
 @native_transform(v2.Grayscale)
