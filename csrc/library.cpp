@@ -42,16 +42,17 @@ TORCH_LIBRARY(fastprep, m) {
   m.def(
       "resize_aa(Tensor image, int[2] full_out, int[4] out_window, int[2] full_in, int[2] in_origin, "
       "float[2] scale, bool antialias, bool hflip) -> Tensor");
-  // The native pipelines for a batch (decode_batch.cpp): per sample (plans: SamplePlan
-  // records, batch/plan.h), decode + resize + pad + mask, the pixel steps of steps (PixelStep
-  // records, ops/pixel_kernel.h; extras: tensors they refer to) into out[i] (uint8, or
-  // float32/float16/bfloat16 through the conversion `convert`, one ConvertSpec record), on
-  // num_threads threads. fills [2, decode_channels] int64: padding and mask values per
-  // channel. Returns (status [N, 3] int64: code (0 ok, 1 warning, 2 error), offset and length
-  // of the sample's message in messages, a uint8 [M] UTF-8 buffer).
+  // The native pipelines for a batch (decode_batch.cpp): per sample and view (plans: SamplePlan
+  // records, batch/plan.h; sample-major, one per view), decode + resize + pad + mask, the pixel
+  // steps of steps (PixelStep records, ops/pixel_kernel.h; extras: tensors they refer to) into
+  // outs[v][i] (uint8, or float32/float16/bfloat16 through the view's conversion, a ConvertSpec
+  // record of converts), on num_threads threads; the views of a sample that decode at the same
+  // scale share one decode. fills [2 V, decode_channels] int64: each view's padding and mask
+  // values. Returns (status [N, 3] int64: code (0 ok, 1 warning, 2 error), offset and length of
+  // the sample's message in messages, a uint8 [M] UTF-8 buffer).
   m.def(
-      "decode_batch(Tensor[] data, Tensor plans, Tensor steps, Tensor[] extras, Tensor fills, Tensor(a!) out, "
-      "int decode_channels, int decode_mode, int max_pixels, bool strict, int max_scans, Tensor convert, "
+      "decode_batch(Tensor[] data, Tensor plans, Tensor steps, Tensor[] extras, Tensor fills, Tensor(a!)[] outs, "
+      "int decode_channels, int decode_mode, int max_pixels, bool strict, int max_scans, Tensor converts, "
       "int num_threads) -> (Tensor, Tensor)");
   // The threads engine's readers (plan_batch.cpp). read_files: the bytes of each regular file
   // (uint8 1-D), and per path 0, an errno value, or a negative code for a path that is not a
@@ -62,13 +63,14 @@ TORCH_LIBRARY(fastprep, m) {
   // its bytes and 0, or an empty tensor and 1 (the caller's Python path then names the error).
   m.def("read_tar_members(str[] shards, int[] offsets, int[] sizes, str[] members) -> (Tensor[], Tensor)");
   // plan_batch: per sample its route (status code 0 planned, 1 left to the Python path, 2 error
-  // with its message), its SamplePlan record, the pixel steps the augmentations' draws emitted
-  // (program: nodes, ints, floats, num_roots, the last num_float_roots of which run on the
-  // float image; ops/native_draw.h) and the tensors they keep, and the image's (height,
-  // width); the draws are those of the pipeline under the sample's key (spec: a DecodeSpec).
+  // with its message), then per view its SamplePlan record (plans: N x V, sample-major), the
+  // pixel steps the augmentations' draws emitted (per view a program: nodes, ints, floats,
+  // num_roots, the last num_float_roots of which run on the float image; ops/native_draw.h)
+  // and the tensors they keep, and the image's (height, width); the draws are those of the
+  // views in order under the sample's key (specs: one DecodeSpec per view).
   m.def(
-      "plan_batch(Tensor[] data, Tensor keys, Tensor spec, Tensor nodes, Tensor ints, Tensor floats, int num_roots, "
-      "int num_float_roots, int[] dct_scales, int max_pixels, bool exif) "
+      "plan_batch(Tensor[] data, Tensor keys, Tensor specs, Tensor[] nodes, Tensor[] ints, Tensor[] floats, "
+      "int[] num_roots, int[] num_float_roots, int[] dct_scales, int max_pixels, bool exif) "
       "-> (Tensor, Tensor, Tensor[], Tensor, Tensor, Tensor)");
 }
 

@@ -95,10 +95,10 @@ def _resize_aa_fake(image, full_out, out_window, full_in, in_origin, scale, anti
 
 
 @torch.library.register_fake("fastprep::decode_batch")
-def _decode_batch_fake(data, plans, steps, extras, fills, out, decode_channels, decode_mode, max_pixels, strict,
-                       max_scans, convert, num_threads):
-    torch._check(out.dim() == 4)
-    status = plans.new_empty((out.shape[0], 3), dtype=torch.int64)
+def _decode_batch_fake(data, plans, steps, extras, fills, outs, decode_channels, decode_mode, max_pixels, strict,
+                       max_scans, converts, num_threads):
+    torch._check(len(outs) >= 1 and outs[0].dim() == 4)
+    status = plans.new_empty((outs[0].shape[0], 3), dtype=torch.int64)
     messages = plans.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.uint8)
     return status, messages
 

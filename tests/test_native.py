@@ -371,7 +371,7 @@ class TestArguments:
             convert = as_bytes(np.zeros(1, dtype=struct_dtype("ConvertSpec")))
         fills = torch.zeros((2, 3), dtype=torch.int64) if fills is None else fills
         return (self.datas if plans is None else self.datas[:len(plans)], records, steps, extras, fills,
-                self.out if out is None else out, 3, 3, 0, False, 64, convert, threads)
+                [self.out if out is None else out], 3, 3, 0, False, 64, convert, threads)
 
     def test_op_checks_plans(self):
         def call(**kw):
@@ -410,7 +410,7 @@ def test_gil_released_during_the_batch():
     out = torch.empty((len(big), 3, 700, 900), dtype=torch.uint8)
     # the op itself, called directly: no other torch call (which may release the GIL) inside
     records, steps, extras = _batch_tables(plans)
-    args = (big, records, steps, extras, torch.zeros((2, 3), dtype=torch.int64), out, 3, 3, 0, False, 64,
+    args = (big, records, steps, extras, torch.zeros((2, 3), dtype=torch.int64), [out], 3, 3, 0, False, 64,
             as_bytes(np.zeros(1, dtype=struct_dtype("ConvertSpec"))), 1)
     count, stop = [0], threading.Event()
 

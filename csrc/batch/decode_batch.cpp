@@ -67,6 +67,7 @@ struct Batch {
   std::vector<const uint8_t*> bytes;
   std::vector<size_t> sizes;
   const SamplePlan* plans = nullptr;
+  int64_t plan_stride = 1;  // plans of one view are every plan_stride-th (sample-major, one per view)
   const PixelStep* steps = nullptr;
   int64_t num_steps = 0;
   StepExtras extras;
@@ -615,26 +616,68 @@ void trim(Scratch& s) {
 // ------------------------------------------------------------------------------------
 // One sample.
 
-// Decodes, resizes, places, masks, augments and writes sample i. Returns its libjpeg warning
-// ("" for none); raises (c10::Error) on errors.
+// slack after each buffer: the resize kernels may read a few bytes past a row
+constexpr size_t kSlack = 32;
+
+// The plan of sample i in view `b` (plans are sample-major: view v of sample i at i * V + v).
+const SamplePlan& plan_of(const Batch& b, int64_t i) { return b.plans[i * b.plan_stride]; }
+
+// The canvas of sample i: out[i] itself for a plain uint8 batch (no steps), else a planar
+// scratch image; `in_out` says which.
+Canvas canvas_of(const Batch& b, int64_t i, const SamplePlan& p, Scratch& s, bool& in_out) {
+  const bool stepped = p.num_steps > 0 || p.num_float_steps > 0;
+  in_out = b.dtype == at::kByte && !stepped;
+  return in_out ? Canvas{reinterpret_cast<uint8_t*>(b.out) + i * b.sn, b.sc, b.sh, b.sw}
+                : Canvas{grown(s.canvas, (size_t)(b.DC * b.H * b.W)), b.H * b.W, b.W, 1};
+}
+
+// After the pixels are on the canvas: the mask, the uint8 steps, the conversion and the float
+// steps, and the write into out[i].
+void finish_sample(const Batch& b, int64_t i, const SamplePlan& p, const Canvas& cv, bool in_out, Scratch& s) {
+  const int64_t H = b.H, W = b.W;
+  if (p.mask) apply_mask(cv, b, (uint64_t)p.mask_seed, p.mask_m, s);
+  if (in_out) return;
+  Image image{cv.p, at::kByte, b.DC, H, W, b.DC * H * W};
+  run_steps(b, p.first_step, p.num_steps, image, s);
+  TORCH_CHECK_VALUE(image.channels == b.C, "the sample's steps leave ", image.channels,
+                    " channels; the batch has ", b.C);
+  if (b.dtype == at::kByte) {
+    store_u8(b, i, cv.p);
+  } else if (!b.via_float && p.num_float_steps == 0) {
+    write_float(b, i, cv.p, s);
+  } else {
+    const bool in_place = out_is_planar_f32(b);
+    float* f = in_place ? reinterpret_cast<float*>(b.out) + i * b.sn : grown(s.image, (size_t)(b.C * H * W));
+    convert_image(b, cv.p, f);
+    Image fimage{f, at::kFloat, b.C, H, W, b.C * H * W};
+    run_steps(b, p.first_step + p.num_steps, p.num_float_steps, fimage, s);
+    TORCH_CHECK_VALUE(fimage.channels == b.C, "the sample's float steps changed its channels");
+    if (!in_place) store_image(b, i, f, s);
+  }
+}
+
+// The header of sample i, checked against the batch's decode mode.
+fp_info checked_header(const Batch& b, const Decoder& dec, int64_t i) {
+  const fp_info info = read_header(dec, b.bytes[i], b.sizes[i]);
+  const int channels = decodable_channels(info, b.mode, b.max_pixels);
+  TORCH_CHECK_VALUE(channels == b.DC, "the image decodes to ", channels, " channels in this mode; the batch has ",
+                    b.DC);
+  return info;
+}
+
+// Decodes, resizes, places, masks, augments and writes sample i (one view). Returns its
+// libjpeg warning ("" for none); raises (c10::Error) on errors.
 std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
-  const SamplePlan& p = b.plans[i];
+  const SamplePlan& p = plan_of(b, i);
   const int64_t DC = b.DC, H = b.H, W = b.W;
   thread_warning().clear();
   Decoder dec(b.strict);
-  const fp_info info = read_header(dec, b.bytes[i], b.sizes[i]);
+  const fp_info info = checked_header(b, dec, i);
   const int64_t num = p.scale_num, dh = p.height, dw = p.width;
   check_window_fits(info, p.top, p.left, dh, dw, num);
-  const int channels = decodable_channels(info, b.mode, b.max_pixels);
-  TORCH_CHECK_VALUE(channels == DC, "the image decodes to ", channels, " channels in this mode; the batch has ",
-                    DC);
 
-  const bool u8 = b.dtype == at::kByte;
-  const bool stepped = p.num_steps > 0 || p.num_float_steps > 0;
-  // The canvas: out[i] itself for a plain uint8 batch, else a planar scratch image.
-  const bool in_out = u8 && !stepped;
-  Canvas cv = in_out ? Canvas{reinterpret_cast<uint8_t*>(b.out) + i * b.sn, b.sc, b.sh, b.sw}
-                     : Canvas{grown(s.canvas, (size_t)(DC * H * W)), H * W, W, 1};
+  bool in_out = false;
+  const Canvas cv = canvas_of(b, i, p, s, in_out);
   const bool placed = p.placed != 0;
   const int64_t rh = p.region_h, rw = p.region_w, top = p.place_top, left = p.place_left;
   const bool covers = placed && top == 0 && left == 0 && rh == H && rw == W;
@@ -646,8 +689,6 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
     decode_roi_into(dec, info, b.bytes[i], b.sizes[i], b.mode, p.top, p.left, dh, dw, b.max_pixels, num,
                     b.max_scans, channels_last, [dst]() { return dst; });
   };
-  // slack after each buffer: the resize kernels may read a few bytes past a row
-  constexpr size_t kSlack = 32;
   if (!placed) {
     decode(false, grown(s.decoded, (size_t)(DC * dh * dw) + kSlack));
   } else if (!p.resize) {
@@ -672,25 +713,113 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
   }
   std::string warning = std::move(thread_warning());
   thread_warning().clear();
+  finish_sample(b, i, p, cv, in_out, s);
+  return warning;
+}
 
-  if (p.mask) apply_mask(cv, b, (uint64_t)p.mask_seed, p.mask_m, s);
-  if (in_out) return warning;
-  Image image{cv.p, at::kByte, DC, H, W, DC * H * W};
-  run_steps(b, p.first_step, p.num_steps, image, s);
-  TORCH_CHECK_VALUE(image.channels == b.C, "the sample's steps leave ", image.channels,
-                    " channels; the batch has ", b.C);
-  if (u8) {
-    store_u8(b, i, cv.p);
-  } else if (!b.via_float && p.num_float_steps == 0) {
-    write_float(b, i, cv.p, s);
+// ------------------------------------------------------------------------------------
+// Several views of one sample (MultiView): the views that decode at the same DCT scale share
+// one decode of the union of their windows (interleaved), and each view's region is cut
+// (or resized) from it. A ROI decode equals the full decode sliced, so a view's pixels are
+// those of its own window decode, bit for bit; the file's entropy data is read once per
+// scale instead of once per view.
+
+struct UnionWindow {
+  int64_t top = 0, left = 0, bottom = 0, right = 0;
+  bool any = false;
+  void add(const SamplePlan& p) {
+    if (!any) {
+      top = p.top, left = p.left, bottom = p.top + p.height, right = p.left + p.width, any = true;
+      return;
+    }
+    top = std::min(top, p.top), left = std::min(left, p.left);
+    bottom = std::max(bottom, p.top + p.height), right = std::max(right, p.left + p.width);
+  }
+  int64_t height() const { return bottom - top; }
+  int64_t width() const { return right - left; }
+};
+
+// View `b`'s region of sample i from the union decode `u` (interleaved, `uw` pixels a row,
+// `readable` bytes from `u` on), then the rest of the sample.
+void view_from_union(const Batch& b, int64_t i, const SamplePlan& p, const uint8_t* u, const UnionWindow& uni,
+                     size_t readable, Scratch& s) {
+  const int64_t DC = b.DC, H = b.H, W = b.W, uw = uni.width();
+  bool in_out = false;
+  const Canvas cv = canvas_of(b, i, p, s, in_out);
+  const int64_t rh = p.region_h, rw = p.region_w, top = p.place_top, left = p.place_left;
+  const bool covers = top == 0 && left == 0 && rh == H && rw == W;
+  if (!covers) fill_canvas(cv, b);
+  const size_t offset = (size_t)(((p.top - uni.top) * uw + (p.left - uni.left)) * DC);
+  const uint8_t* src = u + offset;
+  if (!p.resize) {
+    uint8_t* d = grown(s.region, (size_t)(DC * p.height * p.width) + kSlack);
+    for (int64_t y = 0; y < p.height; y++)
+      std::memcpy(d + y * p.width * DC, src + y * uw * DC, (size_t)(p.width * DC));
+    place_region(DC, d, true, p.height, p.width, cv, top, left);
   } else {
-    const bool in_place = out_is_planar_f32(b);
-    float* f = in_place ? reinterpret_cast<float*>(b.out) + i * b.sn : grown(s.image, (size_t)(b.C * H * W));
-    convert_image(b, cv.p, f);
-    Image fimage{f, at::kFloat, b.C, H, W, b.C * H * W};
-    run_steps(b, p.first_step + p.num_steps, p.num_float_steps, fimage, s);
-    TORCH_CHECK_VALUE(fimage.channels == b.C, "the sample's float steps changed its channels");
-    if (!in_place) store_image(b, i, f, s);
+    const bool interleaved_dense = cv.cs == 1 && cv.xs == DC && cv.ys == W * DC;
+    const bool direct = covers && interleaved_dense;
+    uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(DC * rh * rw) + kSlack);
+    resize_aa_into(src, DC, p.height, p.width, uw * DC, (int64_t)(readable - offset), p.full_out_h, p.full_out_w,
+                   p.out_top, p.out_left, rh, rw, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w,
+                   p.antialias != 0, p.hflip != 0, r);
+    if (!direct) place_region(DC, r, true, rh, rw, cv, top, left);
+  }
+  finish_sample(b, i, p, cv, in_out, s);
+}
+
+// All views of sample i (views.size() > 1). Returns the warnings of its decodes ("" for none).
+std::string run_views(const std::vector<Batch>& views, int64_t i, Scratch& s) {
+  const Batch& b0 = views[0];
+  thread_warning().clear();
+  std::string warning;
+  const int64_t V = (int64_t)views.size();
+  std::vector<char> done((size_t)V, 0);
+  bool decoded_any = false;
+  fp_info info;
+  {
+    const Decoder dec(b0.strict);
+    info = checked_header(b0, dec, i);
+  }
+  for (int64_t first = 0; first < V; first++) {
+    const SamplePlan& pf = plan_of(views[first], i);
+    if (done[first] || !pf.placed) continue;
+    UnionWindow uni;  // the views at this view's scale
+    for (int64_t v = first; v < V; v++) {
+      const SamplePlan& p = plan_of(views[v], i);
+      if (!done[v] && p.placed && p.scale_num == pf.scale_num) uni.add(p);
+    }
+    check_window_fits(info, uni.top, uni.left, uni.height(), uni.width(), pf.scale_num);
+    const size_t bytes = (size_t)(b0.DC * uni.height() * uni.width()) + kSlack;
+    uint8_t* u = grown(s.decoded, bytes);
+    {
+      const Decoder dec(b0.strict);
+      read_header(dec, b0.bytes[i], b0.sizes[i]);
+      decode_roi_into(dec, info, b0.bytes[i], b0.sizes[i], b0.mode, uni.top, uni.left, uni.height(), uni.width(),
+                      b0.max_pixels, pf.scale_num, b0.max_scans, true, [u]() { return u; });
+    }
+    if (!thread_warning().empty() && warning.empty()) warning = thread_warning();
+    thread_warning().clear();
+    decoded_any = true;
+    for (int64_t v = first; v < V; v++) {
+      const SamplePlan& p = plan_of(views[v], i);
+      if (done[v] || !p.placed || p.scale_num != pf.scale_num) continue;
+      view_from_union(views[v], i, p, u, uni, bytes, s);
+      done[v] = 1;
+    }
+  }
+  for (int64_t v = 0; v < V; v++) {
+    if (done[v]) continue;
+    if (!decoded_any) {  // no view needs pixels: still decode one window, to check the file
+      warning = run_sample(views[v], i, s);
+      decoded_any = true;
+      continue;
+    }
+    const SamplePlan& p = plan_of(views[v], i);
+    bool in_out = false;
+    const Canvas cv = canvas_of(views[v], i, p, s, in_out);
+    fill_canvas(cv, views[v]);  // all padding
+    finish_sample(views[v], i, p, cv, in_out, s);
   }
   return warning;
 }
@@ -783,13 +912,44 @@ void set_conversion(Batch& b, const ConvertSpec& cs) {
   b.scale = (float)cs.scale;
 }
 
+// View v's batch description: the shared inputs in `shared`, its own output, fills and conversion.
+Batch view_batch(const Batch& shared, const at::Tensor& out, int64_t v, int64_t V, const int64_t* fills,
+                 const ConvertSpec& convert) {
+  check_out(out);
+  Batch b = shared;
+  b.plans = shared.plans + v;
+  b.plan_stride = V;
+  b.C = out.size(1);
+  b.H = out.size(2);
+  b.W = out.size(3);
+  b.dtype = out.scalar_type();
+  b.out = static_cast<char*>(out.data_ptr());
+  b.sn = out.stride(0);
+  b.sc = out.stride(1);
+  b.sh = out.stride(2);
+  b.sw = out.stride(3);
+  const int64_t DC = b.DC;
+  for (int64_t c = 0; c < DC; c++) {
+    const int64_t pad = fills[2 * v * DC + c], mask = fills[(2 * v + 1) * DC + c];
+    TORCH_CHECK_VALUE(pad >= 0 && pad <= 255 && mask >= 0 && mask <= 255, "decode_batch: fills must be in [0, 255], "
+                      "got ", pad, " and ", mask);
+    b.pad[c] = (uint8_t)pad;
+    b.mask_fill[c] = (uint8_t)mask;
+  }
+  set_conversion(b, convert);
+  return b;
+}
+
 std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& data, const at::Tensor& plans,
                                                 const at::Tensor& steps, const std::vector<at::Tensor>& extras,
-                                                const at::Tensor& fills, const at::Tensor& out,
+                                                const at::Tensor& fills, at::TensorList outs,
                                                 int64_t decode_channels, int64_t mode, int64_t max_pixels, bool strict,
-                                                int64_t max_scans, const at::Tensor& convert, int64_t num_threads) {
-  check_out(out);
-  const int64_t N = out.size(0), C = out.size(1), H = out.size(2), W = out.size(3);
+                                                int64_t max_scans, const at::Tensor& converts, int64_t num_threads) {
+  const int64_t V = (int64_t)outs.size();
+  TORCH_CHECK_VALUE(V >= 1, "decode_batch: outs must hold one output per view, got none");
+  const int64_t N = outs[0].dim() == 4 ? outs[0].size(0) : -1;
+  for (const at::Tensor& o : outs)
+    TORCH_CHECK_VALUE(o.dim() == 4 && o.size(0) == N, "decode_batch: every out must be [N, C, H, W] with the same N");
   TORCH_CHECK_VALUE((int64_t)data.size() == N, "decode_batch: ", data.size(), " data tensors for a batch of ", N);
   check_mode(mode);
   TORCH_CHECK_VALUE(max_pixels >= 0, "decode_batch: max_pixels must be >= 0 (0 = no limit), got ", max_pixels);
@@ -798,53 +958,46 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
   TORCH_CHECK_VALUE(decode_channels >= 1 && decode_channels <= 4, "decode_batch: decode_channels must be 1 to 4, got ",
                     decode_channels);
   TORCH_CHECK_TYPE(fills.scalar_type() == at::kLong, "decode_batch: fills must be int64, got ", fills.scalar_type());
-  TORCH_CHECK_VALUE(fills.device().is_cpu() && fills.is_contiguous() && fills.dim() == 2 && fills.size(0) == 2 &&
-                        fills.size(1) == decode_channels,
-                    "decode_batch: fills must be a contiguous CPU tensor [2, ", decode_channels, "], got shape ",
-                    fills.sizes());
+  TORCH_CHECK_VALUE(fills.device().is_cpu() && fills.is_contiguous() && fills.dim() == 2 &&
+                        fills.size(0) == 2 * V && fills.size(1) == decode_channels,
+                    "decode_batch: fills must be a contiguous CPU tensor [", 2 * V, ", ", decode_channels,
+                    "] (padding and mask values of each view), got shape ", fills.sizes());
 
-  Batch b;
-  b.plans = records<SamplePlan>(plans, N, "plans");
-  b.steps = records<PixelStep>(steps, -1, "steps");
-  b.num_steps = steps.numel() / (int64_t)sizeof(PixelStep);
-  for (int64_t k = 0; k < b.num_steps; k++) check_pixel_step(b.steps[k], "decode_batch");
-  b.extras = {extras.data(), (int64_t)extras.size()};
-  b.mode = mode;
-  b.max_pixels = max_pixels;
-  b.max_scans = max_scans;
-  b.strict = strict;
-  b.C = C;
-  b.DC = decode_channels;
-  b.H = H;
-  b.W = W;
-  b.dtype = out.scalar_type();
-  b.out = static_cast<char*>(out.data_ptr());
-  b.sn = out.stride(0);
-  b.sc = out.stride(1);
-  b.sh = out.stride(2);
-  b.sw = out.stride(3);
-  const int64_t* fv = fills.data_ptr<int64_t>();
-  for (int64_t c = 0; c < decode_channels; c++) {
-    TORCH_CHECK_VALUE(fv[c] >= 0 && fv[c] <= 255 && fv[decode_channels + c] >= 0 && fv[decode_channels + c] <= 255,
-                      "decode_batch: fills must be in [0, 255], got ", fills);
-    b.pad[c] = (uint8_t)fv[c];
-    b.mask_fill[c] = (uint8_t)fv[decode_channels + c];
-  }
-  set_conversion(b, *records<ConvertSpec>(convert, 1, "convert"));
-  b.bytes.resize(N);
-  b.sizes.resize(N);
+  Batch shared;
+  shared.plans = records<SamplePlan>(plans, N * V, "plans");
+  shared.steps = records<PixelStep>(steps, -1, "steps");
+  shared.num_steps = steps.numel() / (int64_t)sizeof(PixelStep);
+  for (int64_t k = 0; k < shared.num_steps; k++) check_pixel_step(shared.steps[k], "decode_batch");
+  shared.extras = {extras.data(), (int64_t)extras.size()};
+  shared.mode = mode;
+  shared.max_pixels = max_pixels;
+  shared.max_scans = max_scans;
+  shared.strict = strict;
+  shared.DC = decode_channels;
+  shared.bytes.resize(N);
+  shared.sizes.resize(N);
   for (int64_t i = 0; i < N; i++) {
     const at::Tensor& d = data[i];
     TORCH_CHECK_TYPE(d.scalar_type() == at::kByte, "decode_batch: data[", i, "] must be uint8, got ",
                      d.scalar_type());
     TORCH_CHECK_VALUE(d.dim() == 1 && d.device().is_cpu() && d.is_contiguous(), "decode_batch: data[", i,
                       "] must be a contiguous 1-D CPU tensor, got shape ", d.sizes(), " on ", d.device());
-    b.bytes[i] = d.data_ptr<uint8_t>();
-    b.sizes[i] = (size_t)d.numel();
-    const SamplePlan& p = b.plans[i];
-    check_plan(p, i, decode_channels, H, W, b.num_steps);
-    TORCH_CHECK_VALUE(p.num_steps + p.num_float_steps > 0 || decode_channels == C, "decode_batch: plan ", i,
-                      " has no steps, so the decoded channels (", decode_channels, ") must be the batch's (", C, ")");  }
+    shared.bytes[i] = d.data_ptr<uint8_t>();
+    shared.sizes[i] = (size_t)d.numel();
+  }
+  const ConvertSpec* convert = records<ConvertSpec>(converts, V, "converts");
+  std::vector<Batch> views;
+  for (int64_t v = 0; v < V; v++) {
+    views.push_back(view_batch(shared, outs[v], v, V, fills.data_ptr<int64_t>(), convert[v]));
+    const Batch& b = views.back();
+    for (int64_t i = 0; i < N; i++) {
+      const SamplePlan& p = plan_of(b, i);
+      check_plan(p, i, decode_channels, b.H, b.W, b.num_steps);
+      TORCH_CHECK_VALUE(p.num_steps + p.num_float_steps > 0 || decode_channels == b.C, "decode_batch: plan ", i,
+                        " has no steps, so the decoded channels (", decode_channels, ") must be the batch's (", b.C,
+                        ")");
+    }
+  }
 
   std::vector<int8_t> codes((size_t)N, 0);
   std::vector<std::string> messages((size_t)N);
@@ -855,7 +1008,7 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
       const int64_t i = next.fetch_add(1);
       if (i >= N) break;
       try {
-        messages[i] = run_sample(b, i, s);
+        messages[i] = V == 1 ? run_sample(views[0], i, s) : run_views(views, i, s);
         codes[i] = messages[i].empty() ? 0 : 1;
       } catch (const c10::Error& e) {
         codes[i] = 2;

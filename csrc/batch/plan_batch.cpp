@@ -180,20 +180,50 @@ bool random_crop_plan(SamplePlan& p, int64_t height, int64_t width, Draws& g, co
   return true;
 }
 
+// One view of the pipeline: its decode's spec and its augmentations' draw program.
+struct ViewInputs {
+  const DecodeSpec* spec;
+  Program program;
+  int64_t num_float_roots;
+};
+
 // What plan_one needs besides the sample.
 struct PlanInputs {
-  const DecodeSpec& spec;
-  const Program& program;
-  int64_t num_float_roots;
+  const std::vector<ViewInputs>& views;
   const std::vector<int64_t>& scales;
   int64_t max_pixels;
   bool exif;
 };
 
-// Sample i: route, header, limits, the decode's draws, the mask's seed, then the
-// augmentations' draws (their steps appended to `steps`). Returns its route; `message` holds
-// an error's text.
-Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, SamplePlan& p, int64_t* hw,
+// One view's draws (the decode's, the mask's seed, then the augmentations') on the sample's
+// generator, continuing where the previous view left it. False where the transform raises.
+bool plan_view(const ViewInputs& view, int64_t height, int64_t width, Draws& g, const std::vector<int64_t>& scales,
+               SamplePlan& p, std::vector<PixelStep>& steps, std::vector<at::Tensor>& extras) {
+  const DecodeSpec& spec = *view.spec;
+  if (spec.kind == kResizedCrop) {
+    resized_crop_plan(p, height, width, g, spec, scales);
+  } else if (spec.kind == kRandomCrop) {
+    if (!random_crop_plan(p, height, width, g, spec)) return false;
+  }
+  if (spec.has_mask) {  // RandomMask.get_params: torch.randint(0, 2**63 - 1, ())
+    p.mask = 1;
+    p.mask_seed = g.randint(0, INT64_MAX);
+    p.mask_m = spec.mask_m;
+  }
+  p.first_step = (int64_t)steps.size();
+  DrawContext ctx(g, view.program, spec.channels, spec.out_h, spec.out_w, &steps, &extras);
+  const int64_t uint8_roots = view.program.num_roots - view.num_float_roots;
+  for (int64_t k = 0; k < uint8_roots; k++) ctx.draw(k);
+  p.num_steps = (int64_t)steps.size() - p.first_step;
+  for (int64_t k = uint8_roots; k < view.program.num_roots; k++) ctx.draw(k);
+  p.num_float_steps = (int64_t)steps.size() - p.first_step - p.num_steps;
+  return true;
+}
+
+// Sample i: route, header, limits, then each view's draws in order on one generator (the
+// draws of `[view(data) for view in views]`), its plans in `plans` (one per view). Returns its
+// route; `message` holds an error's text.
+Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, SamplePlan* plans, int64_t* hw,
                std::vector<PixelStep>& steps, std::vector<at::Tensor>& extras, std::string& message) {
   const uint8_t* d = data.data_ptr<uint8_t>();
   const size_t n = (size_t)data.numel();
@@ -223,24 +253,8 @@ Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, Sampl
   }
   hw[0] = height, hw[1] = width;
   Draws g(key);
-  const DecodeSpec& spec = in.spec;
-  if (spec.kind == kResizedCrop) {
-    resized_crop_plan(p, height, width, g, spec, in.scales);
-  } else if (spec.kind == kRandomCrop) {
-    if (!random_crop_plan(p, height, width, g, spec)) return kPython;  // the transform raises
-  }
-  if (spec.has_mask) {  // RandomMask.get_params: torch.randint(0, 2**63 - 1, ())
-    p.mask = 1;
-    p.mask_seed = g.randint(0, INT64_MAX);
-    p.mask_m = spec.mask_m;
-  }
-  p.first_step = (int64_t)steps.size();
-  DrawContext ctx(g, in.program, spec.channels, spec.out_h, spec.out_w, &steps, &extras);
-  const int64_t uint8_roots = in.program.num_roots - in.num_float_roots;
-  for (int64_t k = 0; k < uint8_roots; k++) ctx.draw(k);
-  p.num_steps = (int64_t)steps.size() - p.first_step;
-  for (int64_t k = uint8_roots; k < in.program.num_roots; k++) ctx.draw(k);
-  p.num_float_steps = (int64_t)steps.size() - p.first_step - p.num_steps;
+  for (size_t v = 0; v < in.views.size(); v++)
+    if (!plan_view(in.views[v], height, width, g, in.scales, plans[v], steps, extras)) return kPython;
   return kPlanned;
 }
 
@@ -251,37 +265,57 @@ at::Tensor as_bytes(const std::vector<T>& v) {
   return out;
 }
 
+// The views' inputs, checked: one DecodeSpec record and one draw program per view.
+std::vector<ViewInputs> view_inputs(const at::Tensor& specs, const std::vector<at::Tensor>& nodes,
+                                    const std::vector<at::Tensor>& ints, const std::vector<at::Tensor>& floats,
+                                    const std::vector<int64_t>& num_roots, const std::vector<int64_t>& num_float_roots) {
+  const int64_t V = (int64_t)nodes.size();
+  TORCH_CHECK_VALUE(V >= 1 && (int64_t)ints.size() == V && (int64_t)floats.size() == V &&
+                        (int64_t)num_roots.size() == V && (int64_t)num_float_roots.size() == V,
+                    "plan_batch: one program per view: nodes, ints, floats, num_roots and num_float_roots must have "
+                    "the same length >= 1");
+  TORCH_CHECK_VALUE(specs.scalar_type() == at::kByte && specs.dim() == 1 && specs.is_contiguous() &&
+                        specs.numel() == V * (int64_t)sizeof(DecodeSpec),
+                    "plan_batch: specs must be ", V, " DecodeSpec records (", sizeof(DecodeSpec), " bytes each)");
+  const DecodeSpec* spec = reinterpret_cast<const DecodeSpec*>(specs.data_ptr<uint8_t>());
+  std::vector<ViewInputs> views;
+  for (int64_t v = 0; v < V; v++) {
+    const DecodeSpec& d = spec[v];
+    TORCH_CHECK_VALUE(d.kind == kNoDraw || d.kind == kResizedCrop || d.kind == kRandomCrop,
+                      "plan_batch: unknown decode kind ", d.kind);
+    TORCH_CHECK_VALUE(d.out_h > 0 && d.out_w > 0 && d.mask_m >= 0 && d.channels >= 1 && d.channels <= 4,
+                      "plan_batch: bad output size, channels or mask numerator");
+    if (d.kind == kResizedCrop)
+      TORCH_CHECK_VALUE(d.scale_lo <= d.scale_hi && d.log_ratio_lo <= d.log_ratio_hi && d.ratio_lo > 0,
+                        "plan_batch: bad RandomResizedCrop bounds");
+    const Program program = program_of(nodes[v], ints[v], floats[v], num_roots[v], "plan_batch");
+    TORCH_CHECK_VALUE(num_float_roots[v] >= 0 && num_float_roots[v] <= num_roots[v],
+                      "plan_batch: num_float_roots must be in [0, ", num_roots[v], "], got ", num_float_roots[v]);
+    views.push_back({&d, program, num_float_roots[v]});
+  }
+  return views;
+}
+
 std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tensor, at::Tensor> plan_batch(
-    const std::vector<at::Tensor>& data, const at::Tensor& keys, const at::Tensor& spec_bytes, const at::Tensor& nodes,
-    const at::Tensor& ints, const at::Tensor& floats, int64_t num_roots, int64_t num_float_roots,
+    const std::vector<at::Tensor>& data, const at::Tensor& keys, const at::Tensor& specs,
+    const std::vector<at::Tensor>& nodes, const std::vector<at::Tensor>& ints, const std::vector<at::Tensor>& floats,
+    const std::vector<int64_t>& num_roots, const std::vector<int64_t>& num_float_roots,
     const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif) {
   const int64_t N = (int64_t)data.size();
-  TORCH_CHECK_VALUE(spec_bytes.scalar_type() == at::kByte && spec_bytes.dim() == 1 && spec_bytes.is_contiguous() &&
-                        spec_bytes.numel() == (int64_t)sizeof(DecodeSpec),
-                    "plan_batch: spec must be one DecodeSpec record (", sizeof(DecodeSpec), " bytes)");
-  const DecodeSpec& spec = *reinterpret_cast<const DecodeSpec*>(spec_bytes.data_ptr<uint8_t>());
-  TORCH_CHECK_VALUE(spec.kind == kNoDraw || spec.kind == kResizedCrop || spec.kind == kRandomCrop,
-                    "plan_batch: unknown decode kind ", spec.kind);
+  const std::vector<ViewInputs> views = view_inputs(specs, nodes, ints, floats, num_roots, num_float_roots);
+  const int64_t V = (int64_t)views.size();
   TORCH_CHECK_VALUE(keys.scalar_type() == at::kLong && keys.dim() == 1 && keys.numel() == N && keys.is_contiguous() &&
                         keys.device().is_cpu(),
                     "plan_batch: keys must be a contiguous int64 CPU tensor [", N, "]");
   TORCH_CHECK_VALUE(max_pixels >= 0, "plan_batch: max_pixels must be >= 0, got ", max_pixels);
-  TORCH_CHECK_VALUE(spec.out_h > 0 && spec.out_w > 0 && spec.mask_m >= 0 && spec.channels >= 1 && spec.channels <= 4,
-                    "plan_batch: bad output size, channels or mask numerator");
   for (const int64_t s : dct_scales) TORCH_CHECK_VALUE(s >= 1 && s <= 8, "plan_batch: DCT scales are 1..8, got ", s);
-  if (spec.kind == kResizedCrop)
-    TORCH_CHECK_VALUE(spec.scale_lo <= spec.scale_hi && spec.log_ratio_lo <= spec.log_ratio_hi && spec.ratio_lo > 0,
-                      "plan_batch: bad RandomResizedCrop bounds");
-  const Program program = program_of(nodes, ints, floats, num_roots, "plan_batch");
-  TORCH_CHECK_VALUE(num_float_roots >= 0 && num_float_roots <= num_roots, "plan_batch: num_float_roots must be in [0, ",
-                    num_roots, "], got ", num_float_roots);
   for (int64_t i = 0; i < N; i++) {
     const at::Tensor& d = data[i];
     TORCH_CHECK_TYPE(d.scalar_type() == at::kByte, "plan_batch: data[", i, "] must be uint8, got ", d.scalar_type());
     TORCH_CHECK_VALUE(d.dim() == 1 && d.device().is_cpu() && d.is_contiguous(), "plan_batch: data[", i,
                       "] must be a contiguous 1-D CPU tensor");
   }
-  std::vector<SamplePlan> plans((size_t)N);
+  std::vector<SamplePlan> plans((size_t)(N * V));
   std::vector<PixelStep> steps;
   std::vector<at::Tensor> extras;
   at::Tensor hw = at::zeros({N, 2}, at::kLong);
@@ -289,14 +323,15 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
   const int64_t* kv = keys.data_ptr<int64_t>();
   std::vector<int8_t> codes((size_t)N, kPlanned);
   std::vector<std::string> messages((size_t)N);
-  const PlanInputs in{spec, program, num_float_roots, dct_scales, max_pixels, exif};
+  const PlanInputs in{views, dct_scales, max_pixels, exif};
   for (int64_t i = 0; i < N; i++) {
     const size_t before = steps.size(), kept = extras.size();
-    codes[i] = plan_one(data[i], (uint64_t)kv[i], in, plans[i], hv + 2 * i, steps, extras, messages[i]);
+    SamplePlan* mine = plans.data() + i * V;
+    codes[i] = plan_one(data[i], (uint64_t)kv[i], in, mine, hv + 2 * i, steps, extras, messages[i]);
     if (codes[i] != kPlanned) {  // a sample left to Python or failed has no steps here
       steps.resize(before);
       extras.resize(kept);
-      plans[i] = SamplePlan();
+      for (int64_t v = 0; v < V; v++) mine[v] = SamplePlan();
     }
   }
   auto [status, text] = status_table(codes, messages);

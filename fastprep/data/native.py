@@ -548,7 +548,7 @@ class NativePipeline:
         signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
         prog = self._program
         plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
-            datas, signed, self._spec, prog.nodes, prog.ints, prog.floats, prog.num_roots, self._num_float,
+            datas, signed, self._spec, [prog.nodes], [prog.ints], [prog.floats], [prog.num_roots], [self._num_float],
             list(DCT_SCALES), int(max_pixels), bool(exif))
         plans = plans_b.numpy().view(_PLAN)
         batch = PlannedBatch(plans, steps, list(extras))
@@ -638,7 +638,7 @@ class NativePipeline:
         records, steps, extras = _batch_tables(plans)
         start = time.thread_time() if timings is not None else 0.0
         status, text = torch.ops.fastprep.decode_batch(
-            datas, records, steps, extras, self._fills, out, self.decode_channels, self._mode, self._max_pixels,
+            datas, records, steps, extras, self._fills, [out], self.decode_channels, self._mode, self._max_pixels,
             self._strict, self._max_scans, convert, threads)
         if timings is not None:
             timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start

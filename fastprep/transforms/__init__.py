@@ -44,6 +44,7 @@ from ._decode import (
     OnDecoded,
 )
 from ._kernel_transforms import ConvertColor, MaskYUVScale, RandomMask, Scale, YUVScale
+from ._multiview import MultiView
 from ._plan import DCT_SCALES, DecodePlan, ResizeStep, plan_scaled_window
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "DecodeResize",
     "DecodeResizeCenterCrop",
     "MaskYUVScale",
+    "MultiView",
     "OnDecoded",
     "RandomMask",
     "ResizeStep",

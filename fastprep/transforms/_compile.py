@@ -142,6 +142,13 @@ def output_dtype(transform: Any) -> torch.dtype:
     """The dtype of the images a pipeline returns, read from its steps: float32 after its last
     float conversion (``ToDtype``/``ConvertImageDtype`` to a float type, fastprep's
     ``ConvertColor``/``Scale``), uint8 otherwise (the decoded image's)."""
+    views = getattr(transform, "view_transforms", None)
+    if callable(views):  # MultiView: every view's, which must agree
+        dtypes = {output_dtype(v) for v in views()}
+        if len(dtypes) > 1:
+            raise ValueError(f"MultiView's views must all return one dtype (the loader converts every view alike), "
+                             f"got {sorted(str(d) for d in dtypes)}")
+        return dtypes.pop()
     steps = _steps(transform.pipeline if isinstance(transform, OnDecoded) else transform)
     dtype = torch.uint8
     for step in steps:
