@@ -54,8 +54,8 @@ from ..transforms._plan import DCT_SCALES, centered_ratio_window
 from .batch import BatchConvert
 from .sample import SampleTransform
 
-__all__ = ["NativePipeline", "Plan", "PlanRef", "PlannedBatch", "STATUS_ERROR", "STATUS_OK", "STATUS_WARNING",
-           "Unsupported"]
+__all__ = ["MultiViewPipeline", "NativePipeline", "Plan", "PlanRef", "PlannedBatch", "STATUS_ERROR", "STATUS_OK",
+           "STATUS_WARNING", "Unsupported", "native_pipeline"]
 
 #: :meth:`NativePipeline.run` statuses.
 STATUS_OK, STATUS_WARNING, STATUS_ERROR = 0, 1, 2
@@ -724,6 +724,173 @@ class NativePipeline:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transform!r}, channels={self.channels}, size={self.size})"
+
+
+class MultiViewPipeline:
+    """:class:`~fastprep.transforms.MultiView` as one native call per batch.
+
+    Each view is a compiled :class:`NativePipeline`; per sample the views draw one after the
+    other on the sample's generator (as ``[view(data) for view in views]``), and the batch op
+    decodes the image once per DCT scale its views use (the union of their windows) and cuts,
+    resizes and augments every view from it. :meth:`run` fills one output per view.
+
+    Attributes:
+        transform: the MultiView.
+        views: the views' native pipelines.
+        channels, size, float_output: per view, as :class:`NativePipeline`'s.
+    """
+
+    def __init__(self, transform, views: list[NativePipeline]):
+        first = views[0]
+        for k, v in enumerate(views[1:], 1):
+            if (v._mode, v._max_pixels, v._strict, v._max_scans) != (first._mode, first._max_pixels, first._strict,
+                                                                      first._max_scans):
+                raise Unsupported(f"view {k} decodes with other options (mode, max_pixels, strict, max_scans) than "
+                                  "view 0; the views of a sample share its decodes")
+        if len({v.float_output for v in views}) > 1:
+            raise Unsupported("some views end in ToDtype(torch.float32) and some in uint8; the loader needs one kind")
+        self.transform = transform
+        self.views = views
+        self.channels = [v.channels for v in views]
+        self.size = [v.size for v in views]
+        self.float_output = first.float_output
+        self._specs = None if any(v._spec is None for v in views) else torch.cat([v._spec for v in views])
+        self._fills = torch.cat([v._fills for v in views])
+
+    @classmethod
+    def compile(cls, transform, decode_kwargs: dict | None = None) -> MultiViewPipeline:
+        """The native pipeline of a :class:`~fastprep.transforms.MultiView` (each view compiled as
+        :meth:`NativePipeline.compile` does). Raises :class:`Unsupported` naming the view."""
+        views = []
+        for k, view in enumerate(transform.view_transforms()):
+            try:
+                views.append(NativePipeline.compile(view, decode_kwargs))
+            except Unsupported as e:
+                raise Unsupported(f"view {k}: {e}") from None
+        return cls(transform, views)
+
+    def plan(self, data: torch.Tensor, key: int | None = None) -> list[Plan]:
+        """Every view's :class:`Plan` of one sample, drawn in view order as the MultiView's own
+        call draws them (from the default generator, or with ``key`` a private generator seeded by
+        it, the draws under :func:`fastprep._seeding.keyed_default_rng`)."""
+        data = _check_data(data, "data")
+        info = fio.jpeg_info(data)
+        if key is None:
+            return [v._plan_drawn(info, None) for v in self.views]
+        with keyed_thread_rng(key):
+            return [v._plan_drawn(info, None) for v in self.views]
+
+    def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
+        """:meth:`NativePipeline.plan_batch` for every view at once: per sample ``(route, value)``
+        with ``value`` a :class:`MultiPlanRef` for a planned sample."""
+        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
+        keys = list(keys)
+        if len(keys) != len(datas):
+            raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
+        if self._specs is None:
+            return [("python", None)] * len(datas)
+        signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
+        progs = [v._program for v in self.views]
+        plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
+            datas, signed, self._specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
+            [p.num_roots for p in progs], [v._num_float for v in self.views], list(DCT_SCALES), int(max_pixels),
+            bool(exif))
+        plans = plans_b.numpy().view(_PLAN)
+        batch = PlannedBatch(plans, steps, list(extras))
+        sizes = hw.tolist()
+        V = len(self.views)
+        raw = None
+        out: list = []
+        for j, (code, start, length) in enumerate(status.tolist()):
+            if code == _ROUTE_PLANNED:
+                for v, view in enumerate(self.views):
+                    if view._keyed_draw == "none":
+                        view._fill_no_draw(plans[j * V + v], sizes[j])
+                out.append(("plan", MultiPlanRef(batch, j, V)))
+            elif code == _ROUTE_ERROR:
+                raw = text.numpy().tobytes() if raw is None else raw
+                out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
+            else:
+                out.append(("python", None))
+        return out
+
+    def run(self, datas, plans, outs, *, num_threads: int | None = None, mean=None, std=None,
+            color: str | None = None, timings: dict | None = None) -> list[tuple[int, str]]:
+        """Fill ``outs[v][i]`` with view ``v`` of sample ``i``: one native call, GIL released.
+
+        Args:
+            datas: the ``N`` encoded JPEGs.
+            plans: per sample, its views' plans (a list of :class:`Plan`, or a :class:`MultiPlanRef`).
+            outs: one ``[N, C, H, W]`` tensor per view (see :meth:`NativePipeline.run`'s ``out``);
+                ``mean``, ``std`` and ``color`` apply to every view.
+            num_threads, timings: as :meth:`NativePipeline.run`'s.
+
+        Returns:
+            ``(status, message)`` per sample, as :meth:`NativePipeline.run`.
+        """
+        datas, plans, outs = list(datas), list(plans), list(outs)
+        n, V = len(datas), len(self.views)
+        if len(plans) != n:
+            raise ValueError(f"datas and plans must have the same length, got {n} and {len(plans)}")
+        if len(outs) != V:
+            raise ValueError(f"outs must hold one tensor per view ({V}), got {len(outs)}")
+        for view, out in zip(self.views, outs):
+            view._check_out(out, n)
+        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
+        flat = []
+        for i, p in enumerate(plans):
+            if isinstance(p, MultiPlanRef):
+                flat.extend(PlanRef(p.batch, p.position * V + v) for v in range(V))
+            elif isinstance(p, (list, tuple)) and len(p) == V and all(isinstance(q, Plan) for q in p):
+                flat.extend(p)
+            else:
+                raise TypeError(f"plans[{i}] must be a MultiPlanRef or a list of {V} Plans from MultiViewPipeline.plan "
+                                f"or plan_batch, got {type(p).__name__}")
+        threads = _check_threads(num_threads, n)
+        converts = []
+        for view, out in zip(self.views, outs):
+            convert, converter = view._conversion(out.dtype, color, mean, std)
+            if converter is not None:
+                raise ValueError("this torch build rounds BatchConvert's yuv + mean/std step in no single way: use "
+                                 "color='rgb' (or no mean/std) with several views")
+            converts.append(convert)
+        if n == 0:
+            return []
+        records, steps, extras = _batch_tables(flat)
+        start = time.thread_time() if timings is not None else 0.0
+        first = self.views[0]
+        status, text = torch.ops.fastprep.decode_batch(
+            datas, records, steps, extras, self._fills, outs, first.decode_channels, first._mode, first._max_pixels,
+            first._strict, first._max_scans, torch.cat(converts), threads)
+        if timings is not None:
+            timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
+        raw = text.numpy().tobytes()
+        return [(int(code), raw[start:start + length].decode("utf-8", "replace"))
+                for code, start, length in status.tolist()]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.views)} views, sizes={self.size})"
+
+
+class MultiPlanRef(NamedTuple):
+    """The plans of sample ``position`` (its ``views`` plans) in a :class:`PlannedBatch` of a
+    :class:`MultiViewPipeline`."""
+
+    batch: PlannedBatch
+    position: int
+    views: int
+
+    def resolve(self) -> list[Plan]:
+        """The same plans as standalone :class:`Plan` objects."""
+        return [PlanRef(self.batch, self.position * self.views + v).resolve() for v in range(self.views)]
+
+
+def native_pipeline(transform, decode_kwargs: dict | None = None) -> NativePipeline | MultiViewPipeline:
+    """The native pipeline of ``transform`` (a :class:`~fastprep.transforms.MultiView` or a
+    single pipeline). Raises :class:`Unsupported` saying why there is none."""
+    if callable(getattr(transform, "view_transforms", None)):
+        return MultiViewPipeline.compile(transform, decode_kwargs)
+    return NativePipeline.compile(transform, decode_kwargs)
 
 
 def _batch_tables(plans) -> tuple[torch.Tensor, torch.Tensor, list]:
