@@ -49,6 +49,8 @@ def collate_uint8(batch, out=None):
     if n == 0:
         raise ValueError("collate_uint8 got an empty batch")
     first = batch[0]
+    if isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[0], list):
+        return _collate_views(batch)
     if not (isinstance(first, (tuple, list)) and len(first) == 2 and isinstance(first[0], torch.Tensor)):
         raise TypeError(f"collate_uint8 expects (image tensor, target) samples, got {type(first).__name__}"
                         + (f" of length {len(first)}" if isinstance(first, (tuple, list)) else ""))
@@ -66,6 +68,17 @@ def collate_uint8(batch, out=None):
         images[i].copy_(img)
         targets[i] = int(target)
     return images, targets
+
+
+def _collate_views(batch):
+    """A MultiView's samples ``([view tensors], target)``: one batch per view, in a list."""
+    views = len(batch[0][0])
+    for sample in batch:
+        if not isinstance(sample[0], list) or len(sample[0]) != views:
+            raise ValueError(f"a MultiView batch needs {views} views in every sample, got "
+                             f"{len(sample[0]) if isinstance(sample[0], list) else type(sample[0]).__name__}")
+    batches = [collate_uint8([(sample[0][v], sample[1]) for sample in batch]) for v in range(views)]
+    return [images for images, _ in batches], batches[0][1]
 
 
 def _describe(img) -> str:

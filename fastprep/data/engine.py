@@ -42,7 +42,7 @@ from .._threads import usable_cpus
 from .batch import BatchConvert
 from .collate import PooledBatch
 from .datasets import JpegDataset, SkippedFile
-from .native import NativePipeline
+from . import native
 
 __all__ = ["ThreadLoader", "bottleneck_stage", "native_pipeline"]
 
@@ -65,10 +65,13 @@ _WAIT_KEYS = ("consumer_wait", "building", "builder_wait_readers", "builder_wait
 
 
 def native_pipeline(transform):
-    """The native batch pipeline of ``transform``
-    (:meth:`fastprep.data.native.NativePipeline.from_transform`), or ``None`` when it has
-    none: the threads engine cannot run it."""
-    return NativePipeline.from_transform(transform)
+    """The native batch pipeline of ``transform`` (a :class:`~fastprep.data.native.NativePipeline`,
+    or a :class:`~fastprep.data.native.MultiViewPipeline` for a MultiView), or ``None`` when it
+    has none: the threads engine cannot run it."""
+    try:
+        return native.native_pipeline(transform)
+    except native.Unsupported:
+        return None
 
 
 class _BufferRing:
@@ -113,6 +116,60 @@ class _BufferRing:
             with self._lock:
                 self._busy[slot] = False
                 self._events[slot] = event
+
+
+class _ViewBuffers:
+    """One buffer pool per view of a MultiView, handed out and taken back together: a batch's
+    images are a list with one tensor per view. The pools are used in lockstep, so a slot names
+    the same position in each."""
+
+    def __init__(self, pools: list):
+        self.pools = pools
+        self.shape = [p.shape for p in pools]
+
+    def acquire(self, n: int):
+        taken = [pool.acquire(n) for pool in self.pools]
+        slots = {slot for slot, _ in taken}
+        if len(slots) > 1:  # out of step (never expected): use one-off buffers, free the slots
+            for pool, (slot, _) in zip(self.pools, taken):
+                pool.release(slot)
+            return -1, [pool._new(n) if isinstance(pool, _BufferRing) else pool.acquire(n)[1] for pool in self.pools]
+        return slots.pop(), [images for _, images in taken]
+
+    def release(self, slot: int, event=None) -> None:
+        for pool in self.pools:
+            pool.release(slot, event)
+
+
+def _shape_key(shape):
+    return [tuple(s) for s in shape] if isinstance(shape, list) else tuple(shape)
+
+
+def _output_shape(pipeline, batch_size: int):
+    """``(batch_size, C, H, W)`` of the pipeline's batches, or a list of them (one per view)."""
+    if isinstance(pipeline.channels, list):
+        return [(batch_size, c) + tuple(size) for c, size in zip(pipeline.channels, pipeline.size)]
+    return (batch_size, pipeline.channels) + tuple(pipeline.size)
+
+
+def _rows(out, start: int, stop: int):
+    """Rows ``start:stop`` of a batch (every view's)."""
+    return [o[start:stop] for o in out] if isinstance(out, list) else out[start:stop]
+
+
+def _empty_rows(out, n: int):
+    """A fresh batch of ``n`` rows shaped like ``out``'s rows."""
+    if isinstance(out, list):
+        return [torch.empty((n,) + tuple(o.shape[1:]), dtype=o.dtype) for o in out]
+    return torch.empty((n,) + tuple(out.shape[1:]), dtype=out.dtype)
+
+
+def _index_copy(out, index: torch.Tensor, rows) -> None:
+    if isinstance(out, list):
+        for o, r in zip(out, rows):
+            o.index_copy_(0, index, r)
+    else:
+        out.index_copy_(0, index, rows)
 
 
 _NUMPY_STORAGE = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.uint16}
@@ -258,8 +315,10 @@ class ThreadLoader:
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = max(2, int(prefetch))
         self.read_threads = max(1, int(read_threads))
-        if isinstance(convert, BatchConvert) and getattr(pipeline, "channels", 3) != 3:
-            raise ValueError(f"convert needs 3-channel batches; the pipeline gives {pipeline.channels}")
+        channels = getattr(pipeline, "channels", 3)
+        if isinstance(convert, BatchConvert) and any(c != 3 for c in (channels if isinstance(channels, list) else
+                                                                      [channels])):
+            raise ValueError(f"convert needs 3-channel batches; the pipeline gives {channels}")
         self.convert = convert
         self.read_ahead_bytes = int(read_ahead_bytes)
         self.epoch = 0
@@ -267,22 +326,28 @@ class ThreadLoader:
         self._skip = 0
         self._cpu_lock = threading.Lock()
         self._cpu = dict.fromkeys(_CPU_KEYS + _WAIT_KEYS, 0.0)
-        self._buffers: _BufferRing | _LeasedBuffers | None = None
+        self._buffers: _BufferRing | _LeasedBuffers | _ViewBuffers | None = None
 
-    def output_buffers(self, shape) -> _BufferRing | _LeasedBuffers:
+    def output_buffers(self, shape) -> _BufferRing | _LeasedBuffers | _ViewBuffers:
         """The output buffers, kept across epochs (no page faults, no pinning per epoch):
         the uint8 ring (a slot comes back when the prefetcher releases it, or when an
         epoch closes with the batch never handed out), or, with ``convert``, the pool of
         converted batches (a buffer comes back once the consumer dropped every batch
-        using it)."""
+        using it). A list of shapes (one per view of a MultiView) gives one pool per view,
+        handed out together."""
         pool = self._buffers
-        if pool is None or pool.shape != tuple(shape):
-            if self.convert is None:
-                pool = _BufferRing(shape, self.prefetch + 3, self.pin_memory)
+        if pool is None or pool.shape != _shape_key(shape):
+            if isinstance(shape, list):
+                pool = _ViewBuffers([self._pool(tuple(one)) for one in shape])
             else:
-                pool = _LeasedBuffers(shape, self.convert.dtype, self.convert.channels_last, self.prefetch + 3)
+                pool = self._pool(tuple(shape))
             self._buffers = pool
         return pool
+
+    def _pool(self, shape) -> _BufferRing | _LeasedBuffers:
+        if self.convert is None:
+            return _BufferRing(shape, self.prefetch + 3, self.pin_memory)
+        return _LeasedBuffers(shape, self.convert.dtype, self.convert.channels_last, self.prefetch + 3)
 
     def cpu_seconds(self) -> dict:
         """Where this loader's threads spent CPU time, summed over its epochs so far.
@@ -353,10 +418,9 @@ class _EpochRun:
         self.epoch_seed, self.epoch = epoch_seed, epoch
         self.batch_size = loader.batch_size
         self.num_batches = -(-len(indices) // self.batch_size)
-        shape = (self.batch_size, self.pipeline.channels) + tuple(self.pipeline.size)
         convert = loader.convert
-        self.ring: _BufferRing | _LeasedBuffers
-        self.ring = loader.output_buffers(shape)
+        self.ring: _BufferRing | _LeasedBuffers | _ViewBuffers
+        self.ring = loader.output_buffers(_output_shape(self.pipeline, self.batch_size))
         if convert is None:
             self.run_options = {}
         else:
@@ -402,7 +466,8 @@ class _EpochRun:
                 with keyed_thread_rng(self.key(index)):
                     sample.image = self.dataset.decode_fallback(data, reason)
                 sample.reason = reason
-                sample.nbytes += int(sample.image.numel())
+                images = sample.image if isinstance(sample.image, list) else [sample.image]
+                sample.nbytes += sum(int(x.numel()) for x in images)
         except (fio.DecodeError, OSError, ValueError) as e:
             sample.error = _failure(e, sample.name, index)
             sample.data = sample.plan = sample.image = None
@@ -447,12 +512,11 @@ class _EpochRun:
         """Write ``samples`` into ``out`` (one native run for the planned ones)."""
         native = [j for j, s in enumerate(samples) if s.plan is not None]
         if native:
-            dest = out if len(native) == len(samples) else torch.empty((len(native),) + tuple(out.shape[1:]),
-                                                                       dtype=out.dtype)
+            dest = out if len(native) == len(samples) else _empty_rows(out, len(native))
             statuses = self.pipeline.run([samples[j].data for j in native], [samples[j].plan for j in native],
                                          dest, num_threads=num_threads, timings=batch.timings, **self.run_options)
             if dest is not out:
-                out.index_copy_(0, torch.tensor(native, dtype=torch.int64), dest)
+                _index_copy(out, torch.tensor(native, dtype=torch.int64), dest)
             for j, (status, message) in zip(native, statuses):
                 s = samples[j]
                 if status == 1:
@@ -461,13 +525,19 @@ class _EpochRun:
                     s.error = _failure(fio.DecodeError(message), s.name, s.index)
         for j, s in enumerate(samples):
             if s.image is not None:
-                if tuple(s.image.shape) != tuple(out.shape[1:]) or s.image.dtype != torch.uint8:
+                images = s.image if isinstance(s.image, list) else [s.image]
+                outs = out if isinstance(out, list) else [out]
+                wrong = [(tuple(x.shape), x.dtype) for x, o in zip(images, outs)
+                         if tuple(x.shape) != tuple(o.shape[1:]) or x.dtype != torch.uint8]
+                if wrong or len(images) != len(outs):
                     s.error = ValueError(f"{s.name!r} (index {s.index}): the full-decode fallback gave "
-                                         f"{tuple(s.image.shape)} {s.image.dtype}, the batch needs uint8 "
-                                         f"{tuple(out.shape[1:])}")
+                                         f"{[(tuple(x.shape), x.dtype) for x in images]}, the batch needs uint8 "
+                                         f"{[tuple(o.shape[1:]) for o in outs]}")
                     continue
                 # the conversion is elementwise: a row converted alone equals its row in a batch
-                out[j].copy_(s.image if self.loader.convert is None else self.loader.convert(s.image[None])[0])
+                convert = self.loader.convert
+                for x, o in zip(images, outs):
+                    o[j].copy_(x if convert is None else convert(x[None])[0])
                 batch.fallbacks.append((s.name, s.reason))
 
     def _substitute(self, failed: _Sample, out: torch.Tensor, batch: _Batch, num_threads: int):
@@ -512,7 +582,7 @@ class _EpochRun:
             if s.error is None or batch.error is not None:
                 continue
             if self.dataset.on_error == "skip" and isinstance(s.error, fio.DecodeError):
-                target = self._substitute(s, images[j:j + 1], batch, num_threads)
+                target = self._substitute(s, _rows(images, j, j + 1), batch, num_threads)
                 if target is not None:
                     targets[j] = target
             else:

@@ -21,7 +21,7 @@ from .batch import BatchCast, BatchConvert
 from .collate import PooledCollate
 from .datasets import ENCODED_INPUT_HELP, JpegDataset, JpegFolder
 from .engine import ThreadLoader
-from .native import NativePipeline, Unsupported
+from .native import MultiViewPipeline, NativePipeline, Unsupported, native_pipeline
 from .options import BatchOutput, DecodeOptions, LoaderOptions, split_options
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
@@ -342,16 +342,16 @@ class _EngineChoice(NamedTuple):
     the threads engine is not used (``None`` when it is)."""
 
     engine: str
-    pipeline: NativePipeline | None
+    pipeline: NativePipeline | MultiViewPipeline | None
     reason: str | None
 
 
-def _native(dataset) -> tuple[NativePipeline | None, str | None]:
+def _native(dataset) -> tuple[NativePipeline | MultiViewPipeline | None, str | None]:
     """The dataset's native pipeline, or ``None`` and why there is none."""
     if not isinstance(dataset, JpegDataset):
         return None, f"a {type(dataset).__name__} source runs its own __getitem__"
     try:
-        return NativePipeline.compile(dataset.transform), None
+        return native_pipeline(dataset.transform), None
     except Unsupported as e:
         return None, str(e)
 

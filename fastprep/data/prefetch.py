@@ -263,17 +263,25 @@ class DevicePrefetcher:
         batch = _to_device(batch, self.device, self.non_blocking)
         if self.batch_transform is not None:
             if isinstance(batch, (tuple, list)) and batch:
-                batch = type(batch)([self.batch_transform(batch[0]), *batch[1:]])
+                batch = type(batch)([self._transform_images(batch[0]), *batch[1:]])
             else:
                 batch = self.batch_transform(batch)
         if pooled is not None and pooled.slot >= 0:
-            staged = batch[0]
-            # Release the buffer once the images were copied or converted out of it (never
-            # when the yielded tensor still is that buffer).
-            if staged.device.type != "cpu" or \
-                    staged.untyped_storage().data_ptr() != pooled.images.untyped_storage().data_ptr():
+            staged = batch[0] if isinstance(batch[0], list) else [batch[0]]
+            pooled_images = pooled.images if isinstance(pooled.images, list) else [pooled.images]
+            # Release the buffers once the images were copied or converted out of them (never
+            # when a yielded tensor still is one of them).
+            if all(x.device.type != "cpu" or x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
+                   for x, y in zip(staged, pooled_images)):
                 return batch, pooled
         return batch, None
+
+    def _transform_images(self, images):
+        """The batch transform of the images: of each view's batch for a MultiView's list."""
+        assert self.batch_transform is not None
+        if isinstance(images, list):
+            return [self.batch_transform(x) for x in images]
+        return self.batch_transform(images)
 
     def _release(self, pooled, event=None) -> None:
         if pooled is None:
@@ -290,6 +298,8 @@ class DevicePrefetcher:
         if running is not None:
             running[1] += 1
             first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+            if isinstance(first, list) and first:  # a MultiView's views: count samples once
+                first = first[0]
             if isinstance(first, torch.Tensor) and first.dim() > 0:
                 running[2] += int(first.shape[0])
 
