@@ -40,6 +40,7 @@ from ._seeding import draw_seed
 from ._threads import PARALLEL_MIN_ELEMENTS, TASK_ELEMENTS, kernel_threads, run_tasks, spans
 
 __all__ = [
+    "gaussian_blur_separable",
     "random_mask",
     "dilate4",
     "apply_mask",
@@ -507,3 +508,37 @@ def mask_yuv_scale(img: ImageT, ratio: float, generator: torch.Generator | None 
     f = _checks.fill_scalar(fill, validated[0].dtype)
     s = draw_seed(generator, seed)
     return _yuv(validated, 1.0 / 255.0, None, (m, f, s), num_threads)
+
+
+def gaussian_blur_separable(img: torch.Tensor, kernel_size: int | Sequence[int], sigma: float | Sequence[float]
+                            ) -> torch.Tensor:
+    """Gaussian blur of a uint8 ``[C, H, W]`` image as two 1-D passes (fastprep's fast mode).
+
+    The same Gaussian as ``torchvision.transforms.v2.functional.gaussian_blur`` -- the same
+    float32 1-D weights, reflection padding, rounding to nearest -- applied to the rows, then
+    the columns, in float32: ``kx + ky`` multiply-adds a pixel instead of ``kx * ky``. The
+    summation differs from torchvision's dense 2-D convolution, so a few pixels may differ by a
+    level (docs/multiview.md gives the measured difference); the threads and processes engines
+    both run this kernel, so they agree bit for bit.
+
+    Args:
+        img: uint8 tensor ``[C, H, W]``.
+        kernel_size: odd and positive, an int or ``(kx, ky)``.
+        sigma: positive, a float or ``(sigma_x, sigma_y)``.
+
+    Returns:
+        uint8 tensor ``[C, H, W]``.
+    """
+    if not isinstance(img, torch.Tensor) or img.dtype != torch.uint8 or img.dim() != 3:
+        raise TypeError(f"img must be a uint8 [C, H, W] tensor, got {_describe(img)}")
+    kx, ky = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    sx, sy = (sigma, sigma) if isinstance(sigma, (int, float)) else tuple(sigma)
+    if not all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in (kx, ky)):
+        raise ValueError(f"kernel_size must be odd and positive, got {kernel_size!r}")
+    if not (sx > 0 and sy > 0):
+        raise ValueError(f"sigma must be positive, got {sigma!r}")
+    return torch.ops.fastprep.apply_pixel_kernel(img, "gaussian_blur_separable", [kx, ky], [float(sx), float(sy)])
+
+
+def _describe(x: Any) -> str:
+    return f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__

@@ -171,3 +171,38 @@ def test_refusals():
                                                              v2.ToDtype(torch.float32, scale=True)])])
     with pytest.raises(ValueError, match="views must all return one dtype"):
         D.make_loader(["x.jpg"], transform=mixed)
+
+
+class TestFastMode:
+    """fast_ops: the separable blur in place of v2.GaussianBlur, both engines alike."""
+
+    def test_blur_close_to_torchvision(self, files):
+        from fastprep.transforms import SeparableGaussianBlur
+
+        worst = 0
+        for i, path in enumerate(files[:8]):
+            image = fio.decode_jpeg(fio.read_file(path))
+            for k in (3, 9, 23):
+                with keyed_default_rng(i):
+                    want = v2.GaussianBlur(k, (0.1, 2.0))(image)
+                with keyed_default_rng(i):
+                    got = SeparableGaussianBlur(k, (0.1, 2.0))(image)
+                worst = max(worst, int((got.int() - want.int()).abs().max()))
+        assert worst <= 1  # documented: the summation order differs from the dense conv's
+
+    def test_both_engines_run_the_fast_blur(self, files):
+        from fastprep.transforms import SeparableGaussianBlur, fast_ops
+
+        mv = fast_ops(MultiView(_dino()))
+        blurs = [t for view in mv.views for t in _flat(view) if isinstance(t, SeparableGaussianBlur)]
+        assert len(blurs) == 10 and not any(type(t) is v2.GaussianBlur for view in mv.views for t in _flat(view))
+        threads = _loader(files[:16], mv, "threads")
+        assert threads.engine == "threads", threads.engine_reason
+        (a, _), = list(threads)
+        (b, _), = list(_loader(files[:16], mv, "processes"))
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _flat(t):
+    children = getattr(t, "transforms", None)
+    return [t] if children is None else [u for c in children for u in _flat(c)]

@@ -44,6 +44,7 @@ from ._decode import (
     OnDecoded,
 )
 from ._kernel_transforms import ConvertColor, MaskYUVScale, RandomMask, Scale, YUVScale
+from ._fast import SeparableGaussianBlur, fast_ops
 from ._multiview import MultiView
 from ._plan import DCT_SCALES, DecodePlan, ResizeStep, plan_scaled_window
 
@@ -63,6 +64,8 @@ __all__ = [
     "RandomMask",
     "ResizeStep",
     "Scale",
+    "SeparableGaussianBlur",
     "YUVScale",
+    "fast_ops",
     "plan_scaled_window",
 ]

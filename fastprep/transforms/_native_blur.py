@@ -7,6 +7,7 @@ from typing import Any
 
 from torchvision.transforms import v2
 
+from ._fast import SeparableGaussianBlur
 from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
 
 
@@ -48,3 +49,15 @@ class NativeGaussianBlur(NativeTransform):
         sigma = draws.uniform(self.transform.sigma[0], self.transform.sigma[1])
         kx, ky = self.transform.kernel_size
         steps.emit("gaussian_blur", ints=(kx, ky), floats=(sigma, sigma))
+
+
+@native_transform(SeparableGaussianBlur)
+class NativeSeparableGaussianBlur(NativeGaussianBlur):
+    """fastprep's ``SeparableGaussianBlur``: v2.GaussianBlur's draw, the separable kernel."""
+
+    draw_name = "SeparableGaussianBlur"
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        sigma = draws.uniform(self.transform.sigma[0], self.transform.sigma[1])
+        kx, ky = self.transform.kernel_size
+        steps.emit("gaussian_blur_separable", ints=(kx, ky), floats=(sigma, sigma))
