@@ -754,7 +754,8 @@ class MultiViewPipeline:
         self.channels = [v.channels for v in views]
         self.size = [v.size for v in views]
         self.float_output = first.float_output
-        self._specs = None if any(v._spec is None for v in views) else torch.cat([v._spec for v in views])
+        specs = [v._spec for v in views]
+        self._specs = torch.cat([t for t in specs if t is not None]) if all(t is not None for t in specs) else None
         self._fills = torch.cat([v._fills for v in views])
 
     @classmethod
@@ -837,7 +838,7 @@ class MultiViewPipeline:
         for view, out in zip(self.views, outs):
             view._check_out(out, n)
         datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
-        flat = []
+        flat: list[Plan | PlanRef] = []
         for i, p in enumerate(plans):
             if isinstance(p, MultiPlanRef):
                 flat.extend(PlanRef(p.batch, p.position * V + v) for v in range(V))
