@@ -21,10 +21,14 @@ ray = pytest.importorskip(
     "ray", reason="Ray Data not installed (the ray extra: pip install --no-build-isolation -e '.[ray]')")
 pytest.importorskip("ray.data")
 
+from torchvision.transforms import v2  # noqa: E402
+
 import fastprep.data as D  # noqa: E402
 from fastprep import io as fio  # noqa: E402
 from fastprep.bench.synthetic import encode_jpeg, photo_like  # noqa: E402
-from fastprep.ray import DecodeBatch, RayLoader, read_jpegs  # noqa: E402
+from fastprep.data.native import Unsupported, native_pipeline  # noqa: E402
+from fastprep.ray import DecodeBatch, RayLoader, image_columns, read_jpegs  # noqa: E402
+from fastprep.transforms import DecodeRandomResizedCrop, MultiView, OnDecoded  # noqa: E402
 
 # Ray's own deprecation notices (raised inside ray.*) are not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*", "ignore::FutureWarning:ray.*")
@@ -35,7 +39,41 @@ SIZES = [(40, 56), (48, 37), (33, 60), (52, 44), (61, 33), (35, 70), (50, 50), (
 
 
 def _digest(t):
-    return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()
+    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def _sample_digests(batches):
+    """Sorted ``"digest/digest/...:target"`` of every delivered sample, one digest per view:
+    ``(images, targets)`` batches, or a MultiView's ``(views, targets)``."""
+    out = []
+    for images, targets in batches:
+        views = images if isinstance(images, list) else [images]
+        assert all(v.shape[0] == len(targets) for v in views)
+        out += ["/".join(_digest(v[k]) for v in views) + f":{int(targets[k])}" for k in range(len(targets))]
+    return sorted(out)
+
+
+def _trivialaugment(bicubic=False):
+    """A v2 ImageNet recipe, unchanged: float output (ToDtype + Normalize). Bicubic: refused by
+    the native engine (the per-sample path)."""
+    mode = v2.InterpolationMode.BICUBIC if bicubic else v2.InterpolationMode.BILINEAR
+    return v2.Compose([v2.RandomResizedCrop(CROP, interpolation=mode), v2.RandomHorizontalFlip(),
+                       v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(D.IMAGENET_MEAN, D.IMAGENET_STD)])
+
+
+def _three_views(native=True):
+    """A 3-view MultiView (uint8): a fastprep decode view and two v2 views of another size.
+    ``native=False``: the last view resizes bicubic, which the native engine refuses."""
+    mode = v2.InterpolationMode.BILINEAR if native else v2.InterpolationMode.BICUBIC
+    return MultiView([DecodeRandomResizedCrop(CROP, flip_p=0.5),
+                      v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip()]),
+                      v2.Compose([v2.RandomResizedCrop(16, interpolation=mode),
+                                  v2.ColorJitter(0.4, 0.4, 0.2, 0.1), v2.RandomGrayscale(0.3)])])
+
+
+def _not_called(data):
+    raise AssertionError("the per-sample transform ran; the native pipeline should have")
 
 
 def _make_folder(root, corrupt=False):
@@ -132,6 +170,58 @@ class TestDecodeBatch:
         with pytest.raises(fio.DecodeError, match="not a JPEG"):
             DecodeBatch(tf, seed=SEED, jpeg_only=True)(self._batch(folder, indices))
 
+    @pytest.mark.parametrize("native", [True, False])
+    def test_v2_float_recipe_equals_dataset(self, tmp_path, monkeypatch, native):
+        """An unchanged v2 recipe ending in ToDtype + Normalize is wrapped in OnDecoded (as
+        make_loader does) and gives float32 rows equal to the dataset's per-sample call: one
+        native call per batch where the threads engine takes the recipe, per sample otherwise."""
+        folder = _make_folder(tmp_path)
+        recipe = _trivialaugment(bicubic=not native)
+        ds = D.JpegFolder(folder, transform=OnDecoded(recipe), seed=SEED)
+        ds.set_epoch(1)
+        decode = DecodeBatch(recipe, seed=SEED, epoch=1)
+        assert isinstance(decode.transform, OnDecoded) and decode.transform.pipeline is recipe
+        if native:
+            monkeypatch.setattr(decode, "transform", _not_called)
+        else:
+            with pytest.raises(Unsupported, match="bicubic"):
+                native_pipeline(OnDecoded(recipe))
+        out = decode(self._batch(folder, [4, 1, 8]))
+        assert sorted(out) == ["image", "index", "label"]
+        assert out["image"].dtype == np.float32 and out["image"].shape == (3, 3, CROP, CROP)
+        for k, i in enumerate([4, 1, 8]):
+            assert torch.equal(torch.from_numpy(out["image"][k]), ds[i][0])
+
+    @pytest.mark.parametrize("native", [True, False])
+    def test_multiview_columns_equal_dataset(self, tmp_path, monkeypatch, native):
+        """A 3-view MultiView gives the columns image_0..image_2, view v of each sample in
+        image_v, equal to the dataset's per-sample call (native and per-sample paths); a batch
+        whose samples were all dropped still has every column, of the views' shapes."""
+        folder = _make_folder(tmp_path, corrupt=True)
+        files = D.JpegFolder(folder).files
+        bad = next(i for i, f in enumerate(files) if "broken" in f)
+        mv = _three_views(native)
+        assert image_columns(mv) == ["image_0", "image_1", "image_2"] and image_columns(D.default_transform()) == [
+            "image"]
+        ds = D.JpegFolder(folder, transform=mv, seed=SEED)
+        decode = DecodeBatch(mv, seed=SEED, on_error="skip")
+        if native:
+            monkeypatch.setattr(decode, "transform", _not_called)
+        else:
+            with pytest.raises(Unsupported, match="view 2: .*bicubic"):
+                native_pipeline(mv)
+        indices = [2, 9, bad, 5]
+        out = decode(self._batch(folder, indices))
+        assert sorted(out) == ["image_0", "image_1", "image_2", "index", "label"]
+        assert out["index"].tolist() == [2, 9, 5]
+        for k, i in enumerate([2, 9, 5]):
+            want = ds[i][0]
+            for v in range(3):
+                assert torch.equal(torch.from_numpy(out[f"image_{v}"][k]), want[v]), (i, v)
+        empty = DecodeBatch(mv, seed=SEED, on_error="skip")(self._batch(folder, [bad]))
+        want_shapes = [(0, 3, CROP, CROP), (0, 3, 16, 16), (0, 3, 16, 16)] if native else [(0, 3, 1, 1)] * 3
+        assert [empty[f"image_{v}"].shape for v in range(3)] == want_shapes
+
     def test_on_error(self, tmp_path):
         folder = _make_folder(tmp_path, corrupt=True)
         files = D.JpegFolder(folder).files
@@ -158,6 +248,37 @@ class TestRayLoader:
         got = sorted(_digest(x[k]) for x, _ in loader for k in range(x.shape[0]))
         assert got == _dataloader_digests(folder, 1)
         assert loader.skipped == 0 and loader.epoch == 2
+
+    def test_v2_float_recipe_matches_make_loader(self, ray_local, tmp_path):
+        """``transform=`` an unchanged v2 TrivialAugmentWide recipe with ToDtype + Normalize:
+        delivered as it is (cast to dtype, not YUV-converted), the same multiset of samples as
+        make_loader's, pixel for pixel."""
+        folder = _make_folder(tmp_path)
+        recipe = _trivialaugment()
+        loader = RayLoader(folder, batch_size=4, transform=recipe, seed=SEED, device="cpu", map_batch_size=3,
+                           dtype=torch.float16)
+        batches = list(loader)
+        assert all(x.dtype == torch.float16 and x.shape[1:] == (3, CROP, CROP) for x, _ in batches)
+        want = D.make_loader(folder, batch_size=4, transform=recipe, seed=SEED, device="cpu", dtype=torch.float16)
+        assert want.engine == "threads", want.engine_reason
+        assert _sample_digests(batches) == _sample_digests(want)
+
+    def test_multiview_matches_make_loader(self, ray_local, tmp_path):
+        """A 3-view MultiView: RayLoader yields (list of 3 per-view batches, targets), each view
+        RGB / 255 as make_loader delivers ``transform=``, the same multiset of samples."""
+        folder = _make_folder(tmp_path)
+        loader = RayLoader(folder, batch_size=4, transform=_three_views(), seed=SEED, device="cpu", map_batch_size=3)
+        assert loader.columns == ["image_0", "image_1", "image_2"]
+        loader.set_epoch(1)
+        batches = list(loader)
+        for views, _ in batches:
+            assert isinstance(views, list) and [tuple(v.shape[1:]) for v in views] == [(3, CROP, CROP), (3, 16, 16),
+                                                                                        (3, 16, 16)]
+            assert all(v.dtype == torch.float32 for v in views)
+        want = D.make_loader(folder, batch_size=4, transform=_three_views(), seed=SEED, device="cpu")
+        want.set_epoch(1)
+        assert want.engine == "threads", want.engine_reason
+        assert _sample_digests(batches) == _sample_digests(want)
 
     def test_epoch_logs_no_error(self, ray_local, tmp_path, capfd, caplog):
         """An ordinary epoch logs nothing at error level: neither Ray core (its C++ lines,
@@ -223,10 +344,11 @@ class TestShards:
 
 
 def _dataloader_digests_of(good, files, epoch):
+    """The samples of ``good`` as RayLoader(transform=default_transform) delivers them: RGB / 255
+    (make_loader's rule: YUV for the default pipeline only)."""
     ds = D.JpegDataset(files, transform=D.default_transform(CROP, 0.25), seed=SEED)
     ds.set_epoch(epoch)
-    conv = D.BatchYuvScale()
-    return sorted(_digest(conv(ds[files.index(f)][0][None].clone())[0]) for f in good)
+    return sorted(_digest(ds[files.index(f)][0].float() / 255) for f in good)
 
 
 class _KillOnce:

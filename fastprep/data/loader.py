@@ -31,7 +31,8 @@ from .shards import ShardDataset, is_shard_dir
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "default_transform", "make_loader", "warm_up_kernels"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "RECIPES", "batch_conversion", "dataset_transform", "default_transform",
+           "make_loader", "warm_up_kernels"]
 
 #: torchvision's ImageNet normalisation, on the [0, 1] scale (RGB).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -77,6 +78,45 @@ def default_transform(crop_size=256, mask_ratio=0.25, *, max_pixels=None, strict
         raise ValueError(f"mask_ratio must be in [0, 1], got {mask_ratio}")
     decode = DecodeOptions(max_pixels=max_pixels, strict=strict, max_scans=max_scans)
     return SampleTransform(crop_size, mask_ratio, decode.transform_kwargs())
+
+
+def dataset_transform(transform=None, *, recipe: str | None = None, crop_size=256, mask_ratio=0.25,
+                      decode: DecodeOptions | None = None):
+    """The per-sample transform :func:`make_loader` gives its dataset (and
+    :class:`fastprep.ray.RayLoader` its decode tasks) for these arguments:
+
+    * neither ``transform`` nor ``recipe``: :func:`default_transform` ``(crop_size, mask_ratio)``;
+    * ``recipe``: its transform from :data:`RECIPES`;
+    * a ``transform`` on decoded images (an unchanged torchvision v2 pipeline, or one starting
+      with fastprep's kernel transforms): wrapped in :class:`fastprep.transforms.OnDecoded`,
+      which decodes each file with :func:`fastprep.io.decode_jpeg` first;
+    * any other ``transform`` (on the encoded file: a pipeline starting with a fastprep decode
+      transform, a :class:`~fastprep.transforms.MultiView`, your own callable): as it is.
+
+    ``decode`` (:class:`DecodeOptions`) configures the decode built here (the first three
+    cases); a transform on the encoded file decodes itself, so it takes ``max_pixels`` only.
+
+    Raises:
+        ValueError: an unknown recipe; both ``recipe`` and ``transform``; ``strict`` or
+            ``max_scans`` with a transform on the encoded file.
+    """
+    decode = decode if decode is not None else DecodeOptions()
+    transform_kwargs = decode.transform_kwargs()
+    if recipe is not None:
+        if recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
+        if transform is not None:
+            raise ValueError("pass either recipe= or transform=, not both")
+        return RECIPES[recipe](transform_kwargs)
+    if transform is None:
+        return default_transform(crop_size, mask_ratio, **transform_kwargs)
+    if input_kind(transform) == "decoded":
+        # a pipeline on decoded images: the loader decodes each file (DecodeOptions apply)
+        return OnDecoded(transform, **transform_kwargs)
+    if decode.strict or decode.max_scans is not None:
+        raise ValueError("strict and max_scans configure the decode make_loader does; a transform on the encoded "
+                         "file decodes itself: pass them to your decode transform")
+    return transform
 
 
 _PRELOAD = "fastprep.data._preload"
@@ -178,7 +218,6 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     sampler = rest.get("sampler")
     if sampler is not None and distributed:
         raise ValueError("pass either sampler= or distributed=True, not both")
-    given_output, output = output, _default_output(recipe, transform, output)
     dataset = _dataset(source, recipe, transform, seed, on_error, decode, rest,
                        _DefaultTransform(crop_size, mask_ratio))
     engine, pipeline, engine_reason = _choose_engine(engine, dataset, isinstance(source, Dataset),
@@ -191,7 +230,9 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     # With workers on the same CPU cores, kernel threads in the main process only contend
     # with them: the CPU path converts on one thread then.
     threads = 1 if device.type == "cpu" and num_workers > 0 else None
-    convert: BatchConvert | BatchCast | None = _batch_transform(dataset, given_output, output, threads)
+    convert: BatchConvert | BatchCast | None = batch_conversion(getattr(dataset, "transform", None), output,
+                                                                recipe=recipe, transform=transform,
+                                                                num_threads=threads)
     drop_last = bool(rest.get("drop_last", False))
     if sampler is None:
         sampler = _epoch_sampler(dataset, shuffle, drop_last, seed, distributed)
@@ -229,20 +270,37 @@ def _fused_conversion(convert, device: torch.device):
     return BatchCast(torch.float32) if isinstance(convert, BatchCast) else None
 
 
-def _batch_transform(dataset, given: BatchOutput, output: BatchOutput, threads: int | None) -> BatchConvert | BatchCast:
-    """What converts each uint8 batch (:class:`BatchConvert`, ``output``: ``given`` with the
-    defaults filled in), or casts the float batches of a transform that converts itself
-    (``ToDtype(torch.float32)`` [+ ``Normalize``]: :class:`BatchCast`)."""
-    transform = getattr(dataset, "transform", None)
-    if transform is not None and output_dtype(transform).is_floating_point:
+def batch_conversion(sample_transform, output: BatchOutput | None = None, *, recipe: str | None = None,
+                     transform=None, num_threads: int | None = None) -> BatchConvert | BatchCast:
+    """What :func:`make_loader` applies to each delivered batch (and
+    :class:`fastprep.ray.RayLoader` too): for the samples of ``sample_transform`` (the dataset's
+    per-sample transform, :func:`dataset_transform`'s; ``None``: a ``Dataset`` of uint8 images),
+    given make_loader's ``output``, ``recipe`` and ``transform`` arguments.
+
+    * Samples the transform converts to float itself (it ends in ``ToDtype(torch.float32,
+      scale=True)`` [+ ``Normalize``]): :class:`BatchCast` to ``output.dtype``, nothing converts
+      them a second time (``output``'s ``color``, ``mean`` and ``std`` are refused).
+    * uint8 samples: :class:`BatchConvert` with what ``output`` leaves unset filled in: YUV for
+      the default pipeline (neither ``recipe`` nor ``transform``; a ``Dataset`` source too), RGB
+      for ``transform=`` and ``recipe=``; a recipe normalises with ImageNet's mean and std.
+
+    Args:
+        num_threads: the CPU conversion's threads (``None``: the kernel's default).
+
+    Raises:
+        ValueError: ``color``, ``mean`` or ``std`` given for float samples.
+    """
+    given = output if output is not None else BatchOutput()
+    if sample_transform is not None and output_dtype(sample_transform).is_floating_point:
         given_names = [name for name in ("color", "mean", "std") if getattr(given, name) is not None]
         if given_names:
             raise ValueError(f"your transform converts its images to float itself (ToDtype); {', '.join(given_names)} "
                              "of BatchOutput would convert them again: leave them unset (dtype and channels_last "
                              "still apply), or end the transform in uint8")
-        return BatchCast(output.dtype, channels_last=output.channels_last)
-    return BatchConvert(output.color or "yuv", output.mean, output.std, output.dtype,
-                        channels_last=output.channels_last, num_threads=threads, require_uint8=True)
+        return BatchCast(given.dtype, channels_last=given.channels_last)
+    filled = _default_output(recipe, transform, given)
+    return BatchConvert(filled.color or "yuv", filled.mean, filled.std, filled.dtype,
+                        channels_last=filled.channels_last, num_threads=num_threads, require_uint8=True)
 
 
 def _default_output(recipe: str | None, transform, output: BatchOutput) -> BatchOutput:
@@ -304,23 +362,10 @@ def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOption
         if recipe is not None:
             raise ValueError("recipe= builds the per-sample transform; a Dataset source brings its own")
         return source
-    transform_kwargs = decode.transform_kwargs()
-    if recipe is not None:
-        if recipe not in RECIPES:
-            raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
-        if transform is not None:
-            raise ValueError("pass either recipe= or transform=, not both")
-        transform = RECIPES[recipe](transform_kwargs)
-    elif transform is None:
-        transform = default_transform(default.crop_size, default.mask_ratio, **transform_kwargs)
-        if transform.mask is not None:
-            warm_up_kernels()
-    elif input_kind(transform) == "decoded":
-        # a pipeline on decoded images: the loader decodes each file (DecodeOptions apply)
-        transform = OnDecoded(transform, **transform_kwargs)
-    elif decode.strict or decode.max_scans is not None:
-        raise ValueError("strict and max_scans configure the decode make_loader does; a transform on the encoded "
-                         "file decodes itself: pass them to your decode transform")
+    transform = dataset_transform(transform, recipe=recipe, crop_size=default.crop_size,
+                                  mask_ratio=default.mask_ratio, decode=decode)
+    if isinstance(transform, SampleTransform) and transform.mask is not None:
+        warm_up_kernels()
     kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
                   apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
     if is_shard_dir(source):

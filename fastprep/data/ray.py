@@ -5,18 +5,23 @@ The same pipeline as :func:`fastprep.data.make_loader`, with the worker side run
 Data instead of DataLoader workers, on this machine or across a cluster::
 
     rows (path, label, index) -> Ray tasks (RayLoader) read the bytes and run DecodeBatch:
-         decode + per-sample transforms -> uint8 NCHW
-         (built-in pipelines: one native call per batch, fastprep.data.native)
-      -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> BatchConvert (YUV / 255) on the device
+         decode + per-sample transforms -> NCHW uint8 (float32 for a transform ending in ToDtype)
+         (column image; a MultiView of V views: columns image_0 .. image_{V-1})
+         (the threads engine's pipelines: one native call per batch, fastprep.data.native)
+      -> iter_torch_batches -> fastprep.data.DevicePrefetcher -> make_loader's batch conversion
+         on the device: BatchConvert (YUV / 255 for the default pipeline, RGB / 255 for
+         transform=) or BatchCast (float samples, cast to dtype); per view for a MultiView
 
   :func:`read_jpegs` and :class:`DecodeBatch` are the same two steps as building blocks:
   ``read_jpegs(...).map_batches(DecodeBatch, ...)`` (an actor pool) for your own pipelines.
 
-* **Same output.** :class:`DecodeBatch` runs the per-sample transform of
-  :func:`fastprep.data.default_transform` (or yours) on each file's bytes. With a ``seed``
-  every sample draws from the generator keyed by ``(seed, epoch, index)``, exactly as the
-  sample-keyed DataLoader path does, so the multiset of samples an epoch produces is the
-  same bit for bit whichever engine, process or batch made them.
+* **Same output.** :class:`DecodeBatch` runs the per-sample transform make_loader's dataset
+  would (:func:`fastprep.data.loader.dataset_transform`: the default transform, yours, a
+  torchvision v2 pipeline on decoded images wrapped in
+  :class:`~fastprep.transforms.OnDecoded`, a :class:`~fastprep.transforms.MultiView`) on each
+  file's bytes. With a ``seed`` every sample draws from the generator keyed by ``(seed,
+  epoch, index)``, exactly as make_loader's engines do, so the multiset of samples an epoch
+  produces is the same bit for bit whichever engine, process or batch made them.
 * **Bad files.** ``on_error="raise"`` fails the iteration with Ray's task error carrying
   the :class:`fastprep.io.DecodeError` raised in the task, whose message names the file.
   ``on_error="skip"`` *drops* the sample (Ray batches are of variable size anyway; the
@@ -57,13 +62,14 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from .. import _checks
 from .. import io as fio
 from .._seeding import check_seed, keyed_default_rng, sample_key
-from .batch import BatchConvert
+from ..transforms._compile import output_dtype
 from .datasets import JpegDataset, JpegFolder
-from .loader import default_transform
-from .native import STATUS_ERROR, STATUS_WARNING, NativePipeline
+from .loader import batch_conversion, dataset_transform
+from .native import STATUS_ERROR, STATUS_WARNING, MultiViewPipeline, NativePipeline, Unsupported, native_pipeline
+from .options import BatchOutput, DecodeOptions
 from .prefetch import DevicePrefetcher
 
-__all__ = ["DecodeBatch", "RayLoader", "read_jpegs"]
+__all__ = ["DecodeBatch", "RayLoader", "image_columns", "read_jpegs"]
 
 
 def _listing(source, extensions):
@@ -128,17 +134,42 @@ def _rows(source, extensions, shuffle_seed, num_blocks: int | None) -> ray.data.
     return ray.data.from_items(items, override_num_blocks=int(num_blocks))
 
 
+def image_columns(transform) -> list[str]:
+    """The image columns of :class:`DecodeBatch`'s rows for a per-sample ``transform``:
+    ``["image"]``, or for a :class:`~fastprep.transforms.MultiView` of ``V`` views
+    ``["image_0", ..., "image_{V-1}"]`` (view ``v`` of each sample in ``image_v``)."""
+    views = getattr(transform, "view_transforms", None)
+    if callable(views):
+        return [f"image_{v}" for v in range(len(views()))]
+    return ["image"]
+
+
+def _as_views(sample) -> list:
+    """One sample's images as a list (a MultiView's views, or the one image)."""
+    return sample if isinstance(sample, list) else [sample]
+
+
 class DecodeBatch:
-    """A ``map_batches`` callable class: decode + per-sample transforms -> uint8 NCHW batch.
+    """A ``map_batches`` callable class: decode + per-sample transforms -> one NCHW batch per
+    image column.
 
     Input batch (numpy format): ``bytes`` (object array of encoded files), ``label``,
     ``index`` and optionally ``path`` (for error messages). Output:
-    ``{"image": uint8 [N, C, H, W], "label": int64 [N], "index": int64 [N]}``.
+    ``{"image": [N, C, H, W], "label": int64 [N], "index": int64 [N]}``, the images uint8, or
+    float32 for a transform that converts to float itself (ending in
+    ``v2.ToDtype(torch.float32, scale=True)`` [+ ``v2.Normalize``]). A
+    :class:`~fastprep.transforms.MultiView` of ``V`` views gives ``V`` image columns
+    ``image_0`` ... ``image_{V-1}`` instead of ``image`` (:func:`image_columns`), view ``v`` of
+    every sample in ``image_v``.
 
     Args:
-        transform: per-sample callable on the encoded uint8 1-D tensor, returning uint8
-            ``[C, H, W]`` of one size; default :func:`fastprep.data.default_transform`
-            ``(crop_size, mask_ratio)``.
+        transform: the per-sample pipeline, as :func:`fastprep.data.make_loader`'s
+            ``transform=`` (:func:`fastprep.data.loader.dataset_transform`): a transform of the
+            encoded uint8 1-D tensor (a fastprep decode transform first, a MultiView, your own
+            callable) returning ``[C, H, W]`` of one size, or an unchanged torchvision v2
+            pipeline on decoded images, which runs on each file decoded by
+            :func:`fastprep.io.decode_jpeg` (:class:`~fastprep.transforms.OnDecoded`); default
+            :func:`fastprep.data.default_transform` ``(crop_size, mask_ratio)``.
         crop_size, mask_ratio: for the default transform.
         seed: ``None``: the process's own torch RNG (the actor's, or the Ray worker's),
             which the constructor seeds from ``os.urandom`` (a fresh process starts torch's
@@ -148,13 +179,16 @@ class DecodeBatch:
             left alone.
         epoch: the epoch the keys use.
         on_error: ``"raise"`` or ``"skip"`` (drop the sample).
-        num_threads: native threads per batch for the built-in pipelines (the default
-            transform and the others :class:`fastprep.data.native.NativePipeline` takes),
-            which run as one native call per batch (same output; the header read and the
-            random draws stay per sample, in Python). Other transforms run per sample.
+        num_threads: native threads per batch for the pipelines the threads engine of
+            :func:`make_loader` runs (:func:`fastprep.data.native.native_pipeline`: the default
+            transform, fastprep decode transforms, the supported v2 recipes, float output and
+            MultiViews of them), which run as one native call per batch (same output; the
+            header read and the random draws stay per sample). Other transforms run per
+            sample.
         jpeg_only, apply_exif_orientation, max_pixels: as :class:`~fastprep.data.JpegDataset`'s:
             which files take the full-decode fallback (non-JPEGs; EXIF-rotated JPEGs when
-            asked), or are refused.
+            asked), or are refused; ``max_pixels`` also limits the decode built for the
+            default transform and a v2 pipeline, as make_loader's ``DecodeOptions`` does.
     """
 
     def __init__(self, transform=None, *, crop_size=256, mask_ratio=0.25, seed=None, epoch: int = 0,
@@ -163,9 +197,15 @@ class DecodeBatch:
         _checks.on_error(on_error)
         if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
             raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
-        self.transform = transform if transform is not None else default_transform(crop_size, mask_ratio)
+        self.transform = dataset_transform(transform, crop_size=crop_size, mask_ratio=mask_ratio,
+                                           decode=DecodeOptions(max_pixels=max_pixels))
+        self.columns = image_columns(self.transform)
         self.num_threads = num_threads
-        self._native = NativePipeline.from_transform(self.transform)
+        self._native: NativePipeline | MultiViewPipeline | None
+        try:
+            self._native = native_pipeline(self.transform)
+        except Unsupported:
+            self._native = None
         # the routing of JpegDataset: which bytes take the full-decode fallback, and that fallback
         self._routing = JpegDataset([], transform=self.transform, jpeg_only=jpeg_only,
                                     apply_exif_orientation=apply_exif_orientation, max_pixels=max_pixels)
@@ -174,12 +214,15 @@ class DecodeBatch:
         self.on_error = on_error
         if self.seed is None:
             torch.default_generator.manual_seed(int.from_bytes(os.urandom(8), "little"))
-        # shape of an empty output batch (every sample dropped): the last image's, or the
-        # default transform's
-        size = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
-        self._shape = (3, *size) if transform is None else None
+        # shapes (one per column) and dtype of an empty output batch (every sample dropped):
+        # the native pipeline's, else the last batch's, or the default transform's
+        self._dtype = output_dtype(self.transform)
+        self._shapes: list[tuple] | None = None
+        if transform is None:
+            size = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
+            self._shapes = [(3, *size)]
         if self._native is not None:
-            self._shape = (self._native.channels, *self._native.size)
+            self._shapes, self._dtype = _native_outputs(self._native)
 
     @staticmethod
     def _encoded(data: bytes) -> torch.Tensor:
@@ -194,7 +237,7 @@ class DecodeBatch:
         with keyed_default_rng(sample_key(self.seed, self.epoch, index)):
             return fn(enc)
 
-    def _sample(self, enc: torch.Tensor) -> torch.Tensor:
+    def _sample(self, enc: torch.Tensor):
         """One sample as :class:`JpegDataset` makes it: the transform, or the full-decode
         fallback for bytes that need it (counted, warned once per process)."""
         reason = self._routing.fallback_reason(enc)
@@ -204,26 +247,37 @@ class DecodeBatch:
         self._routing.count_fallback("a file of this Ray batch", reason, stacklevel=4)
         return image
 
+    def _stack(self, samples: list) -> list[torch.Tensor] | None:
+        """Samples (each an image or a MultiView's list of views) -> one batch per column."""
+        if not samples:
+            return None
+        per_sample = [_as_views(s) for s in samples]
+        for views in per_sample:
+            if len(views) != len(self.columns):
+                raise ValueError(f"the transform gave {len(views)} image(s) for a sample; DecodeBatch's columns are "
+                                 f"{self.columns} (several views per sample: fastprep.transforms.MultiView)")
+        return [torch.stack([views[c] for views in per_sample]) for c in range(len(self.columns))]
+
     def _per_sample(self, batch: dict):
-        """``(images, positions kept, {position: error})``, one transform call per sample."""
-        images, kept, failed = [], [], {}
+        """``(batches, positions kept, {position: error})``, one transform call per sample."""
+        samples, kept, failed = [], [], {}
         for k, (data, index) in enumerate(zip(batch["bytes"], batch["index"])):
             try:
-                images.append(self._keyed(self._sample, self._encoded(data), int(index)))
+                samples.append(self._keyed(self._sample, self._encoded(data), int(index)))
             except (fio.DecodeError, OSError, RuntimeError, ValueError) as e:
                 failed[k] = e
                 if self.on_error == "raise":
                     break
                 continue
             kept.append(k)
-        return (torch.stack(images) if images else None), kept, failed
+        return self._stack(samples), kept, failed
 
-    def _batched(self, batch: dict):
-        """As :meth:`_per_sample`, with the plans made by one native call (with a seed;
-        per sample without one, or for what it leaves to Python) and one native run (files
-        that need the full-decode fallback are decoded on their own)."""
-        native, shape = self._native, self._shape
-        assert native is not None and shape is not None  # __call__ takes this path only with a native pipeline
+    def _plans(self, batch: dict):
+        """The batch's samples read and planned: ``(datas, plans, positions planned, {position:
+        error}, {position: sample decoded through the fallback})``. With a seed the plans are
+        made by one native call (per sample without one, or for what it leaves to Python)."""
+        native = self._native
+        assert native is not None  # __call__ takes this path only with a native pipeline
         datas, plans, planned, failed, decoded = [], [], [], {}, {}
         encs = [self._encoded(data) for data in batch["bytes"]]
         indices = [int(index) for index in batch["index"]]
@@ -249,9 +303,21 @@ class DecodeBatch:
             plans.append(value)
             datas.append(enc)
             planned.append(k)
-        out = torch.empty((len(datas), *shape), dtype=torch.uint8)
+        return datas, plans, planned, failed, decoded
+
+    def _batched(self, batch: dict):
+        """As :meth:`_per_sample`, with the planned samples decoded by one native run (files
+        that need the full-decode fallback are decoded on their own)."""
+        native, shapes = self._native, self._shapes
+        assert native is not None and shapes is not None  # __call__ takes this path only with a native pipeline
+        datas, plans, planned, failed, decoded = self._plans(batch)
+        outs = [torch.empty((len(datas), *shape), dtype=self._dtype) for shape in shapes]
+        if isinstance(native, MultiViewPipeline):
+            statuses = native.run(datas, plans, outs, num_threads=self.num_threads)
+        else:
+            statuses = native.run(datas, plans, outs[0], num_threads=self.num_threads)
         rows = []
-        for j, (status, message) in enumerate(native.run(datas, plans, out, num_threads=self.num_threads)):
+        for j, (status, message) in enumerate(statuses):
             if status == STATUS_ERROR:
                 failed[planned[j]] = fio.DecodeError(message)
                 continue
@@ -259,11 +325,13 @@ class DecodeBatch:
                 warnings.warn(message, fio.DecodeWarning, stacklevel=2)
             rows.append(j)
         if decoded:  # the batch's order: native rows and fallback samples interleaved
-            decoded.update({planned[j]: out[j] for j in rows})
+            decoded.update({planned[j]: [out[j] for out in outs] for j in rows})
             kept = sorted(decoded)
-            return torch.stack([decoded[k] for k in kept]), kept, failed
-        images = out if len(rows) == len(datas) else out[rows]
-        return (images if rows else None), [planned[j] for j in rows], failed
+            return self._stack([decoded[k] for k in kept]), kept, failed
+        if not rows:
+            return None, [], failed
+        images = outs if len(rows) == len(datas) else [out[rows] for out in outs]
+        return images, [planned[j] for j in rows], failed
 
     def __call__(self, batch: dict) -> dict:
         images, kept, failed = (self._per_sample if self._native is None else self._batched)(batch)
@@ -274,14 +342,24 @@ class DecodeBatch:
             name = paths[k] if paths is not None else f"index {index}"
             raise fio.DecodeError(f"cannot decode {name!r} (index {index}): {failed[k]}") from failed[k]
         if images is not None:
-            image = images.numpy()
-            self._shape = image.shape[1:]
+            self._shapes, self._dtype = [tuple(x.shape[1:]) for x in images], images[0].dtype
+            arrays = [x.numpy() for x in images]
         else:
-            image = np.zeros((0, *(self._shape or (3, 1, 1))), dtype=np.uint8)
+            shapes = self._shapes or [(3, 1, 1)] * len(self.columns)
+            arrays = [torch.empty((0, *shape), dtype=self._dtype).numpy() for shape in shapes]
         labels = [int(batch["label"][k]) for k in kept]
         indices = [int(batch["index"][k]) for k in kept]
-        return {"image": image, "label": np.asarray(labels, dtype=np.int64),
+        return {**dict(zip(self.columns, arrays)), "label": np.asarray(labels, dtype=np.int64),
                 "index": np.asarray(indices, dtype=np.int64)}
+
+
+def _native_outputs(native) -> tuple[list[tuple], torch.dtype]:
+    """The per-column sample shapes and the dtype of a native pipeline's batches."""
+    if isinstance(native, MultiViewPipeline):
+        shapes = [(c, *size) for c, size in zip(native.channels, native.size)]
+    else:
+        shapes = [(native.channels, *native.size)]
+    return shapes, (torch.float32 if native.float_output else torch.uint8)
 
 
 #: Per Ray worker process: the DecodeBatch of the last few epochs it decoded for
@@ -306,10 +384,16 @@ def _decode_task(batch: dict, *, options: dict, key: str) -> dict:
 class RayLoader:
     """:func:`fastprep.data.make_loader`'s output, with the per-sample work on Ray Data tasks.
 
-    Iterating yields ``(images [N, 3, H, W] dtype (YUV / 255), targets int64 [N])`` on
-    ``device``: Ray's ``iter_torch_batches`` -> :class:`fastprep.data.DevicePrefetcher` ->
-    :class:`fastprep.data.BatchConvert` ``("yuv", dtype=dtype)``, as :func:`make_loader`
-    delivers by default.
+    Iterating yields ``(images [N, C, H, W] dtype, targets int64 [N])`` on ``device``: Ray's
+    ``iter_torch_batches`` -> :class:`fastprep.data.DevicePrefetcher` -> the batch conversion
+    :func:`make_loader` applies by default (:func:`fastprep.data.loader.batch_conversion`):
+    YUV / 255 for the default pipeline (crop + mask), RGB / 255 for ``transform=``
+    (:class:`fastprep.data.BatchConvert`); a transform that converts to float itself
+    (``v2.ToDtype(torch.float32, scale=True)`` [+ ``v2.Normalize``]) is delivered as it is,
+    cast to ``dtype`` (:class:`fastprep.data.BatchCast`). With a
+    :class:`~fastprep.transforms.MultiView` of ``V`` views it yields ``(views, targets)``,
+    ``views`` a list of ``V`` batches (one per view, each converted alike), from the rows'
+    ``image_0`` ... ``image_{V-1}`` columns.
     Each ``iter()`` is one epoch: epoch ``e`` (0, 1, ... unless :meth:`set_epoch` says
     otherwise) shuffles with ``(shuffle_seed, e)`` and, with ``seed``, keys the samples' draws
     on ``(seed, e, index)``. Call ``ray.init(...)`` first (any address); otherwise Ray
@@ -318,7 +402,9 @@ class RayLoader:
     Args:
         source: a folder, a sequence of paths or a :class:`fastprep.data.JpegDataset`.
         batch_size: rows per delivered batch (the last one may be smaller).
-        crop_size, mask_ratio, transform: the per-sample pipeline (see :class:`DecodeBatch`).
+        crop_size, mask_ratio, transform: the per-sample pipeline, as make_loader's (see
+            :class:`DecodeBatch`): an unchanged torchvision v2 pipeline on decoded images runs on
+            each file decoded by :func:`fastprep.io.decode_jpeg`.
         seed: sample-keyed randomness (``None``: each Ray worker process's own RNG, reseeded
             from ``os.urandom`` when it first decodes for an epoch).
         shuffle: shuffle the file order each epoch.
@@ -350,6 +436,10 @@ class RayLoader:
         self.paths, self.labels = _listing(source, extensions)
         self.batch_size = batch_size
         self.crop_size, self.mask_ratio, self.transform = crop_size, mask_ratio, transform
+        # what each decode task's DecodeBatch runs (built there again from the same arguments)
+        sample_transform = dataset_transform(transform, crop_size=crop_size, mask_ratio=mask_ratio)
+        #: the image columns of the decoded rows (:func:`image_columns`)
+        self.columns = image_columns(sample_transform)
         self.seed = check_seed(seed)
         self.shuffle = bool(shuffle)
         self.shuffle_seed = check_seed(shuffle_seed, "shuffle_seed")
@@ -368,9 +458,9 @@ class RayLoader:
         self.extensions = extensions
         self.epoch = 0
         self.skipped_indices: list[int] = []
-        # make_loader's default batch conversion (YUV / 255), one thread on the CPU
-        self._batch_transform = BatchConvert("yuv", None, None, dtype, require_uint8=True,
-                                             num_threads=1 if self.device.type == "cpu" else None)
+        # make_loader's batch conversion (one thread on the CPU)
+        self._batch_transform = batch_conversion(sample_transform, BatchOutput(dtype=dtype), transform=transform,
+                                                 num_threads=1 if self.device.type == "cpu" else None)
 
     def __len__(self) -> int:
         """Batches per epoch if no file is skipped."""
@@ -389,7 +479,8 @@ class RayLoader:
         self.epoch = epoch
 
     def dataset(self, epoch: int) -> ray.data.Dataset:
-        """The decoded ``ray.data.Dataset`` of ``epoch`` (columns ``image``, ``label``, ``index``)."""
+        """The decoded ``ray.data.Dataset`` of ``epoch`` (columns :attr:`columns` -- ``image``, or
+        ``image_0`` ... for a MultiView --, ``label``, ``index``)."""
         shuffle_seed = None
         if self.shuffle:
             base = self.shuffle_seed if self.shuffle_seed is not None else (self.seed or 0)
@@ -428,7 +519,8 @@ class RayLoader:
                                            drop_last=self.drop_last):
             idx = batch["index"]
             seen.index_add_(0, idx, torch.ones_like(idx, dtype=torch.int32))
-            yield batch["image"], batch["label"]
+            images = [batch[name] for name in self.columns]
+            yield (images[0] if self.columns == ["image"] else images), batch["label"]
         if int(seen.max()) > 1:
             dup = torch.nonzero(seen > 1).flatten().tolist()
             raise RuntimeError(f"epoch {epoch}: Ray delivered samples more than once: indices {dup[:10]}")
