@@ -539,34 +539,7 @@ class NativePipeline:
             JPEG, EXIF-rotated, a header warning, or a draw this call does not make) --
             route and plan it in Python as before.
         """
-        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
-        keys = list(keys)
-        if len(keys) != len(datas):
-            raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
-        if self._spec is None:
-            return [("python", None)] * len(datas)
-        signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
-        prog = self._program
-        plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
-            datas, signed, self._spec, [prog.nodes], [prog.ints], [prog.floats], [prog.num_roots], [self._num_float],
-            list(DCT_SCALES), int(max_pixels), bool(exif))
-        plans = plans_b.numpy().view(_PLAN)
-        batch = PlannedBatch(plans, steps, list(extras))
-        no_draw = self._keyed_draw == "none"
-        sizes = hw.tolist() if no_draw else None
-        raw = None
-        out: list = []
-        for j, (code, start, length) in enumerate(status.tolist()):
-            if code == _ROUTE_PLANNED:
-                if sizes is not None:
-                    self._fill_no_draw(plans[j], sizes[j])
-                out.append(("plan", PlanRef(batch, j)))
-            elif code == _ROUTE_ERROR:
-                raw = text.numpy().tobytes() if raw is None else raw
-                out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
-            else:
-                out.append(("python", None))
-        return out
+        return _plan_routes([self], self._spec, datas, keys, max_pixels, exif, PlanRef)
 
     _DECODE_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
                       "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w",
@@ -784,36 +757,9 @@ class MultiViewPipeline:
     def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
         """:meth:`NativePipeline.plan_batch` for every view at once: per sample ``(route, value)``
         with ``value`` a :class:`MultiPlanRef` for a planned sample."""
-        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
-        keys = list(keys)
-        if len(keys) != len(datas):
-            raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
-        if self._specs is None:
-            return [("python", None)] * len(datas)
-        signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
-        progs = [v._program for v in self.views]
-        plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
-            datas, signed, self._specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
-            [p.num_roots for p in progs], [v._num_float for v in self.views], list(DCT_SCALES), int(max_pixels),
-            bool(exif))
-        plans = plans_b.numpy().view(_PLAN)
-        batch = PlannedBatch(plans, steps, list(extras))
-        sizes = hw.tolist()
         V = len(self.views)
-        raw = None
-        out: list = []
-        for j, (code, start, length) in enumerate(status.tolist()):
-            if code == _ROUTE_PLANNED:
-                for v, view in enumerate(self.views):
-                    if view._keyed_draw == "none":
-                        view._fill_no_draw(plans[j * V + v], sizes[j])
-                out.append(("plan", MultiPlanRef(batch, j, V)))
-            elif code == _ROUTE_ERROR:
-                raw = text.numpy().tobytes() if raw is None else raw
-                out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
-            else:
-                out.append(("python", None))
-        return out
+        return _plan_routes(self.views, self._specs, datas, keys, max_pixels, exif,
+                            lambda batch, j: MultiPlanRef(batch, j, V))
 
     def run(self, datas, plans, outs, *, num_threads: int | None = None, mean=None, std=None,
             color: str | None = None, timings: dict | None = None) -> list[tuple[int, str]]:
@@ -917,6 +863,42 @@ def _batch_tables(plans) -> tuple[torch.Tensor, torch.Tensor, list]:
         total += len(steps)
     steps = np.concatenate(step_lists) if step_lists else np.zeros(0, dtype=_STEP)
     return as_bytes(records), as_bytes(steps), extras
+
+
+def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
+    """The body of both ``plan_batch`` methods: one ``torch.ops.fastprep.plan_batch`` call
+    for ``views`` (their plans stored sample-major), then per sample its ``(route, value)``,
+    a planned sample's value being ``ref(batch, sample)``; every sample routes to Python
+    when ``specs`` is None (a pipeline the native planner does not draw)."""
+    datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
+    keys = list(keys)
+    if len(keys) != len(datas):
+        raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
+    if specs is None:
+        return [("python", None)] * len(datas)
+    signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
+    progs = [v._program for v in views]
+    plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
+        datas, signed, specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
+        [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), int(max_pixels), bool(exif))
+    plans = plans_b.numpy().view(_PLAN)
+    batch = PlannedBatch(plans, steps, list(extras))
+    no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
+    sizes = hw.tolist() if no_draw else []
+    V = len(views)
+    raw = None
+    out: list = []
+    for j, (code, start, length) in enumerate(status.tolist()):
+        if code == _ROUTE_PLANNED:
+            for v in no_draw:
+                views[v]._fill_no_draw(plans[j * V + v], sizes[j])
+            out.append(("plan", ref(batch, j)))
+        elif code == _ROUTE_ERROR:
+            raw = text.numpy().tobytes() if raw is None else raw
+            out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
+        else:
+            out.append(("python", None))
+    return out
 
 
 def _check_data(data, name) -> torch.Tensor:

@@ -258,26 +258,46 @@ def draw_steps(roots: Sequence[NativeTransform], draws: TorchDraws, channels: in
     return steps
 
 
+class RandomStep(NativeTransform):
+    """A ``_RandomApplyTransform`` that is one kernel: ``torch.rand(1) >= p`` skips, else
+    :attr:`kernel` runs with :meth:`kernel_params` (the transform's static parameters)."""
+
+    kernel: str
+
+    def kernel_params(self) -> tuple[list[int], list[float]]:
+        """The kernel's ``(ints, floats)``."""
+        return [], []
+
+    def params(self) -> tuple[list[int], list[float]]:
+        ints, floats = self.kernel_params()
+        return ints, [float(self.transform.p), *floats]
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        if draws.rand() >= f32(self.transform.p):
+            return
+        steps.emit(self.kernel, *self.kernel_params())
+
+
 # ---------------------------------------------------------------------------------------
 # Containers (v2.Compose is flattened by the compiler).
 
 
-def _children_of(transform: Any) -> list[NativeTransform]:
-    return [to_native(t) for t in transform.transforms]
-
-
-@native_transform(v2.RandomApply)
-class NativeRandomApply(NativeTransform):
-    """``v2.RandomApply(transforms, p)``: ``torch.rand(1) >= p`` skips, else every transform."""
-
-    draw_name = "RandomApply"
+class _Container(NativeTransform):
+    """A container of transforms; each child is compiled with :func:`to_native`."""
 
     def __init__(self, transform: Any):
         super().__init__(transform)
-        self._children = _children_of(transform)
+        self._children = [to_native(t) for t in transform.transforms]
 
     def children(self) -> list[NativeTransform]:
         return self._children
+
+
+@native_transform(v2.RandomApply)
+class NativeRandomApply(_Container):
+    """``v2.RandomApply(transforms, p)``: ``torch.rand(1) >= p`` skips, else every transform."""
+
+    draw_name = "RandomApply"
 
     def params(self) -> tuple[list[int], list[float]]:
         return [], [float(self.transform.p)]
@@ -290,17 +310,10 @@ class NativeRandomApply(NativeTransform):
 
 
 @native_transform(v2.RandomChoice)
-class NativeRandomChoice(NativeTransform):
+class NativeRandomChoice(_Container):
     """``v2.RandomChoice(transforms, p)``: ``torch.multinomial(torch.tensor(p), 1)`` picks one."""
 
     draw_name = "RandomChoice"
-
-    def __init__(self, transform: Any):
-        super().__init__(transform)
-        self._children = _children_of(transform)
-
-    def children(self) -> list[NativeTransform]:
-        return self._children
 
     def params(self) -> tuple[list[int], list[float]]:
         return [], [float(p) for p in self.transform.p]
@@ -310,17 +323,10 @@ class NativeRandomChoice(NativeTransform):
 
 
 @native_transform(v2.RandomOrder)
-class NativeRandomOrder(NativeTransform):
+class NativeRandomOrder(_Container):
     """``v2.RandomOrder(transforms)``: every transform, in the order of ``torch.randperm(n)``."""
 
     draw_name = "RandomOrder"
-
-    def __init__(self, transform: Any):
-        super().__init__(transform)
-        self._children = _children_of(transform)
-
-    def children(self) -> list[NativeTransform]:
-        return self._children
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         for k in draws.randperm(len(self._children)):

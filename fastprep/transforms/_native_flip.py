@@ -7,23 +7,11 @@ from __future__ import annotations
 
 from torchvision.transforms import v2
 
-from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
-
-
-class _RandomFlip(NativeTransform):
-    kernel: str
-
-    def params(self) -> tuple[list[int], list[float]]:
-        return [], [float(self.transform.p)]
-
-    def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        if draws.rand() >= f32(self.transform.p):
-            return
-        steps.emit(self.kernel)
+from ._native import RandomStep, native_transform
 
 
 @native_transform(v2.RandomHorizontalFlip)
-class NativeRandomHorizontalFlip(_RandomFlip):
+class NativeRandomHorizontalFlip(RandomStep):
     """``v2.RandomHorizontalFlip(p)``: ``torch.rand(1) >= p`` skips."""
 
     draw_name = "RandomHorizontalFlip"
@@ -31,7 +19,7 @@ class NativeRandomHorizontalFlip(_RandomFlip):
 
 
 @native_transform(v2.RandomVerticalFlip)
-class NativeRandomVerticalFlip(_RandomFlip):
+class NativeRandomVerticalFlip(RandomStep):
     """``v2.RandomVerticalFlip(p)``: ``torch.rand(1) >= p`` skips."""
 
     draw_name = "RandomVerticalFlip"

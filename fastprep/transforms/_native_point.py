@@ -11,28 +11,11 @@ from typing import Any
 
 from torchvision.transforms import v2
 
-from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
-
-
-class _RandomPoint(NativeTransform):
-    kernel: str
-
-    def _kernel_params(self) -> tuple[list[int], list[float]]:
-        """The kernel's ``(ints, floats)``."""
-        return [], []
-
-    def params(self) -> tuple[list[int], list[float]]:
-        ints, floats = self._kernel_params()
-        return ints, [float(self.transform.p), *floats]
-
-    def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        if draws.rand() >= f32(self.transform.p):
-            return
-        steps.emit(self.kernel, *self._kernel_params())
+from ._native import RandomStep, native_transform
 
 
 @native_transform(v2.RandomPosterize)
-class NativeRandomPosterize(_RandomPoint):
+class NativeRandomPosterize(RandomStep):
     """``v2.RandomPosterize(bits, p)``."""
 
     draw_name = "RandomPosterize"
@@ -45,7 +28,7 @@ class NativeRandomPosterize(_RandomPoint):
         if not isinstance(bits, int) or not 0 <= bits <= 8:
             raise self.unsupported(f"bits must be an int in [0, 8] (torchvision raises TypeError), got {bits!r}")
 
-    def _kernel_params(self) -> tuple[list[int], list[float]]:
+    def kernel_params(self) -> tuple[list[int], list[float]]:
         return [int(self.transform.bits)], []
 
 
@@ -54,7 +37,7 @@ _MAX_EXACT_INT = 2**53
 
 
 @native_transform(v2.RandomSolarize)
-class NativeRandomSolarize(_RandomPoint):
+class NativeRandomSolarize(RandomStep):
     """``v2.RandomSolarize(threshold, p)``: ``image >= threshold`` compares in float32 for a float
     threshold, in uint8 for an int (torch converts it to uint8, wrapping a negative one)."""
 
@@ -74,7 +57,7 @@ class NativeRandomSolarize(_RandomPoint):
             raise self.unsupported(f"threshold={threshold} is above 255, the maximum of uint8 images (torchvision "
                                    "raises TypeError)")
 
-    def _kernel_params(self) -> tuple[list[int], list[float]]:
+    def kernel_params(self) -> tuple[list[int], list[float]]:
         threshold = self.transform.threshold
         if isinstance(threshold, numbers.Integral):
             return [1], [float(int(threshold))]
@@ -82,7 +65,7 @@ class NativeRandomSolarize(_RandomPoint):
 
 
 @native_transform(v2.RandomAutocontrast)
-class NativeRandomAutocontrast(_RandomPoint):
+class NativeRandomAutocontrast(RandomStep):
     """``v2.RandomAutocontrast(p)`` (1- or 3-channel images, as torchvision)."""
 
     draw_name = "RandomAutocontrast"
@@ -90,7 +73,7 @@ class NativeRandomAutocontrast(_RandomPoint):
 
 
 @native_transform(v2.RandomEqualize)
-class NativeRandomEqualize(_RandomPoint):
+class NativeRandomEqualize(RandomStep):
     """``v2.RandomEqualize(p)``."""
 
     draw_name = "RandomEqualize"
@@ -98,7 +81,7 @@ class NativeRandomEqualize(_RandomPoint):
 
 
 @native_transform(v2.RandomInvert)
-class NativeRandomInvert(_RandomPoint):
+class NativeRandomInvert(RandomStep):
     """``v2.RandomInvert(p)``."""
 
     draw_name = "RandomInvert"
