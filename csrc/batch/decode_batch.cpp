@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "jpeg/decode_jpeg_roi.h"
+#include "jpeg/jpeg_decoder.h"
 #if defined(__linux__)
 #include <pthread.h>
 #endif
@@ -212,16 +213,6 @@ void fill_canvas(const Canvas& cv, const Batch& b) {
     }
 }
 
-// Interleaved 3-channel pixels to three planes, x < n.
-FP_VECTOR_CLONES void deinterleave3_row(const uint8_t* __restrict src, int64_t n, uint8_t* __restrict a,
-                                        uint8_t* __restrict b, uint8_t* __restrict c) {
-  for (int64_t x = 0; x < n; x++) {
-    a[x] = src[3 * x];
-    b[x] = src[3 * x + 1];
-    c[x] = src[3 * x + 2];
-  }
-}
-
 // Pixels [h, w] (planar [C, h, w], or interleaved [h, w, C]) onto the canvas at (top, left).
 template <int C>
 void place_region_c(const uint8_t* src, bool interleaved, int64_t h, int64_t w, const Canvas& cv, int64_t top,
@@ -233,7 +224,7 @@ void place_region_c(const uint8_t* src, bool interleaved, int64_t h, int64_t w, 
     }
     if (C == 3 && interleaved && cv.xs == 1) {
       uint8_t* d = cv.p + (top + y) * cv.ys + left;
-      deinterleave3_row(src + y * w * 3, w, d, d + cv.cs, d + 2 * cv.cs);
+      fp_deinterleave3(src + y * w * 3, w, d, d + cv.cs, d + 2 * cv.cs);
       continue;
     }
     for (int c = 0; c < C; c++) {

@@ -327,8 +327,8 @@ static inline int mul_div255(int x, int y) {
 // Interleaved RGB -> three planes. Written so the compiler vectorizes it (about 20x faster
 // than the scalar loop it replaced; it matters for whole-image decodes).
 FP_VECTOR_CLONES
-static void deinterleave3(const JSAMPLE* __restrict row, int64_t width, uint8_t* __restrict o0,
-                          uint8_t* __restrict o1, uint8_t* __restrict o2) {
+void fp_deinterleave3(const uint8_t* __restrict row, int64_t width, uint8_t* __restrict o0,
+                      uint8_t* __restrict o1, uint8_t* __restrict o2) {
   for (int64_t x = 0; x < width; x++) {
     o0[x] = row[3 * x];
     o1[x] = row[3 * x + 1];
@@ -379,7 +379,7 @@ static void scatter_row(const JSAMPLE* row, int nc, int mode, int inverted_cmyk,
   } else if (nc == 1) {
     memcpy(out, row, (size_t)width);
   } else if (nc == 3) {
-    deinterleave3(row, width, out, out + plane, out + 2 * plane);
+    fp_deinterleave3(row, width, out, out + plane, out + 2 * plane);
   } else if (mode == FP_MODE_UNCHANGED) {  // nc == 4, raw CMYK as stored
     deinterleave4(row, width, out, out + plane, out + 2 * plane, out + 3 * plane);
   } else if (mode == FP_MODE_GRAY) {

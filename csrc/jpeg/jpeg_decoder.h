@@ -58,6 +58,10 @@ int fp_output_channels(const fp_info* info, int mode);
 void fp_set_scale(fp_decoder* dec, int scale_num);
 int64_t fp_scaled_size(int64_t dimension, int scale_num);
 
+// Interleaved 3-channel pixels (`width` of them) to three planes; vectorized for the CPU at
+// run time (isa.h's FP_VECTOR_CLONES).
+void fp_deinterleave3(const uint8_t* row, int64_t width, uint8_t* o0, uint8_t* o1, uint8_t* o2);
+
 // Refuse files with more than `max_scans` scans (0: no limit), counted as each scan's
 // header is read, before its data is decoded. Whatever the limit, a scan that adds no
 // coefficient bit to what earlier scans carried (a repeat) and a progressive AC scan of a
