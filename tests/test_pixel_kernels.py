@@ -405,7 +405,7 @@ class TestColorKernels:
     """adjust_brightness / contrast / saturation / hue and rgb_to_grayscale (csrc/ops/adjust_color.cpp):
     every variant, and the fast kernel's every ISA variant, against torchvision's functional."""
 
-    @pytest.mark.parametrize("name", list(COLOR_KERNELS))
+    @pytest.mark.parametrize("name", [*COLOR_KERNELS, "rgb_to_grayscale"])
     def test_fast_kernel_proved(self, name):
         status = kernel_status(name)
         if platform.machine() in ("x86_64", "AMD64"):
@@ -437,6 +437,10 @@ class TestColorKernels:
                         for factor in COLOR_FACTORS[name][2:5]:
                             got = apply_kernel(img, name, (), (factor,), 2)
                             assert torch.equal(got, fn(img, factor)), (isa_name, name, tuple(img.shape), factor)
+                for img in imgs:
+                    for out in (1, 3) if img.shape[0] == 3 else (1,):
+                        got = apply_kernel(img, "rgb_to_grayscale", (out,), (), 2)
+                        assert torch.equal(got, F.rgb_to_grayscale(img, out)), (isa_name, tuple(img.shape), out)
         finally:
             isa.set_isa("auto")
 
@@ -448,3 +452,28 @@ class TestColorKernels:
             img = torch.randint(0, high, (channels, 2050, 2050), dtype=torch.uint8, generator=g)
             for factor in (f32(0.6), 1.7):
                 check_all_variants("adjust_contrast", F.adjust_contrast(img, factor), img, floats=(factor,))
+
+
+class TestFlipKernels:
+    """horizontal_flip / vertical_flip (csrc/ops/flip.cpp): torchvision's flips on uint8 and
+    float32 images whose rows are shorter than, equal to and longer than the AVX2 blocks."""
+
+    @pytest.mark.parametrize("name", ["horizontal_flip", "vertical_flip"])
+    def test_fast_kernel_proved(self, name):
+        status = kernel_status(name)
+        assert status == "fast", status
+
+    def test_equal_torchvision_on_every_isa(self):
+        g = torch.Generator().manual_seed(6)
+        widths = [1, 7, 8, 31, 32, 63, 64, 65, 97, 130]
+        imgs = [torch.randint(0, 256, (c, h, w), dtype=torch.uint8, generator=g)
+                for k, w in enumerate(widths) for c, h in [((1, 3)[k % 2], 1 + k % 4)]]
+        imgs += [img.float() - 100.5 for img in imgs]
+        try:
+            for isa_name in isa.supported_isas():
+                isa.set_isa(isa_name)
+                for img in imgs:
+                    check_all_variants("horizontal_flip", F.horizontal_flip(img), img)
+                    check_all_variants("vertical_flip", F.vertical_flip(img), img)
+        finally:
+            isa.set_isa("auto")

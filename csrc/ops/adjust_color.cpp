@@ -4,7 +4,8 @@
 // pass that performs the same float32 operations per pixel:
 //
 // * grayscale (float): r * 0.2989, then two `add_(x, alpha=w)`, which ATen computes as fused
-//   multiply-adds: fma(b, 0.114, fma(g, 0.587, r * 0.2989)), floored for contrast/saturation;
+//   multiply-adds: fma(b, 0.114, fma(g, 0.587, r * 0.2989)), floored for contrast/saturation,
+//   truncated to uint8 by rgb_to_grayscale;
 // * _blend(a, b, r): `a.mul(r).add_(b, alpha=1 - r)` -> fma(b, f32(1 - r), a * f32(r)), clamped
 //   to [0, 255], truncated to uint8;
 // * contrast's mean: the floored gray values are integers, so their float32 sum is exact in any
@@ -12,6 +13,7 @@
 // * hue: v2's RGB -> HSV -> RGB chain (about 40 elementwise float32 operations), per pixel.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "isa.h"
 
@@ -179,6 +181,15 @@ FP_ALWAYS_INLINE void saturation_span_body(uint8_t* __restrict r, uint8_t* __res
   }
 }
 
+// rgb_to_grayscale's uint8 gray (not floored: truncated by to(uint8); at most 254.97), into `out`,
+// which may be `r`.
+FP_ALWAYS_INLINE void gray_u8_span_body(const uint8_t* r, const uint8_t* __restrict g, const uint8_t* __restrict b,
+                                        int64_t n, uint8_t* out) {
+  for (int64_t k = 0; k < n; k++) {
+    out[k] = (uint8_t)(int32_t)std::fma((float)b[k], 0.114f, std::fma((float)g[k], 0.587f, (float)r[k] * 0.2989f));
+  }
+}
+
 // Each pixel blended with one value (contrast's mean).
 FP_ALWAYS_INLINE void blend_scalar_span_body(uint8_t* __restrict p, int64_t n, float other, float ratio, float alpha) {
   const U8Bounds bounds = u8_bounds();
@@ -276,10 +287,28 @@ FP_TARGET_AVX2 FP_ALWAYS_INLINE void store32_u8(uint8_t* p, const __m256i (&v)[4
                       _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
-// gray_floor of eight pixels.
-FP_TARGET_AVX2 FP_ALWAYS_INLINE __m256 gray_floor8(__m256 r, __m256 g, __m256 b) {
+// The float gray of eight pixels, and gray_floor.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m256 gray8(__m256 r, __m256 g, __m256 b) {
   const __m256 rg = _mm256_fmadd_ps(g, _mm256_set1_ps(0.587f), _mm256_mul_ps(r, _mm256_set1_ps(0.2989f)));
-  return _mm256_floor_ps(_mm256_fmadd_ps(b, _mm256_set1_ps(0.114f), rg));
+  return _mm256_fmadd_ps(b, _mm256_set1_ps(0.114f), rg);
+}
+
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m256 gray_floor8(__m256 r, __m256 g, __m256 b) {
+  return _mm256_floor_ps(gray8(r, g, b));
+}
+
+// Reads each block of 32 pixels before it writes it, so `out` may be `r`.
+FP_TARGET_AVX2 void gray_u8_span_avx2(const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n, uint8_t* out) {
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    __m256i gray[4];
+    for (int q = 0; q < 4; q++) {
+      const int64_t at = k + 8 * q;
+      gray[q] = _mm256_cvttps_epi32(gray8(load8_f32(r + at), load8_f32(g + at), load8_f32(b + at)));
+    }
+    store32_u8(out + k, gray);
+  }
+  gray_u8_span_body(r + k, g + k, b + k, n - k, out + k);
 }
 
 FP_TARGET_AVX2 void brightness_span_avx2(uint8_t* p, int64_t n, float factor) {
@@ -360,6 +389,9 @@ void saturation_span(uint8_t* r, uint8_t* g, uint8_t* b, int64_t n, float ratio,
 int32_t gray_sum_span(const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n) {
   FP_AVX2_OR_BODY(gray_sum_span, (r, g, b, n))
 }
+void gray_u8_span(const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n, uint8_t* out) {
+  FP_AVX2_OR_BODY(gray_u8_span, (r, g, b, n, out))
+}
 
 void brightness_fast(const PixelStep& s, Image& im, KernelScratch&) {
   brightness_span(im.u8(), im.numel(), (float)s.f[0]);
@@ -390,6 +422,18 @@ void contrast_fast(const PixelStep& s, Image& im, KernelScratch&) {
     mean = at::mean(gray, {-3, -2, -1}, true).item<float>();
   }
   blend_scalar_span(p, im.numel(), mean, (float)s.f[0], (float)(1.0 - s.f[0]));
+}
+
+void grayscale_fast(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  if (im.channels != 3) return grayscale_ref(s, im, scratch);  // 1: a copy or nothing; else torchvision's error
+  const int64_t n = im.plane();
+  uint8_t* p = im.u8();
+  gray_u8_span(p, p + n, p + 2 * n, n, p);
+  if (s.i[0] == 3) {
+    std::memcpy(p + n, p, (size_t)n);
+    std::memcpy(p + 2 * n, p, (size_t)n);
+  }
+  im.channels = s.i[0];
 }
 
 void hue_fast(const PixelStep& s, Image& im, KernelScratch&) {
@@ -427,7 +471,16 @@ FP_REGISTER_PIXEL_KERNEL({"adjust_contrast", "f0=contrast_factor", contrast_ref,
 FP_REGISTER_PIXEL_KERNEL({"adjust_saturation", "f0=saturation_factor", saturation_ref, saturation_fast,
                           factor_probes_positive});
 FP_REGISTER_PIXEL_KERNEL({"adjust_hue", "f0=hue_factor", hue_ref, hue_fast, hue_probes});
-FP_REGISTER_PIXEL_KERNEL({"rgb_to_grayscale", "i0=num_output_channels (1 or 3)", grayscale_ref, nullptr, nullptr});
+// One output channel: the probes include 1-channel images, which three output channels would
+// grow (both variants raise there). Three differ from one only by the copies of the gray plane.
+std::vector<PixelStep> grayscale_probes() {
+  std::vector<PixelStep> out(1);
+  out[0].i[0] = 1;
+  return out;
+}
+
+FP_REGISTER_PIXEL_KERNEL({"rgb_to_grayscale", "i0=num_output_channels (1 or 3)", grayscale_ref, grayscale_fast,
+                          grayscale_probes});
 
 }  // namespace
 }  // namespace fastprep

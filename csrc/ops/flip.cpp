@@ -5,6 +5,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "isa.h"
+
+#if FP_HAVE_AVX2_TARGET
+#include <immintrin.h>
+#endif
 #include "ops/native_draw.h"
 #include "ops/pixel_kernel.h"
 
@@ -15,8 +20,49 @@ void hflip_ref(const PixelStep&, Image& im, KernelScratch&) { im.assign(im.tenso
 void vflip_ref(const PixelStep&, Image& im, KernelScratch&) { im.assign(im.tensor().flip(-2)); }
 
 template <typename T>
-void reverse_rows(T* p, int64_t rows, int64_t width) {
+void reverse_rows_base(T* p, int64_t rows, int64_t width) {
   for (int64_t r = 0; r < rows; r++) std::reverse(p + r * width, p + (r + 1) * width);
+}
+
+#if FP_HAVE_AVX2_TARGET
+// The 32 bytes of v in reverse order, as `sizeof(T)`-byte elements.
+template <typename T>
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m256i reversed32(__m256i v) {
+  if constexpr (sizeof(T) == 1) {
+    const __m256i in_lanes = _mm256_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0,  //
+                                              15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, in_lanes), 0x4E);
+  } else {
+    static_assert(sizeof(T) == 4, "bytes or 32-bit elements");
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+  }
+}
+
+// Each row reversed in place: 32-byte blocks from both ends swapped and reversed, the middle
+// (under 64 bytes) by std::reverse.
+template <typename T>
+FP_TARGET_AVX2 void reverse_rows_avx2(T* p, int64_t rows, int64_t width) {
+  constexpr int64_t block = 32 / (int64_t)sizeof(T);
+  for (int64_t r = 0; r < rows; r++) {
+    T* row = p + r * width;
+    int64_t a = 0, b = width;
+    for (; b - a >= 2 * block; a += block, b -= block) {
+      const __m256i left = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + a));
+      const __m256i right = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b - block));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + a), reversed32<T>(right));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + b - block), reversed32<T>(left));
+    }
+    std::reverse(row + a, row + b);
+  }
+}
+#endif
+
+template <typename T>
+void reverse_rows(T* p, int64_t rows, int64_t width) {
+#if FP_HAVE_AVX2_TARGET
+  if (isa_level() >= kIsaAvx2) return reverse_rows_avx2(p, rows, width);
+#endif
+  reverse_rows_base(p, rows, width);
 }
 
 void hflip_fast(const PixelStep&, Image& im, KernelScratch&) {
