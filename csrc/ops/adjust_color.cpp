@@ -263,7 +263,7 @@ FP_VARIANTS(hue_span, (uint8_t * r, uint8_t* g, uint8_t* b, int64_t n, float hue
 
 // Brightness, contrast's blend, saturation and the gray sum are written out in AVX2 as well:
 // GCC's vectorization of the bodies above widens bytes to floats in three steps and narrows
-// them back with a mask per step (45 instructions per 32 pixels for brightness against 28
+// them back with a mask per step (45 instructions per 32 pixels for brightness against 31
 // here, 1.4x the time). The operations per pixel, and so the bits, are the bodies'
 // (tests/test_pixel_kernels.py runs both variants); the bodies handle the last n % 32 pixels.
 #if FP_HAVE_AVX2_TARGET
