@@ -49,3 +49,12 @@ int64_t set_isa_level(int64_t level);
     else                                                       \
       name##_base args;                                        \
   }
+
+// FP_VARIANTS for a body that returns a value of type `ret`.
+#define FP_VARIANTS_RET(ret, name, params, args)                         \
+  FP_TARGET_AVX2 ret name##_avx2 params { return name##_body args; }    \
+  ret name##_base params { return name##_body args; }                   \
+  ret name params {                                                     \
+    if (FP_HAVE_AVX2_TARGET && isa_level() >= kIsaAvx2) return name##_avx2 args; \
+    return name##_base args;                                            \
+  }

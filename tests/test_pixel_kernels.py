@@ -384,3 +384,96 @@ class TestAffineKernel:
         ints, floats = affine_step(matrix, "nearest", [1, 2])
         with pytest.raises(ValueError, match="fill"):
             apply(img, "affine", ints, floats)
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+COLOR_KERNELS = {"adjust_brightness": F.adjust_brightness, "adjust_contrast": F.adjust_contrast,
+                 "adjust_saturation": F.adjust_saturation, "adjust_hue": F.adjust_hue}
+# factors as ColorJitter draws them (float32), the edges, and large ones that saturate
+COLOR_FACTORS = {
+    "adjust_brightness": [0.0, 1.0, f32(0.6), f32(1.4), 1.3, 2.0, 7.3, 1e6],
+    "adjust_contrast": [0.0, 1.0, f32(0.6), f32(1.4), 0.7, 2.0, 7.3],
+    "adjust_saturation": [0.0, 1.0, f32(0.8), f32(1.2), 0.5, 2.0, 7.3],
+    "adjust_hue": [0.0, f32(0.1), f32(-0.1), 0.5, -0.5, 0.0123456, f32(-1 / 3), 0.25],
+}
+
+
+class TestColorKernels:
+    """adjust_brightness / contrast / saturation / hue and rgb_to_grayscale (csrc/ops/adjust_color.cpp):
+    every variant, and the fast kernel's every ISA variant, against torchvision's functional."""
+
+    @pytest.mark.parametrize("name", [*COLOR_KERNELS, "rgb_to_grayscale"])
+    def test_fast_kernel_proved(self, name):
+        status = kernel_status(name)
+        if platform.machine() in ("x86_64", "AMD64"):
+            assert status == "fast", status
+        else:
+            assert status.startswith(("fast", "reference")), status
+
+    @pytest.mark.parametrize("name", list(COLOR_KERNELS))
+    def test_equals_torchvision(self, name):
+        for img in IMAGES:
+            for factor in COLOR_FACTORS[name]:
+                check_all_variants(name, COLOR_KERNELS[name](img, factor), img, floats=(factor,))
+
+    def test_grayscale(self):
+        for img in IMAGES:
+            for out in (1, 3) if img.shape[0] == 3 else (1,):  # a kernel never grows the image
+                want = F.rgb_to_grayscale(img, out)
+                for variant in variants("rgb_to_grayscale"):
+                    got = apply_kernel(img, "rgb_to_grayscale", (out,), (), variant)
+                    assert torch.equal(got, want), (tuple(img.shape), out, variant)
+
+    def test_every_isa_variant_of_the_fast_kernels(self):
+        imgs = [IMAGES[0], IMAGES[3], IMAGES[5], IMAGES[8]]
+        try:
+            for isa_name in isa.supported_isas():
+                isa.set_isa(isa_name)
+                for name, fn in COLOR_KERNELS.items():
+                    for img in imgs:
+                        for factor in COLOR_FACTORS[name][2:5]:
+                            got = apply_kernel(img, name, (), (factor,), 2)
+                            assert torch.equal(got, fn(img, factor)), (isa_name, name, tuple(img.shape), factor)
+                for img in imgs:
+                    for out in (1, 3) if img.shape[0] == 3 else (1,):
+                        got = apply_kernel(img, "rgb_to_grayscale", (out,), (), 2)
+                        assert torch.equal(got, F.rgb_to_grayscale(img, out)), (isa_name, tuple(img.shape), out)
+        finally:
+            isa.set_isa("auto")
+
+    def test_contrast_mean_of_large_images(self):
+        """The gray sum in blocks of 2**22 pixels: a dark image (sum below 2**24, the exact
+        mean) and a bright one (ATen's reduction) past one block, 1 and 3 channels."""
+        g = torch.Generator().manual_seed(4)
+        for channels, high in ((1, 8), (3, 8), (1, 256)):
+            img = torch.randint(0, high, (channels, 2050, 2050), dtype=torch.uint8, generator=g)
+            for factor in (f32(0.6), 1.7):
+                check_all_variants("adjust_contrast", F.adjust_contrast(img, factor), img, floats=(factor,))
+
+
+class TestFlipKernels:
+    """horizontal_flip / vertical_flip (csrc/ops/flip.cpp): torchvision's flips on uint8 and
+    float32 images whose rows are shorter than, equal to and longer than the AVX2 blocks."""
+
+    @pytest.mark.parametrize("name", ["horizontal_flip", "vertical_flip"])
+    def test_fast_kernel_proved(self, name):
+        status = kernel_status(name)
+        assert status == "fast", status
+
+    def test_equal_torchvision_on_every_isa(self):
+        g = torch.Generator().manual_seed(6)
+        widths = [1, 7, 8, 31, 32, 63, 64, 65, 97, 130]
+        imgs = [torch.randint(0, 256, (c, h, w), dtype=torch.uint8, generator=g)
+                for k, w in enumerate(widths) for c, h in [((1, 3)[k % 2], 1 + k % 4)]]
+        imgs += [img.float() - 100.5 for img in imgs]
+        try:
+            for isa_name in isa.supported_isas():
+                isa.set_isa(isa_name)
+                for img in imgs:
+                    check_all_variants("horizontal_flip", F.horizontal_flip(img), img)
+                    check_all_variants("vertical_flip", F.vertical_flip(img), img)
+        finally:
+            isa.set_isa("auto")
