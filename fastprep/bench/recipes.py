@@ -305,15 +305,14 @@ class FastprepAugment(Pipeline):
 
     def parts(self, cfg):
         # the per-sample work as the processes engine does it (diagnose, --profile)
+        from fastprep.io import decode_jpeg
         from fastprep.transforms import OnDecoded
 
         steps, names = _augment_steps(self.recipe, cfg.labelled)
-        if not cfg.labelled:
-            steps, names = [OnDecoded(steps[0])], [f"OnDecoded({self.recipe})"]
-        else:
-            from fastprep.io import decode_jpeg
-
+        if cfg.labelled:  # the decode and each transform under its own label
             steps, names = [decode_jpeg, *steps], ["decode_jpeg", *names]
+        else:
+            steps, names = [OnDecoded(steps[0])], [f"OnDecoded({self.recipe})"]
         parts = Parts(read_tensor, None, default_collate, ToDevice(cfg.device), prefetch=True)
         return label_parts(parts, cfg, names, steps)
 
