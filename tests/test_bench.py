@@ -816,7 +816,7 @@ def test_recipe_eval_pipelines_match_torchvision_and_the_decode_transform(cache)
     assert 10 * np.log10(255 ** 2 / mse) >= 30
 
 
-@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval", "trivialaugment"])
 def test_cli_recipe_runs_its_pipelines(recipe, cache, tmp_path):
     out = tmp_path / "r.json"
     rc = cli.main(["--recipe", recipe, "--num-images", "4", "--batch-size", "2", "--steps", "1", "--warmup", "0",
@@ -827,9 +827,37 @@ def test_cli_recipe_runs_its_pipelines(recipe, cache, tmp_path):
     pipelines = {r["pipeline"] for r in report["results"]}
     assert pipelines == {"reference", "fastprep", "fastprep-processes", "fastprep-packed"}
     assert all(r["error"] is None and r["samples_per_s"] > 0 for r in report["results"])
+    engines = {r["pipeline"]: (r["engine"], r["engine_fallback"]) for r in report["results"]}
+    assert engines == {"reference": (None, None), "fastprep": ("threads", None),
+                       "fastprep-processes": ("processes", None), "fastprep-packed": ("threads", None)}
+    assert set(report["uncapped"]) == pipelines
     assert "500x375" in report["settings"]["data"] and report["settings"]["builtin_size"] == "imagenet"
     with pytest.raises(SystemExit):
         cli.main(["--recipe", "imagenet-test"])
+
+
+def test_cli_augment_recipe_without_a_native_form_is_marked(cache, tmp_path, monkeypatch, capsys):
+    """An augmentation recipe the threads engine cannot compile runs on processes, as
+    make_loader's default would: the row says so and why, in the table and the JSON."""
+    from torchvision.transforms import v2
+
+    from fastprep.bench import recipes
+
+    def untraceable():
+        return v2.Compose([v2.RandomResizedCrop(224), v2.Lambda(lambda x: x.flip(-1)),
+                           v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.5] * 3)])
+
+    monkeypatch.setitem(recipes.AUGMENT_RECIPES, "trivialaugment", untraceable)
+    out = tmp_path / "r.json"
+    rc = cli.main(["--recipe", "trivialaugment", "--pipelines", "fastprep", "--num-images", "2", "--batch-size", "2",
+                   "--steps", "1", "--warmup", "0", "--workers", "0", "--step-ms", "1", "--no-progress",
+                   "--json", str(out)])
+    assert rc == 0
+    row, = json.loads(out.read_text())["results"]
+    assert row["engine"] == "processes" and "Lambda has no native implementation" in row["engine_fallback"]
+    text = capsys.readouterr().out
+    assert "fastprep [processes]        0" in text
+    assert "fastprep [processes]: asked for make_loader's threads engine, ran on processes: " in text
 
 
 def test_builtin_size_presets_and_spec():
@@ -961,7 +989,7 @@ def test_bench_config_rejects_builtin_size_where_it_does_not_apply():
     assert (cfg.num_images, cfg.steps, cfg.warmup) == (12, 3, 1)
 
 
-@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval"])
+@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval", "trivialaugment"])
 def test_recipe_fastprep_packed_gives_exactly_the_fastprep_batches(recipe, cache):
     """As for the seed recipe: packing is lossless and the window decode exact, so with the
     same seed the recipe's fastprep-packed yields the very same tensors as its fastprep."""

@@ -93,7 +93,7 @@ def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
                    "the ImageNet recipes, see --builtin-size), generated once and cached under $FASTPREP_CACHE "
                    "(default ~/.cache/fastprep)")
     g.add_argument("--builtin-size", choices=BUILTIN_SIZES, default=None,
-                   help="the built-in photos of --recipe imagenet-train|imagenet-eval: imagenet (default): "
+                   help="the built-in photos of the recipes other than seed: imagenet (default): "
                         "500x375, ImageNet's typical size; 12mp: 4000x3000 (a phone or camera photo, 64x the "
                         "pixels; fewer images and steps by default). Both q90 4:2:0, generated once and cached. "
                         "An error with --data or with the seed recipe")
@@ -107,8 +107,10 @@ def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
     g = p.add_argument_group("pipelines")
     g.add_argument("--recipe", choices=RECIPES, default="seed",
                    help="seed (default): the crop+mask+YUV pipelines; imagenet-train: RandomResizedCrop(224)+flip; "
-                        "imagenet-eval: Resize(256)+CenterCrop(224); both RGB normalised, torchvision v2 as reference, "
-                        "on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
+                        "imagenet-eval: Resize(256)+CenterCrop(224); trivialaugment, randaugment (DeiT), ssl-colour "
+                        "(BYOL/SimCLR colour view): an unchanged torchvision v2 augmentation pipeline that every row "
+                        "runs (fastprep: make_loader(transform=...)); all RGB normalised, torchvision as reference, on "
+                        "built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): each pipeline's own loader on this machine (fastprep and "
                         "fastprep-packed: make_loader's threads engine, --workers = native decode threads; the "
@@ -379,6 +381,12 @@ def _measure_one(cfg: BenchConfig, item: _Planned, files: list[str], data: Bench
                 check_syncs=cfg.check_syncs, min_window_s=cfg.min_window_s or 0.0, max_steps=cfg.max_steps)
         if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
             res.worker_cpu_cores = None
+        fell_back = item.pipe.engine == "threads" and res.engine not in (None, "threads")
+        if fell_back and cfg.engine == "dataloader" and not alone:
+            res.engine_fallback = res.engine_reason or f"make_loader chose the {res.engine} engine"
+            bar.clear()
+            print(f"{item.pipe.name} with {item.workers} workers ran on the {res.engine} engine, not threads: "
+                  f"{res.engine_fallback}", flush=True)
     except Exception as e:  # noqa: BLE001 - report it on one line, run the rest, exit non-zero
         res.error = one_line_error(e)
         bar.clear()

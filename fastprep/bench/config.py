@@ -109,7 +109,7 @@ class BenchConfig:
         steps, warmup: measured and unmeasured steps per configuration.
         builtin_size: the built-in photos of the ImageNet recipes, a key of
             :data:`BUILTIN_SIZES` (``None``: ``imagenet``). Only for the built-in data of
-            ``imagenet-train``/``imagenet-eval``: with ``data`` or the ``seed`` recipe it is
+            the recipes other than ``seed``: with ``data`` or the ``seed`` recipe it is
             a ``ValueError``.
         on_error: ``"skip"`` or ``"raise"`` (see :data:`ON_ERROR`).
         min_window_s: each configuration measures past ``steps`` until its window lasts
@@ -169,8 +169,9 @@ class BenchConfig:
                 raise ValueError("--builtin-size chooses the built-in photos and does not apply to --data DIR "
                                  "(your files keep their size); drop one of the two")
             if self.recipe == "seed":
-                raise ValueError("--builtin-size applies to the ImageNet recipes (--recipe imagenet-train or "
-                                 "imagenet-eval); the seed recipe always uses its 800x533 built-in photos")
+                raise ValueError("--builtin-size applies to the ImageNet recipes (--recipe "
+                                 f"{', '.join(r for r in RECIPES if r != 'seed')}); the seed recipe always uses its "
+                                 "800x533 built-in photos")
         elif self.recipe != "seed" and not self.data:
             self.builtin_size = "imagenet"
         # The counts left to the presets: only these may fit_quick() lower.

@@ -403,6 +403,9 @@ class Pipeline:
     summary = ""
     #: Pipelines with the same key share one :meth:`check` per file.
     check_key = "fastprep-RGB"
+    #: The :func:`fastprep.data.make_loader` engine the row asks for (``None``: not a
+    #: make_loader row). A ``"threads"`` row that ran on another engine is marked.
+    engine: str | None = None
 
     def unavailable(self) -> str | None:
         """Why this pipeline cannot run here, or ``None``."""

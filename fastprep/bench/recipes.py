@@ -1,4 +1,15 @@
-"""``--recipe imagenet-train|imagenet-eval``: the standard torchvision recipes, benchmarked.
+"""``--recipe``: the standard torchvision recipes, benchmarked.
+
+Two kinds of recipe:
+
+* ``imagenet-train`` / ``imagenet-eval``: plain crop (+ flip) recipes, where fastprep runs its
+  own decode transform (window-only, DCT-scaled decode); pipelines below.
+* The augmentation recipes of :data:`AUGMENT_RECIPES` (``trivialaugment``, ``randaugment``,
+  ``ssl-colour``): one unchanged torchvision v2 pipeline per recipe, run as it is by every
+  row (see :class:`TorchvisionAugment` and :class:`FastprepAugment`). Adding one is one
+  entry in that dict: a name and a factory returning the v2 pipeline.
+
+For ``imagenet-train`` and ``imagenet-eval``:
 
 Each recipe has four pipelines, registered in :data:`RECIPE_PIPELINES` (the ``seed`` recipe
 is :data:`fastprep.bench.pipelines.PIPELINES`):
@@ -21,19 +32,32 @@ is :data:`fastprep.bench.pipelines.PIPELINES`):
   intervals the window needs.
 
 All deliver float32 ``[N, 3, 224, 224]`` RGB normalised with ImageNet's mean and std.
+
+For an augmentation recipe, the same four names, each running the recipe's v2 pipeline
+object (ending in ``ToDtype(float32, scale=True)`` + ``Normalize``, so no batch conversion):
+
+* ``reference`` -- a ``DataLoader`` with ``--workers`` worker processes: per sample
+  ``torchvision.io.decode_jpeg`` (RGB) then the pipeline; float32 ``default_collate``.
+* ``fastprep`` -- ``make_loader`` with ``transform=`` the pipeline (the loader decodes) on the
+  threads engine, which compiles the pipeline into native steps with torchvision's bits.
+  A pipeline it cannot compile runs on the processes engine instead, as ``make_loader``
+  does by default: the row is marked and the reason printed.
+* ``fastprep-processes`` -- the same on the processes engine.
+* ``fastprep-packed`` -- ``fastprep`` on the packed copies.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils.data import default_collate
 
 from .pipelines import Fastprep, Parts, Pipeline, ToDevice, engine_options, label_parts, read_tensor
 
-__all__ = ["RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "normalized_bounds"]
+__all__ = ["AUGMENT_RECIPES", "RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "normalized_bounds"]
 
-#: ``--recipe`` choices; ``seed`` is the bench's own pipelines.
-RECIPES = ("seed", "imagenet-train", "imagenet-eval")
 #: Output size of the ImageNet recipes.
 RECIPE_CROP = 224
 
@@ -42,6 +66,61 @@ def _imagenet_stats():
     from fastprep.data.loader import IMAGENET_MEAN, IMAGENET_STD
 
     return IMAGENET_MEAN, IMAGENET_STD
+
+
+def _float_tail() -> list:
+    """``ToDtype(float32, scale=True)`` + ``Normalize(ImageNet mean, std)``."""
+    from torchvision.transforms import v2
+
+    mean, std = _imagenet_stats()
+    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
+
+
+def _trivialaugment():
+    from torchvision.transforms import v2
+
+    # bilinear, as torchvision's classification reference scripts use
+    return v2.Compose([v2.RandomResizedCrop(RECIPE_CROP), v2.RandomHorizontalFlip(),
+                       v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR), *_float_tail(),
+                       v2.RandomErasing(0.25)])
+
+
+def _randaugment():
+    from torchvision.transforms import v2
+
+    # DeiT's: RandAugment with 2 ops at magnitude 9, then random erasing
+    return v2.Compose([v2.RandomResizedCrop(RECIPE_CROP), v2.RandomHorizontalFlip(),
+                       v2.RandAugment(2, 9, interpolation=v2.InterpolationMode.BILINEAR), *_float_tail(),
+                       v2.RandomErasing(0.25)])
+
+
+def _ssl_colour():
+    from torchvision.transforms import v2
+
+    # BYOL's second view (SimCLR's colour distortion, with blur and solarisation)
+    return v2.Compose([v2.RandomResizedCrop(RECIPE_CROP, scale=(0.08, 1)), v2.RandomHorizontalFlip(),
+                       v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8), v2.RandomGrayscale(0.2),
+                       v2.RandomApply([v2.GaussianBlur(23, sigma=(0.1, 2.0))], p=0.1),
+                       v2.RandomSolarize(128, p=0.2), *_float_tail()])
+
+
+#: The augmentation recipes: ``{--recipe name: factory}``, the factory returning a fresh
+#: torchvision v2 pipeline on a decoded uint8 RGB image that delivers float32
+#: ``[3, RECIPE_CROP, RECIPE_CROP]`` normalised with ImageNet's mean and std. Every row of
+#: the recipe runs that pipeline unchanged; adding a recipe is adding an entry here.
+#:
+#: Multi-view recipes (``dino``, ``simclr``: several crops of one image per sample) belong
+#: in a registry of their own beside this one: their pipelines deliver a list of views, so
+#: their rows need a collate of views and an output check per view, which these rows
+#: (one ``[N, 3, 224, 224]`` tensor per batch) do not have.
+AUGMENT_RECIPES: dict[str, Callable[[], Any]] = {
+    "trivialaugment": _trivialaugment,
+    "randaugment": _randaugment,
+    "ssl-colour": _ssl_colour,
+}
+
+#: ``--recipe`` choices; ``seed`` is the bench's own pipelines.
+RECIPES = ("seed", "imagenet-train", "imagenet-eval", *AUGMENT_RECIPES)
 
 
 def normalized_bounds(tolerance: float = 1e-4) -> tuple[tuple[float, float], ...]:
@@ -178,11 +257,107 @@ class FastprepPackedRecipe(FastprepRecipe):
         return packed_copy(list(files), progress=progress)
 
 
-#: ``{recipe: {name: pipeline}}`` for the ImageNet recipes.
-RECIPE_PIPELINES = {r: {"reference": TorchvisionRecipe(r), "fastprep": FastprepRecipe(r),
-                        "fastprep-processes": FastprepRecipe(r, engine="processes"),
-                        "fastprep-packed": FastprepPackedRecipe(r)}
-                    for r in RECIPES if r != "seed"}
+def _augment_steps(recipe: str, labelled: bool) -> tuple[list, list[str]]:
+    """The recipe's v2 pipeline as steps and their names: the pipeline itself, or with
+    ``labelled`` (``--profile``) its transforms one by one, each under its own label."""
+    pipeline = AUGMENT_RECIPES[recipe]()
+    if labelled:
+        return list(pipeline.transforms), [type(t).__name__ for t in pipeline.transforms]
+    return [pipeline], [recipe]
+
+
+class TorchvisionAugment(TorchvisionRecipe):
+    """An augmentation recipe's v2 pipeline in DataLoader workers, on ``decode_jpeg``'s image."""
+
+    def __init__(self, recipe: str):
+        self.recipe = recipe
+        self.summary = (f"torchvision DataLoader: decode_jpeg + the {recipe} v2 pipeline per sample (ending in "
+                        "ToDtype + Normalize), float32 default_collate")
+
+    def parts(self, cfg):
+        steps, names = _augment_steps(self.recipe, cfg.labelled)
+        parts = Parts(read_tensor, None, default_collate, ToDevice(cfg.device))
+        return label_parts(parts, cfg, ["decode_jpeg", *names], [_DecodeJpeg(), *steps])
+
+
+class FastprepAugment(Pipeline):
+    """``make_loader(transform=<the recipe's v2 pipeline>)`` on ``engine`` (``packed``: on the
+    packed copies of the files)."""
+
+    #: make_loader's engine this row asks for
+    engine = "threads"
+    ray_capable = False
+
+    def __init__(self, recipe: str, engine: str = "threads", packed: bool = False):
+        self.recipe, self.engine, self.packed = recipe, engine, packed
+        self.name = "fastprep-packed" if packed else "fastprep" if engine == "threads" else f"fastprep-{engine}"
+        how = ("compiled to native steps, one native call per batch" if engine == "threads" else
+               "in DataLoader workers, float32 collate")
+        self.summary = (f"fastprep.data.make_loader(transform=<the {recipe} v2 pipeline>, engine={engine!r}): "
+                        f"{how}" + (", on copies made by fastprep.pack" if packed else ""))
+
+    def prepare_files(self, files, *, progress=True):
+        if not self.packed:
+            return list(files)
+        from .dataset import packed_copy
+
+        return packed_copy(list(files), progress=progress)
+
+    def parts(self, cfg):
+        # the per-sample work as the processes engine does it (diagnose, --profile)
+        from fastprep.io import decode_jpeg
+        from fastprep.transforms import OnDecoded
+
+        steps, names = _augment_steps(self.recipe, cfg.labelled)
+        if cfg.labelled:  # the decode and each transform under its own label
+            steps, names = [decode_jpeg, *steps], ["decode_jpeg", *names]
+        else:
+            steps, names = [OnDecoded(steps[0])], [f"OnDecoded({self.recipe})"]
+        parts = Parts(read_tensor, None, default_collate, ToDevice(cfg.device), prefetch=True)
+        return label_parts(parts, cfg, names, steps)
+
+    def loader_from(self, dataset, parts, cfg):
+        from fastprep import data as D
+
+        if cfg.labelled or not isinstance(dataset, D.JpegDataset):
+            # diagnose's cached samples are float32 tensors, not files: a plain DataLoader
+            return Pipeline.loader_from(self, dataset, parts, cfg)
+        options = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers, device=cfg.device, shuffle=True,
+                       drop_last=True, generator=torch.Generator().manual_seed(cfg.seed))
+        if self.engine != "threads":
+            return D.make_loader(dataset, **options, **engine_options(self.engine, cfg))
+        try:
+            return D.make_loader(dataset, **options, engine="threads")
+        except ValueError as e:  # no native form: run it on processes, as make_loader's default would
+            loader = D.make_loader(dataset, **options, **engine_options("processes", cfg))
+            loader.engine_reason = str(e)
+            return loader
+
+    def loader(self, files, targets, length, cfg):
+        if cfg.labelled:
+            return Pipeline.loader(self, files, targets, length, cfg)
+        from fastprep import data as D
+        from fastprep.transforms import OnDecoded
+
+        reps = -(-length // len(files))
+        # what make_loader(files, transform=pipeline, seed=...) builds, with the bench's targets
+        dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length],
+                                transform=OnDecoded(AUGMENT_RECIPES[self.recipe]()), seed=cfg.seed)
+        return self.loader_from(dataset, None, cfg)
+
+
+def _recipe_pipelines(recipe: str) -> dict[str, Pipeline]:
+    if recipe in AUGMENT_RECIPES:
+        return {"reference": TorchvisionAugment(recipe), "fastprep": FastprepAugment(recipe),
+                "fastprep-processes": FastprepAugment(recipe, engine="processes"),
+                "fastprep-packed": FastprepAugment(recipe, packed=True)}
+    return {"reference": TorchvisionRecipe(recipe), "fastprep": FastprepRecipe(recipe),
+            "fastprep-processes": FastprepRecipe(recipe, engine="processes"),
+            "fastprep-packed": FastprepPackedRecipe(recipe)}
+
+
+#: ``{recipe: {name: pipeline}}`` for every recipe but ``seed``.
+RECIPE_PIPELINES = {r: _recipe_pipelines(r) for r in RECIPES if r != "seed"}
 
 
 def pipeline_registry(recipe: str = "seed") -> dict:

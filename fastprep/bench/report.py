@@ -73,7 +73,7 @@ def _fmt(v, spec, none="-"):
 def format_table(results: list[dict], capped_by: str = "accelerator") -> str:
     """The results as an aligned text table (one row per pipeline x workers); rows the
     ``capped_by`` (the accelerator, or the training step on the CPU) set the rate of are
-    marked ``*``."""
+    marked ``*``, rows that asked for the threads engine and ran on another ``[engine]``."""
     head = ["pipeline", "workers", "samples/s", "steps/s", "starved", "data wait", "1st batch",
             "worker CPU", "speed-up"]
     rows = []
@@ -83,7 +83,7 @@ def format_table(results: list[dict], capped_by: str = "accelerator") -> str:
             rows.append([r["pipeline"], str(r["workers"]), note])
             continue
         rows.append([
-            r["pipeline"], str(r["workers"]),
+            r["pipeline"] + (f" [{r['engine']}]" if r.get("engine_fallback") else ""), str(r["workers"]),
             _fmt(r["samples_per_s"], ".1f") + ("*" if r.get("capped_by_accelerator") else ""),
             _fmt(r["steps_per_s"], ".2f"),
             _fmt(None if r["starvation_fraction"] is None else 100 * r["starvation_fraction"], ".1f") + "%",
@@ -110,6 +110,9 @@ def format_table(results: list[dict], capped_by: str = "accelerator") -> str:
             out.append("")
         out.append(line(row))
         prev = row[0]
+    fallbacks = {r["pipeline"]: (r["engine"], r["engine_fallback"]) for r in results if r.get("engine_fallback")}
+    for name, (engine, why) in fallbacks.items():
+        out.append(f"{name} [{engine}]: asked for make_loader's threads engine, ran on {engine}: {why}")
     if any(r.get("capped_by_accelerator") for r in results):
         out.append(f"* capped: the {capped_by} was busy (starved < 5 %), so the row shows its rate, not the "
                    "pipeline's; the uncapped table below has the pipeline's own")

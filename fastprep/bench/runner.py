@@ -17,6 +17,7 @@ finished the last step. Within it:
   loader's worker processes and by this process (Linux ``/proc``; ``None`` elsewhere, and
   for the threads engine, whose workers are threads of this process: in ``main_cpu_cores``).
 * ``engine_stage``: the threads engine's stage that held the window (:func:`engine_stage`).
+* ``engine`` / ``engine_reason``: the engine a make_loader loader runs on, and why not threads.
 * ``steps``: the measured steps; more than asked when a minimum window (``min_window_s``)
   made the run go on.
 """
@@ -62,6 +63,12 @@ class ConfigResult:
     #: threads engine only: ``[stage, explanation]`` of :func:`engine_stage` over the
     #: measured steps
     engine_stage: list | None = None
+    #: ``loader.engine`` and ``loader.engine_reason`` of a make_loader loader (``None``
+    #: for other loaders)
+    engine: str | None = None
+    engine_reason: str | None = None
+    #: a row that asked for the threads engine and ran on another: why (the table marks it)
+    engine_fallback: str | None = None
     #: the accelerator set the rate (starved less than
     #: :data:`~fastprep.bench.uncapped.CAPPED_STARVATION`): the row is a floor of the pipeline's
     capped_by_accelerator: bool | None = None
@@ -168,6 +175,9 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
     waits, starts = [], []
     t_create = t0 = time.perf_counter()
     iterable = make_iterable()
+    loader_engine = getattr(iterable, "engine", None)
+    if isinstance(loader_engine, str):  # make_loader's loaders say which engine runs
+        result.engine, result.engine_reason = loader_engine, getattr(iterable, "engine_reason", None)
     engine = _thread_loader(iterable)
     stages0 = None
     it = iter(iterable)
