@@ -4,7 +4,7 @@ make_loader vs a DALI CPU pipeline, in one run.
     python bench/bench_recipe_loaders.py [--files 256] [--epochs 3] [--batch-size 64] [--workers 2]
                                          [--size 500x375|4000x3000] [--json FILE] [--no-dali]
                                          [--engines threads,processes] [--folder DIR] [--rss-epochs 5]
-                                         [--shards 16MB]
+                                         [--shards 16MB] [--augment]
 
 The recipe: decode + RandomResizedCrop(224) (scale (0.08, 1), ratio (3/4, 4/3),
 antialiased bilinear) + horizontal flip with p = 0.5, batches of ``--batch-size``,
@@ -69,6 +69,17 @@ each of ``--rss-epochs`` epochs of one loader.
   (DALI's defaults: linear, ``antialias=True``) + ``fn.crop_mirror_normalize(mirror=
   fn.random.coin_flip(), dtype=FLOAT, output_layout="CHW")`` (normalise and flip fused),
   ``batch_size``, ``num_threads=--workers``, ``device_id=None`` (CPU only).
+
+With ``--augment``, the TrivialAugment recipe (``fastprep.bench.recipes.AUGMENT_RECIPES
+["trivialaugment"]``: RandomResizedCrop(224), flip, TrivialAugmentWide (bilinear), ToDtype,
+Normalize, RandomErasing(0.25)), compared with each other and with the plain recipe:
+
+* ``torchvision v2 DataLoader, TrivialAugment recipe``: per sample ``decode_jpeg`` then the
+  v2 pipeline, float32 ``default_collate``.
+* ``fastprep make_loader(transform=<TrivialAugment recipe>), threads engine``: the same
+  pipeline object, compiled by the threads engine into native steps (torchvision's bits,
+  ``docs/augment.md``); its rate is also given against ``fastprep make_loader, threads
+  engine`` (the plain recipe) in the same run.
 
 uint8:
 
@@ -141,6 +152,10 @@ FLOAT_OUT = "float32 NCHW, normalised"
 UINT8_OUT = "uint8"
 TV_FLOAT = "torchvision v2 DataLoader"
 TV_UINT8 = "torchvision v2 DataLoader, uint8"
+AUG_OUT = "float32 NCHW, normalised, augmented"
+TV_AUG = "torchvision v2 DataLoader, TrivialAugment recipe"
+FP_AUG = "fastprep make_loader(transform=<TrivialAugment recipe>), threads engine"
+FP_PLAIN = "fastprep make_loader, threads engine"
 
 
 def copy_files(folder, count, source):
@@ -188,6 +203,20 @@ class TorchvisionRecipe(Dataset):
     def __getitem__(self, i):
         img = decode_jpeg(read_file(self.paths[i]), mode=ImageReadMode.RGB)
         return self.transform(img), 0
+
+
+class TorchvisionAugmented(Dataset):
+    """Per sample: read the file, ``torchvision.io.decode_jpeg`` (RGB), then the v2 pipeline
+    ``recipe`` (which ends in ToDtype + Normalize); ``(float32 [3, 224, 224], 0)``."""
+
+    def __init__(self, paths, recipe):
+        self.paths, self.recipe = list(paths), recipe
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return self.recipe(decode_jpeg(read_file(self.paths[i]), mode=ImageReadMode.RGB)), 0
 
 
 class BatchTransformed:
@@ -446,6 +475,15 @@ def build_pipelines(args, files, packed, dali_version, shards=None):
             dali_float = dali_uint8 = None
             print(f"DALI rows skipped: the CPU pipeline does not build ({type(e).__name__}: "
                   f"{str(e).splitlines()[0] if str(e) else ''})")
+    if args.augment:
+        from fastprep.bench.recipes import AUGMENT_RECIPES
+
+        p[TV_AUG] = (DataLoader(TorchvisionAugmented(files, AUGMENT_RECIPES["trivialaugment"]()), **common), AUG_OUT,
+                     "decode_jpeg + the v2 pipeline per sample, float32 default_collate", "dataloader", None)
+        if "threads" in args.engines:
+            p[FP_AUG] = (make_loader(files, transform=AUGMENT_RECIPES["trivialaugment"](), device="cpu",
+                                     engine="threads", **common), AUG_OUT,
+                         "the same v2 pipeline, compiled to native steps", "in-process", None)
     if dali_float is not None:
         p[f"DALI CPU pipeline, {W} threads, crop_mirror_normalize"] = (
             dali_float, FLOAT_OUT, "crop_mirror_normalize (flip + normalise fused), CHW", "in-process", None)
@@ -506,7 +544,7 @@ def run(args, dali_version):
                       f"first batch after {rec['first_batch_s']:.3f} s", file=sys.stderr)
                 if n != args.files:
                     raise RuntimeError(f"{name} delivered {n} samples in an epoch, expected {args.files}")
-                want = "float32" if pipelines[name][1] == FLOAT_OUT else "uint8"
+                want = "uint8" if pipelines[name][1] == UINT8_OUT else "float32"
                 if rec["dtype"] != want or CROP not in rec["shape"][1:2] + rec["shape"][3:] \
                         or rec["shape"].count(CROP) < 2:
                     raise RuntimeError(f"{name} delivered {rec['dtype']} {rec['shape']}, expected {want} "
@@ -535,9 +573,11 @@ def run(args, dali_version):
             results[name]["batch_op_ms"] = batch_op[kernel_of]
             results[name]["engine_python"] = engine_python(rs, batch_op[kernel_of])
     for r in results.values():
-        ref = TV_FLOAT if r["output"] == FLOAT_OUT else TV_UINT8
+        ref = {FLOAT_OUT: TV_FLOAT, UINT8_OUT: TV_UINT8, AUG_OUT: TV_AUG}[r["output"]]
         r["reference"] = ref
         r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]
+        if name == FP_AUG and FP_PLAIN in results:
+            r["vs_plain_recipe"] = r["samples_per_s"] / results[FP_PLAIN]["samples_per_s"]
         r["efficiency"] = None if r["kernel_ms"] is None else r["samples_per_s"] / (cores / (r["kernel_ms"] / 1e3))
         # load-independent: the share of the CPU the pipeline spent that the kernel alone would
         r["cpu_efficiency"] = None if r["kernel_ms"] is None else r["kernel_ms"] / r["cpu_ms_per_sample"]
@@ -610,6 +650,9 @@ def main(argv=None):
                    "(default 5; 0: skip)")
     p.add_argument("--shards", metavar="SIZE", help="also read the packed samples from WebDataset shards of this "
                    "size (e.g. 16MB) written by fastprep.pack --format wds")
+    p.add_argument("--augment", action="store_true", help="also the TrivialAugment recipe (RandomResizedCrop, flip, "
+                   "TrivialAugmentWide, ToDtype, Normalize, RandomErasing: fastprep.bench's --recipe trivialaugment) "
+                   "as a torchvision DataLoader and as make_loader(transform=...) on the threads engine")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.files < 1 or args.epochs < 1 or args.warmup < 0 or args.batch_size < 1 or args.workers < 1:
@@ -635,6 +678,9 @@ def main(argv=None):
                   f"{100 * e['share_of_kernel']:.1f} % of the batch's kernel time (the native batch call alone: "
                   f"{r['batch_op_ms']:.2f} thread-CPU ms per sample); file reads {e['read_ms_per_batch']:.2f} ms "
                   f"per batch besides (read_encoded, mostly outside the GIL); medians of the timed epochs")
+    if FP_AUG in results and "vs_plain_recipe" in results[FP_AUG]:
+        print(f"TrivialAugment recipe on the threads engine: {results[FP_AUG]['vs_plain_recipe']:.2f}x the plain "
+              f"recipe's rate ('{FP_PLAIN}'), {results[FP_AUG]['vs_torchvision']:.2f}x '{TV_AUG}'")
     if overhead:
         rss = ", ".join(f"{v:.0f}" for v in overhead["rss_mib_after_each_epoch"]) or "-"
         print(f"threads engine: first batch {overhead['first_batch_after_make_loader_s']:.3f} s after make_loader "
@@ -645,7 +691,8 @@ def main(argv=None):
           f"({inputs_text(args)}; {args.distinct_used} distinct), batch {args.batch_size}, {args.workers} "
           f"DataLoader workers / DALI threads, consumer doing nothing; median of {args.epochs} interleaved epochs "
           f"after {args.warmup} warm-up. Ratios: to '{TV_FLOAT}' for the normalised float32 rows, to "
-          f"'{TV_UINT8}' for the uint8 rows. make_loader has no uint8 output: its rows include the batch "
+          f"'{TV_UINT8}' for the uint8 rows" + (f", to '{TV_AUG}' for the augmented rows" if args.augment else "")
+          + f". make_loader has no uint8 output: its rows include the batch "
           f"normalisation, and so does the torchvision reference. Efficiency: samples/s / ({results_cores(results)} "
           f"cores / the recipe transform's mean thread-CPU ms per sample, in parentheses, measured in the same "
           f"rounds); it needs the cores to itself. CPU efficiency: that kernel time / the CPU ms the pipeline "
@@ -657,7 +704,7 @@ def main(argv=None):
                              "size": None if args.folder else f"{w}x{h}",
                              "quality": 90, "subsampling": "4:2:0", "batch_size": args.batch_size,
                              "workers": args.workers, "engines": list(args.engines), "epochs": args.epochs,
-                             "warmup": args.warmup,
+                             "warmup": args.warmup, "augment": args.augment,
                              "settle_s": args.settle, "cpu_count": os.cpu_count(),
                              "main_torch_threads": torch.get_num_threads()},
                   "loadavg": {"start": load_start, "end": load_end}, "results": results,

@@ -860,6 +860,39 @@ def test_cli_augment_recipe_without_a_native_form_is_marked(cache, tmp_path, mon
     assert "fastprep [processes]: asked for make_loader's threads engine, ran on processes: " in text
 
 
+def test_cli_multiview_recipe_runs_every_row(cache, tmp_path):
+    """--recipe simclr: every row delivers a list of 2 checked [N, 3, 224, 224] views, fastprep's
+    rows on the engine they ask for; the simulated step covers both views."""
+    out = tmp_path / "r.json"
+    rc = cli.main(["--recipe", "simclr", "--num-images", "4", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+                   "--workers", "0", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    engines = {r["pipeline"]: (r["engine"], r["engine_fallback"], r["error"]) for r in report["results"]}
+    assert engines == {"reference": (None, None, None), "fastprep": ("threads", None, None),
+                       "fastprep-fast": ("threads", None, None), "fastprep-processes": ("processes", None, None),
+                       "fastprep-packed": ("threads", None, None)}
+    from fastprep.bench.config import BenchConfig
+
+    one, two = (BenchConfig(recipe=r, data=None).make_trainer() for r in ("trivialaugment", "simclr"))
+    assert two.step_s == pytest.approx(2 * one.step_s, rel=0.1)
+
+
+def test_check_views_names_the_view():
+    from fastprep.bench.recipes import normalized_bounds
+    from fastprep.bench.runner import check_views
+
+    good = [torch.zeros(2, 3, 8, 8), torch.zeros(2, 3, 4, 4)]
+    targets, cpu = torch.zeros(2, dtype=torch.int64), torch.device("cpu")
+    check_views(good, targets, 2, (8, 4), cpu, normalized_bounds())
+    with pytest.raises(ValueError, match="expected a list of 3 views"):
+        check_views(good, targets, 2, (8, 4, 4), cpu, normalized_bounds())
+    with pytest.raises(ValueError, match=r"view 1: pipeline produced images of shape \(2, 3, 4, 4\)"):
+        check_views(good, targets, 2, (8, 8), cpu, normalized_bounds())
+    with pytest.raises(ValueError, match="expected a list of 2 views"):
+        check_views(good[0], targets, 2, (8, 4), cpu, normalized_bounds())
+
+
 def test_builtin_size_presets_and_spec():
     """--builtin-size picks the built-in spec and, for 12mp, its own (smaller) presets;
     explicit counts win over the presets."""
@@ -989,11 +1022,12 @@ def test_bench_config_rejects_builtin_size_where_it_does_not_apply():
     assert (cfg.num_images, cfg.steps, cfg.warmup) == (12, 3, 1)
 
 
-@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval", "trivialaugment"])
+@pytest.mark.parametrize("recipe", ["imagenet-train", "imagenet-eval", "trivialaugment", "dino"])
 def test_recipe_fastprep_packed_gives_exactly_the_fastprep_batches(recipe, cache):
     """As for the seed recipe: packing is lossless and the window decode exact, so with the
-    same seed the recipe's fastprep-packed yields the very same tensors as its fastprep."""
-    from fastprep.bench.recipes import RECIPE_PIPELINES
+    same seed the recipe's fastprep-packed yields the very same tensors as its fastprep
+    (for dino: the same 10 views)."""
+    from fastprep.bench.recipes import RECIPE_PIPELINES, view_sizes
     from fastprep.io import jpeg_info
 
     data = builtin_dataset(8, IMAGENET_SIZED, processes=1, progress=False)
@@ -1006,11 +1040,13 @@ def test_recipe_fastprep_packed_gives_exactly_the_fastprep_batches(recipe, cache
         if name == "fastprep-packed":
             assert all(jpeg_info(Path(f).read_bytes()).restart_interval > 0 for f in files)
         torch.manual_seed(3)
-        batches[name] = [(x.clone(), y.clone()) for x, y in pipe.loader(files, data.targets, 8, cfg)]
+        batches[name] = [([v.clone() for v in x] if isinstance(x, list) else [x.clone()], y.clone())
+                         for x, y in pipe.loader(files, data.targets, 8, cfg)]
     assert len(batches["fastprep"]) == 2
+    sizes = view_sizes(recipe) or (224,)
     for (a, ta), (b, tb) in zip(batches["fastprep"], batches["fastprep-packed"]):
-        assert a.shape == (4, 3, 224, 224)
-        assert torch.equal(a, b) and torch.equal(ta, tb)
+        assert [v.shape for v in a] == [(4, 3, s, s) for s in sizes]
+        assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True)) and torch.equal(ta, tb)
 
 
 def test_recipe_pipelines_have_no_ray_engine():

@@ -75,3 +75,17 @@ def test_bench_augment_quick(bench_path, capsys):
             assert r["per_step_us"] >= 0 and r["torchvision_us"] > 0
     out = capsys.readouterr().out
     assert "CPU:" in out and "load average" in out and "per sample (3x31x31)" in out
+
+
+def test_bench_recipe_loaders_augment(bench_path, tmp_path):
+    """--augment adds the TrivialAugment rows: the torchvision DataLoader and make_loader on the
+    threads engine, each float32 224x224, the latter also against the plain recipe."""
+    import bench_recipe_loaders as R
+
+    results = R.main(["--files", "8", "--epochs", "1", "--warmup", "0", "--batch-size", "4", "--workers", "1",
+                      "--no-dali", "--engines", "threads", "--rss-epochs", "0", "--augment",
+                      "--json", str(tmp_path / "r.json")])
+    aug, plain = results[R.FP_AUG], results[R.FP_PLAIN]
+    assert aug["batch"] == results[R.TV_AUG]["batch"] == {"shape": [4, 3, 224, 224], "dtype": "float32"}
+    assert aug["reference"] == R.TV_AUG and results[R.TV_AUG]["samples_per_s"] > 0
+    assert aug["vs_plain_recipe"] == pytest.approx(aug["samples_per_s"] / plain["samples_per_s"])

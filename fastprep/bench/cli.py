@@ -109,7 +109,9 @@ def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
                    help="seed (default): the crop+mask+YUV pipelines; imagenet-train: RandomResizedCrop(224)+flip; "
                         "imagenet-eval: Resize(256)+CenterCrop(224); trivialaugment, randaugment (DeiT), ssl-colour "
                         "(BYOL/SimCLR colour view): an unchanged torchvision v2 augmentation pipeline that every row "
-                        "runs (fastprep: make_loader(transform=...)); all RGB normalised, torchvision as reference, on "
+                        "runs (fastprep: make_loader(transform=...)); dino (2 x 224 + 8 x 96 views), simclr (2 x 224): "
+                        "multi-crop, a list of v2 views per image (fastprep: MultiView, one decode; fastprep-fast: "
+                        "separable blur); all RGB normalised, torchvision as reference, on "
                         "built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): each pipeline's own loader on this machine (fastprep and "
@@ -377,7 +379,7 @@ def _measure_one(cfg: BenchConfig, item: _Planned, files: list[str], data: Bench
 
     try:
         measure(lambda: make(files, data.targets, length, pcfg), trainer, steps=counts.steps, warmup=counts.warmup,
-                result=res, crop=cfg.crop_size, on_step=on_step, bounds=cfg.output_bounds,
+                result=res, crop=cfg.check_crop, on_step=on_step, bounds=cfg.output_bounds,
                 check_syncs=cfg.check_syncs, min_window_s=cfg.min_window_s or 0.0, max_steps=cfg.max_steps)
         if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
             res.worker_cpu_cores = None

@@ -17,7 +17,7 @@ import torch
 
 from .._threads import usable_cpus
 from .pipelines import PipelineConfig
-from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry
+from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry, view_sizes
 from .trainer import ASSUMED_GPU_TFLOPS, Trainer, make_trainer, train_step_flops
 
 if TYPE_CHECKING:
@@ -284,9 +284,24 @@ class BenchConfig:
         """Per-channel bounds of the pipelines' output (``None``: the YUV default)."""
         return None if self.recipe == "seed" else normalized_bounds()
 
+    @property
+    def check_crop(self) -> int | tuple[int, ...]:
+        """The output size every batch is checked against: ``crop_size``, or one size per
+        view for a multi-view recipe."""
+        return view_sizes(self.recipe) or self.crop_size
+
+    def _step_flops(self) -> float:
+        """The toy CNN's FLOPs per training step on one batch (on every view of it)."""
+        sizes = view_sizes(self.recipe) or (self.crop_size,)
+        return sum(train_step_flops(self.counts.batch_size, s) for s in sizes)
+
     def make_trainer(self, num_classes: int = 10) -> Trainer:
-        """A fresh trainer for one configuration (see :func:`~fastprep.bench.trainer.make_trainer`)."""
-        return make_trainer(self.device, self.step_ms, self.counts.batch_size, self.crop_size, num_classes)
+        """A fresh trainer for one configuration (see :func:`~fastprep.bench.trainer.make_trainer`;
+        a multi-view recipe's simulated step covers every view)."""
+        step_ms = self.step_ms
+        if step_ms is None and view_sizes(self.recipe):
+            step_ms = max(1.0, round(self._step_flops() / (ASSUMED_GPU_TFLOPS * 1e12) * 1e3))
+        return make_trainer(self.device, step_ms, self.counts.batch_size, self.crop_size, num_classes)
 
     def pipeline_config(self, workers: int, device: torch.device, labelled: bool = False) -> PipelineConfig:
         """The :class:`PipelineConfig` for ``workers`` DataLoader workers feeding ``device``."""
@@ -305,9 +320,12 @@ def trainer_line(cfg: BenchConfig, trainer: Trainer) -> str:
     """One line describing what consumes the batches (for the report header)."""
     if trainer.simulated:
         batch_size = cfg.counts.batch_size
-        gflop = train_step_flops(batch_size, cfg.crop_size) / 1e9
+        gflop = cfg._step_flops() / 1e9
+        sizes = view_sizes(cfg.recipe)
+        shape = (f"{cfg.crop_size}x{cfg.crop_size}" if not sizes else
+                 "views " + " + ".join(f"{sizes.count(s)} x {s}x{s}" for s in dict.fromkeys(sizes)))
         how = ("set by --step-ms" if cfg.step_ms is not None else
-               f"toy CNN at batch {batch_size}, {cfg.crop_size}x{cfg.crop_size}: {gflop:.0f} GFLOP per "
+               f"toy CNN at batch {batch_size}, {shape}: {gflop:.0f} GFLOP per "
                f"training step at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s, a mid-range GPU in fp32")
         cap = batch_size / trainer.step_s if trainer.step_s > 0 else float("inf")
         return (f"Trainer: simulated accelerator, {trainer.step_s * 1e3:.0f} ms/step ({how}); it can take at most "

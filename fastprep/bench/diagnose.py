@@ -75,7 +75,7 @@ def inversions(rungs: list[dict], tolerance: float = NOISE_TOLERANCE) -> list[tu
     return out
 
 
-def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup: int, crop: int,
+def ladder(pipe, data, cfg: PipelineConfig, make_trainer, *, steps: int, warmup: int, crop: int | tuple[int, ...],
            on_step=None, tolerance: float = NOISE_TOLERANCE, bounds=None) -> list[dict]:
     """The five rungs for one pipeline, each a :class:`ConfigResult` dict plus ``rung``,
     ``remeasured`` and ``samples_per_s_runs``.
@@ -238,7 +238,7 @@ def diagnose_pipelines(cfg: BenchConfig, data, num_classes: int = 10):
         pdata = dataclasses.replace(data, files=pipe.prepare_files(data.files, progress=cfg.progress))
         ladders[pipe.name] = ladder(
             pipe, pdata, cfg.pipeline_config(workers, probe.device), lambda: cfg.make_trainer(num_classes),
-            steps=steps, warmup=warmup, crop=cfg.crop_size, on_step=bar.update,
+            steps=steps, warmup=warmup, crop=cfg.check_crop, on_step=bar.update,
             bounds=cfg.output_bounds)
     bar.close()
     lines = [line for name, rungs in ladders.items() for line in explain(name, rungs)] + skipped

@@ -241,6 +241,8 @@ class ToDevice:
         images, targets = batch
         if self.device.type == "cpu":
             return images, targets
+        if isinstance(images, list):  # one batch per view
+            return [v.to(self.device, non_blocking=True) for v in images], targets.to(self.device, non_blocking=True)
         return images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
 
 

@@ -44,6 +44,12 @@ object (ending in ``ToDtype(float32, scale=True)`` + ``Normalize``, so no batch 
   does by default: the row is marked and the reason printed.
 * ``fastprep-processes`` -- the same on the processes engine.
 * ``fastprep-packed`` -- ``fastprep`` on the packed copies.
+
+The multi-view recipes of :data:`MULTIVIEW_RECIPES` (``dino``, ``simclr``) have the same rows
+with a list of v2 views in place of the pipeline: ``reference`` runs ``[view(image) for view
+in views]`` on one ``decode_jpeg`` per file (:class:`ViewList`), fastprep's rows
+``make_loader(transform=MultiView(views))``; their batches are one tensor per view. They add
+``fastprep-fast``: ``fastprep`` on ``fast_ops(MultiView(views))`` (the separable blur).
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ from torch.utils.data import default_collate
 
 from .pipelines import Fastprep, Parts, Pipeline, ToDevice, engine_options, label_parts, read_tensor
 
-__all__ = ["AUGMENT_RECIPES", "RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "normalized_bounds"]
+__all__ = ["AUGMENT_RECIPES", "MULTIVIEW_RECIPES", "RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "ViewList",
+           "normalized_bounds", "recipe_transform", "view_sizes"]
 
 #: Output size of the ImageNet recipes.
 RECIPE_CROP = 224
@@ -104,23 +111,86 @@ def _ssl_colour():
                        v2.RandomSolarize(128, p=0.2), *_float_tail()])
 
 
+def _ssl_view(size: int, scale: tuple[float, float], jitter: tuple[float, ...], blur_p: float,
+              solarize_p: float = 0.0) -> Any:
+    """One view of the self-supervised recipes: crop, flip, colour distortion, blur,
+    solarisation (``p=0``: left out), ToDtype, Normalize."""
+    from torchvision.transforms import v2
+
+    steps = [v2.RandomResizedCrop(size, scale=scale), v2.RandomHorizontalFlip(),
+             v2.RandomApply([v2.ColorJitter(*jitter)], p=0.8), v2.RandomGrayscale(0.2)]
+    if blur_p:
+        blur = v2.GaussianBlur(23, sigma=(0.1, 2.0))
+        steps.append(blur if blur_p == 1 else v2.RandomApply([blur], p=blur_p))
+    if solarize_p:
+        steps.append(v2.RandomSolarize(128, p=solarize_p))
+    return v2.Compose([*steps, *_float_tail()])
+
+
+def _dino():
+    # DINO's multi-crop: two global views (blur always; blur 0.1 + solarisation 0.2) and
+    # eight local 96 px views (blur 0.5). DINO resizes bicubically; bilinear here (the
+    # native engine's resize, as the other recipes use).
+    jitter = (0.4, 0.4, 0.2, 0.1)
+    return ([_ssl_view(RECIPE_CROP, (0.4, 1.0), jitter, 1.0),
+             _ssl_view(RECIPE_CROP, (0.4, 1.0), jitter, 0.1, solarize_p=0.2)]
+            + [_ssl_view(96, (0.05, 0.4), jitter, 0.5)] * 8)
+
+
+def _simclr():
+    # SimCLR on ImageNet: two views of one pipeline (colour strength 1.0, blur with p=0.5);
+    # the same object twice, each repetition drawing its own parameters.
+    return [_ssl_view(RECIPE_CROP, (0.08, 1.0), (0.8, 0.8, 0.8, 0.2), 0.5)] * 2
+
+
 #: The augmentation recipes: ``{--recipe name: factory}``, the factory returning a fresh
 #: torchvision v2 pipeline on a decoded uint8 RGB image that delivers float32
 #: ``[3, RECIPE_CROP, RECIPE_CROP]`` normalised with ImageNet's mean and std. Every row of
 #: the recipe runs that pipeline unchanged; adding a recipe is adding an entry here.
-#:
-#: Multi-view recipes (``dino``, ``simclr``: several crops of one image per sample) belong
-#: in a registry of their own beside this one: their pipelines deliver a list of views, so
-#: their rows need a collate of views and an output check per view, which these rows
-#: (one ``[N, 3, 224, 224]`` tensor per batch) do not have.
 AUGMENT_RECIPES: dict[str, Callable[[], Any]] = {
     "trivialaugment": _trivialaugment,
     "randaugment": _randaugment,
     "ssl-colour": _ssl_colour,
 }
 
+#: The multi-view recipes: ``{--recipe name: factory}``, the factory returning a fresh list
+#: of v2 view pipelines, each as an augmentation recipe's (normalised float32) but of its
+#: own size. A sample is the list of its views (``fastprep.transforms.MultiView`` for
+#: fastprep's rows), a batch one ``[N, 3, s, s]`` tensor per view; each view is checked.
+MULTIVIEW_RECIPES: dict[str, Callable[[], list]] = {
+    "dino": _dino,
+    "simclr": _simclr,
+}
+
 #: ``--recipe`` choices; ``seed`` is the bench's own pipelines.
-RECIPES = ("seed", "imagenet-train", "imagenet-eval", *AUGMENT_RECIPES)
+RECIPES = ("seed", "imagenet-train", "imagenet-eval", *AUGMENT_RECIPES, *MULTIVIEW_RECIPES)
+
+
+def view_sizes(recipe: str) -> tuple[int, ...] | None:
+    """The output size of each view of a multi-view recipe (``None`` for the others)."""
+    if recipe not in MULTIVIEW_RECIPES:
+        return None
+    return tuple(view.transforms[0].size[0] for view in MULTIVIEW_RECIPES[recipe]())
+
+
+def recipe_transform(recipe: str) -> Any:
+    """A fresh per-sample transform of an augmentation or multi-view recipe, on a decoded
+    image: the v2 pipeline, or a :class:`ViewList` of the views."""
+    if recipe in MULTIVIEW_RECIPES:
+        return ViewList(MULTIVIEW_RECIPES[recipe]())
+    return AUGMENT_RECIPES[recipe]()
+
+
+class ViewList(torch.nn.Module):
+    """``[view(image) for view in views]``: the multi-view sample as torchvision users write
+    it (the reference rows run this; fastprep's rows use ``MultiView`` of the same views)."""
+
+    def __init__(self, views: list):
+        super().__init__()
+        self.views = views
+
+    def forward(self, image):
+        return [view(image) for view in self.views]
 
 
 def normalized_bounds(tolerance: float = 1e-4) -> tuple[tuple[float, float], ...]:
@@ -260,8 +330,8 @@ class FastprepPackedRecipe(FastprepRecipe):
 def _augment_steps(recipe: str, labelled: bool) -> tuple[list, list[str]]:
     """The recipe's v2 pipeline as steps and their names: the pipeline itself, or with
     ``labelled`` (``--profile``) its transforms one by one, each under its own label."""
-    pipeline = AUGMENT_RECIPES[recipe]()
-    if labelled:
+    pipeline = recipe_transform(recipe)
+    if labelled and recipe in AUGMENT_RECIPES:
         return list(pipeline.transforms), [type(t).__name__ for t in pipeline.transforms]
     return [pipeline], [recipe]
 
@@ -288,13 +358,28 @@ class FastprepAugment(Pipeline):
     engine = "threads"
     ray_capable = False
 
-    def __init__(self, recipe: str, engine: str = "threads", packed: bool = False):
-        self.recipe, self.engine, self.packed = recipe, engine, packed
-        self.name = "fastprep-packed" if packed else "fastprep" if engine == "threads" else f"fastprep-{engine}"
+    def __init__(self, recipe: str, engine: str = "threads", packed: bool = False, fast: bool = False):
+        self.recipe, self.engine, self.packed, self.fast = recipe, engine, packed, fast
+        self.name = ("fastprep-packed" if packed else "fastprep-fast" if fast else
+                     "fastprep" if engine == "threads" else f"fastprep-{engine}")
         how = ("compiled to native steps, one native call per batch" if engine == "threads" else
                "in DataLoader workers, float32 collate")
-        self.summary = (f"fastprep.data.make_loader(transform=<the {recipe} v2 pipeline>, engine={engine!r}): "
-                        f"{how}" + (", on copies made by fastprep.pack" if packed else ""))
+        what = (f"MultiView(<the {recipe} v2 views>)" if recipe in MULTIVIEW_RECIPES else f"<the {recipe} v2 pipeline>")
+        if fast:
+            what = f"fast_ops({what})"
+        self.summary = (f"fastprep.data.make_loader(transform={what}, engine={engine!r}): {how}"
+                        + (", on copies made by fastprep.pack" if packed else "")
+                        + (" (fast mode: separable GaussianBlur, not torchvision's bits)" if fast else ""))
+
+    def _transform(self):
+        """What ``make_loader(transform=...)`` gets: ``OnDecoded(pipeline)`` (what the loader
+        wraps an image pipeline in), or ``MultiView(views)`` (``fast_ops`` of it in fast mode)."""
+        from fastprep.transforms import MultiView, OnDecoded, fast_ops
+
+        if self.recipe not in MULTIVIEW_RECIPES:
+            return OnDecoded(AUGMENT_RECIPES[self.recipe]())
+        views = MultiView(MULTIVIEW_RECIPES[self.recipe]())
+        return fast_ops(views) if self.fast else views
 
     def prepare_files(self, files, *, progress=True):
         if not self.packed:
@@ -306,13 +391,14 @@ class FastprepAugment(Pipeline):
     def parts(self, cfg):
         # the per-sample work as the processes engine does it (diagnose, --profile)
         from fastprep.io import decode_jpeg
-        from fastprep.transforms import OnDecoded
+        from fastprep.transforms import fast_ops
 
-        steps, names = _augment_steps(self.recipe, cfg.labelled)
         if cfg.labelled:  # the decode and each transform under its own label
-            steps, names = [decode_jpeg, *steps], ["decode_jpeg", *names]
+            steps, names = _augment_steps(self.recipe, cfg.labelled)
+            steps, names = [decode_jpeg, *(fast_ops(t) if self.fast else t for t in steps)], ["decode_jpeg", *names]
         else:
-            steps, names = [OnDecoded(steps[0])], [f"OnDecoded({self.recipe})"]
+            steps = [self._transform()]
+            names = [f"{type(steps[0]).__name__}({self.recipe})"]
         parts = Parts(read_tensor, None, default_collate, ToDevice(cfg.device), prefetch=True)
         return label_parts(parts, cfg, names, steps)
 
@@ -337,16 +423,20 @@ class FastprepAugment(Pipeline):
         if cfg.labelled:
             return Pipeline.loader(self, files, targets, length, cfg)
         from fastprep import data as D
-        from fastprep.transforms import OnDecoded
 
         reps = -(-length // len(files))
         # what make_loader(files, transform=pipeline, seed=...) builds, with the bench's targets
         dataset = D.JpegDataset((list(files) * reps)[:length], (list(targets) * reps)[:length],
-                                transform=OnDecoded(AUGMENT_RECIPES[self.recipe]()), seed=cfg.seed)
+                                transform=self._transform(), seed=cfg.seed)
         return self.loader_from(dataset, None, cfg)
 
 
 def _recipe_pipelines(recipe: str) -> dict[str, Pipeline]:
+    if recipe in MULTIVIEW_RECIPES:
+        return {"reference": TorchvisionAugment(recipe), "fastprep": FastprepAugment(recipe),
+                "fastprep-fast": FastprepAugment(recipe, fast=True),
+                "fastprep-processes": FastprepAugment(recipe, engine="processes"),
+                "fastprep-packed": FastprepAugment(recipe, packed=True)}
     if recipe in AUGMENT_RECIPES:
         return {"reference": TorchvisionAugment(recipe), "fastprep": FastprepAugment(recipe),
                 "fastprep-processes": FastprepAugment(recipe, engine="processes"),

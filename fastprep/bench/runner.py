@@ -36,7 +36,7 @@ import torch
 
 from .pipelines import yuv_range
 
-__all__ = ["ConfigResult", "check_batch", "engine_stage", "measure", "one_line_error", "output_bounds"]
+__all__ = ["ConfigResult", "check_batch", "check_views", "engine_stage", "measure", "one_line_error", "output_bounds"]
 
 
 @dataclass
@@ -158,8 +158,22 @@ def check_batch(images, targets, batch_size: int, crop: int, device: torch.devic
                              f"[{blo:.6f}, {bhi:.6f}] ({what[1]})")
 
 
+def check_views(views, targets, batch_size: int, crops: tuple[int, ...], device: torch.device, bounds=None) -> None:
+    """A multi-view batch: a list of ``len(crops)`` batches, view ``k`` as :func:`check_batch`
+    with ``crops[k]``."""
+    if not isinstance(views, (list, tuple)) or len(views) != len(crops):
+        raise ValueError(f"pipeline produced {type(views).__name__}"
+                         f"{f' of {len(views)}' if isinstance(views, (list, tuple)) else ''}, expected a list of "
+                         f"{len(crops)} views")
+    for k, (view, crop) in enumerate(zip(views, crops)):
+        try:
+            check_batch(view, targets, batch_size, crop, device, bounds)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"view {k}: {e}") from None
+
+
 def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmup: int, result: ConfigResult,
-            crop: int | None = None, on_step: Callable[[], None] | None = None,
+            crop: int | tuple[int, ...] | None = None, on_step: Callable[[], None] | None = None,
             check_syncs: bool = False, bounds=None, min_window_s: float = 0.0,
             max_steps: int | None = None) -> ConfigResult:
     """Run ``warmup`` steps, then at least ``steps`` measured steps of ``trainer`` on batches
@@ -201,7 +215,9 @@ def measure(make_iterable: Callable[[], Iterable], trainer, *, steps: int, warmu
             b = time.perf_counter()
             if k == 0:
                 result.time_to_first_batch_s = b - t_create
-                if crop is not None:
+                if isinstance(crop, tuple):  # one batch per view
+                    check_views(images, targets, result.batch_size, crop, trainer.device, bounds)
+                elif crop is not None:
                     check_batch(images, targets, result.batch_size, crop, trainer.device, bounds)  # may sync
                 if check_syncs and trainer.device.type == "cuda" and warmup == 0:
                     sync_guard = _sync_debug_error()

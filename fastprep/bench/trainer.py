@@ -177,6 +177,10 @@ class RealTrainer(Trainer):
         self._busy = 0.0
 
     def step(self, images, targets):
+        if isinstance(images, list):  # multi-view: the model trains on every view, as multi-crop models do
+            for view in images:
+                self.step(view, targets)
+            return
         if images.device != self.device:
             raise ValueError(f"batch is on {images.device}, trainer on {self.device}")
         t0 = time.perf_counter()
