@@ -569,10 +569,10 @@ def run(args, dali_version):
             "main_cpu_ms_per_sample": statistics.median(x["main_cpu_s"] / x["samples"] * 1e3 for x in rs),
             "epochs": rs, "warmup": runs[name]["warmup"],
         }
-        if rs and "engine_cpu" in rs[0]:
+        if rs and "engine_cpu" in rs[0] and kernel_of:
             results[name]["batch_op_ms"] = batch_op[kernel_of]
             results[name]["engine_python"] = engine_python(rs, batch_op[kernel_of])
-    for r in results.values():
+    for name, r in results.items():
         ref = {FLOAT_OUT: TV_FLOAT, UINT8_OUT: TV_UINT8, AUG_OUT: TV_AUG}[r["output"]]
         r["reference"] = ref
         r["vs_torchvision"] = r["samples_per_s"] / results[ref]["samples_per_s"]

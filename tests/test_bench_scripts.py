@@ -77,6 +77,7 @@ def test_bench_augment_quick(bench_path, capsys):
     assert "CPU:" in out and "load average" in out and "per sample (3x31x31)" in out
 
 
+@pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
 def test_bench_recipe_loaders_augment(bench_path, tmp_path):
     """--augment adds the TrivialAugment rows: the torchvision DataLoader and make_loader on the
     threads engine, each float32 224x224, the latter also against the plain recipe."""
