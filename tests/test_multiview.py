@@ -162,6 +162,40 @@ def test_resume_and_skip(files, tmp_path):
     assert resumed.dataset.skipped == 1
 
 
+def test_shards_and_distributed(files, tmp_path, monkeypatch):
+    """On WebDataset shards, and split over two ranks (``distributed=True``), the views are the
+    processes engine's and the loose files' for the same samples."""
+    from fastprep.pack import pack_shards
+
+    mv = MultiView(_geometry(True)[:1] + _geometry(True)[2:4])
+    shards = tmp_path / "shards"
+    pack_shards(os.path.dirname(files[0]), shards, shard_size=40_000, workers=1, progress=False)
+    assert len(list(shards.glob("*.tar"))) > 1
+    loose = list(_loader(files, mv, "threads", batch_size=8))
+    for engine in ("threads", "processes"):
+        got = list(_loader(str(shards), mv, engine, batch_size=8))
+        assert len(got) == len(loose) == N // 8
+        for (a, _), (b, _) in zip(got, loose):  # packing is lossless, the window decode exact
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    seen = {}
+    for rank in (0, 1):
+        monkeypatch.setattr(dist, "get_rank", lambda rank=rank: rank)
+        per_engine = [list(_loader(files, mv, engine, batch_size=4, distributed=True))
+                      for engine in ("threads", "processes")]
+        for (a, ta), (b, tb) in zip(*per_engine, strict=True):
+            assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)) and torch.equal(ta, tb)
+        seen[rank] = [v for views, _ in per_engine[0] for v in views[0]]
+    assert len(seen[0]) == len(seen[1]) == N // 2
+    # the two ranks' first views are the whole epoch's, each sample once
+    everything = [v for views, _ in loose for v in views[0]]
+    assert sorted(t.sum().item() for t in seen[0] + seen[1]) == sorted(t.sum().item() for t in everything)
+
+
 def test_refusals():
     with pytest.raises(ValueError, match="at least one view"):
         MultiView([])
