@@ -123,6 +123,9 @@ class TestRefusals:
         (v2.Compose([v2.RandomCrop(SIZE, padding=4, padding_mode="reflect")]),
          r"RandomCrop\(padding_mode='reflect'"),
         (v2.Compose([v2.RandomResizedCrop(SIZE), v2.Grayscale(2)]), "num_output_channels must be 1 or 3"),
+        (v2.Compose([v2.CenterCrop(10), v2.RandomApply([v2.GaussianBlur((23, 3))], p=0.5)]),
+         r"GaussianBlur: kernel_size \(23, 3\) on 10x10 images: the reflection padding \(kernel_size // 2\) must "
+         "be smaller than the image, torchvision raises"),
     ]
 
     @pytest.mark.parametrize("k", range(len(CASES)))
@@ -130,6 +133,24 @@ class TestRefusals:
         transform, message = self.CASES[k]
         with pytest.raises(Unsupported, match=message):
             NativePipeline.compile(OnDecoded(transform))
+
+    def test_blur_wider_than_the_image(self, folder):
+        """torchvision raises for GaussianBlur(23) on a 10x10 image, so the threads engine refuses it and
+        the processes engine gives torchvision's error; one pixel narrower a kernel runs natively.
+        fastprep's separable blur (fast mode) reflects any padding and runs on threads."""
+        from fastprep.transforms import fast_ops
+
+        too_wide = v2.Compose([v2.CenterCrop(10), v2.GaussianBlur(21)])
+        loader = _loader(folder, too_wide, None)
+        assert loader.engine == "processes" and "kernel_size (21, 21) on 10x10" in loader.engine_reason
+        with pytest.raises(RuntimeError, match=r"^.*\.jpg. \(index \d+\): Argument #4: Padding size should be less"):
+            list(loader)
+        widest = v2.Compose([v2.CenterCrop(10), v2.GaussianBlur(19)])
+        assert _loader(folder, widest, "threads").engine == "threads"
+        fast = _loader(folder, fast_ops(too_wide), "threads")
+        (got, _), = list(fast)
+        (want, _), = list(_loader(folder, fast_ops(too_wide), "processes"))
+        assert got.shape == (N, 3, 10, 10) and torch.equal(got, want)
 
     def test_subclass_refused(self):
         class MyJitter(v2.ColorJitter):

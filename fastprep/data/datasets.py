@@ -294,10 +294,10 @@ class JpegDataset(Dataset):
             raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
         except ValueError as e:  # e.g. an image smaller than a crop: name the file too
             raise ValueError(f"{path!r} (index {index}): {e}{_encoded_input_hint(e)}") from e
-        except TypeError as e:  # e.g. torchvision's transforms given the encoded bytes
-            if type(e) is not TypeError:
+        except (TypeError, RuntimeError) as e:  # torchvision's transforms given the encoded bytes, torch's errors
+            if type(e) not in (TypeError, RuntimeError):  # a subclass may need other arguments
                 raise
-            raise TypeError(f"{path!r} (index {index}): {e}{_encoded_input_hint(e)}") from e
+            raise type(e)(f"{path!r} (index {index}): {e}{_encoded_input_hint(e)}") from e
         return sample, self.targets[index]
 
     def _transform(self, data: torch.Tensor, path: str):

@@ -285,6 +285,8 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
             if native.stage == "float":
                 raise Unsupported(f"{type(step).__name__} runs natively after ToDtype(torch.float32) only")
             augment.append(native)
+    for native in (*augment, *after):
+        native.check_size(*size)
     channels = _channels(decode, augment)
     if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
         raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")

@@ -166,6 +166,12 @@ class NativeTransform:
         """The native sides of the transforms this one contains (containers)."""
         return []
 
+    def check_size(self, height: int, width: int) -> None:
+        """Raise :class:`Unsupported` where torchvision raises for every image of this size
+        (the pipeline's geometry fixes it before the augmentations); containers ask their children."""
+        for child in self.children():
+            child.check_size(height, width)
+
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         """Make the transform's torch draws on ``draws`` and emit its steps into ``steps``."""
         raise NotImplementedError

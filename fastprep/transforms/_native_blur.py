@@ -45,6 +45,14 @@ class NativeGaussianBlur(NativeTransform):
         kx, ky = self.transform.kernel_size
         return [int(kx), int(ky)], [float(self.transform.sigma[0]), float(self.transform.sigma[1])]
 
+    def check_size(self, height: int, width: int) -> None:
+        # the image is padded by reflection, kernel_size // 2 on each side, which needs a
+        # padding below the image's size: torchvision raises RuntimeError otherwise
+        kx, ky = self.transform.kernel_size
+        if kx // 2 >= width or ky // 2 >= height:
+            raise self.unsupported(f"kernel_size ({kx}, {ky}) on {height}x{width} images: the reflection padding "
+                                   "(kernel_size // 2) must be smaller than the image, torchvision raises")
+
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         sigma = draws.uniform(self.transform.sigma[0], self.transform.sigma[1])
         kx, ky = self.transform.kernel_size
@@ -56,6 +64,9 @@ class NativeSeparableGaussianBlur(NativeGaussianBlur):
     """fastprep's ``SeparableGaussianBlur``: v2.GaussianBlur's draw, the separable kernel."""
 
     draw_name = "SeparableGaussianBlur"
+
+    def check_size(self, height: int, width: int) -> None:
+        pass  # its kernel reflects pads of any width (where v2.GaussianBlur raises), on both engines
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         sigma = draws.uniform(self.transform.sigma[0], self.transform.sigma[1])
