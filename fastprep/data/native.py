@@ -919,8 +919,8 @@ def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
     n = data.numel()
     if n >= 2 and int(data[n - 2]) == 0xFF and int(data[n - 1]) == 0xD9:
         return
-    kw = {} if decode.max_scans is None else {"max_scans": decode.max_scans}
-    fio.decode_jpeg(data, decode.mode, max_pixels=decode.max_pixels, strict=decode.strict, **kw)
+    max_scans = fio.DEFAULT_MAX_SCANS if decode.max_scans is None else decode.max_scans  # as OnDecoded's call
+    fio.decode_jpeg(data, decode.mode, max_pixels=decode.max_pixels, strict=decode.strict, max_scans=max_scans)
 
 
 def _check_data(data, name) -> torch.Tensor:
