@@ -104,6 +104,35 @@ def test_a_fastprep_decode_transform_with_augmentations_stays_on_threads(folder)
     assert torch.equal(got, procs)
 
 
+def test_truncated_file_fails_as_the_whole_decode_does(tmp_path):
+    """A v2 pipeline's reference decodes the whole file: a file cut short fails there even when
+    the window the threads engine decodes is intact. Both engines then raise the same error, or
+    skip the same sample."""
+    for i in range(4):
+        data = encode_jpeg(photo_like(160, 48, seed=i), quality=90)
+        if i == 2:
+            data = data[:len(data) * 3 // 4]  # the bottom rows lost, no EOI
+        (tmp_path / f"{i}.jpg").write_bytes(data)
+    middle = v2.Compose([v2.Resize(48), v2.CenterCrop((16, 48))])  # rows 72-88 of 160: intact in the cut file
+    cut = str(tmp_path / "2.jpg")
+    import fastprep.io as fio
+
+    with pytest.raises(fio.DecodeError, match="premature end of data"):
+        fio.decode_jpeg(fio.read_file(cut))
+    assert fio.decode_jpeg_roi(fio.read_file(cut), 72, 0, 16, 48).shape == (3, 16, 48)
+    for engine in ("threads", "processes"):
+        loader = _loader(str(tmp_path), middle, engine)
+        assert loader.engine == engine
+        with pytest.raises(fio.DecodeError, match=r"2\.jpg.*premature end of data"):
+            list(loader)
+    batches = {}
+    for engine in ("threads", "processes"):
+        loader = _loader(str(tmp_path), middle, engine, on_error="skip")
+        (batches[engine], _), = list(loader)
+        assert loader.dataset.skipped == 1 and loader.dataset.skipped_files[0][1] == cut
+    assert torch.equal(batches["threads"], batches["processes"])
+
+
 class TestRefusals:
     """Each refusal names the step and why; the loader then runs on processes."""
 

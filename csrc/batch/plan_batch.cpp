@@ -193,6 +193,7 @@ struct PlanInputs {
   const std::vector<int64_t>& scales;
   int64_t max_pixels;
   bool exif;
+  bool whole_file;  // a view decodes the whole file first (a v2 pipeline): its decode must reach the end
 };
 
 // One view's draws (the decode's, the mask's seed, then the augmentations') on the sample's
@@ -228,6 +229,9 @@ Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, Sampl
   const uint8_t* d = data.data_ptr<uint8_t>();
   const size_t n = (size_t)data.numel();
   if (n < 3 || d[0] != 0xFF || d[1] != 0xD8 || d[2] != 0xFF) return kPython;  // not a JPEG's signature
+  // The whole-file decode of a v2 view fails on a truncated file even where the window decode
+  // would not; a file that does not end in EOI goes to the Python path, which checks it.
+  if (in.whole_file && (d[n - 2] != 0xFF || d[n - 1] != 0xD9)) return kPython;
   if (in.exif) {
     const int orientation = exif_orientation(d, n);
     if (orientation > 1) return kPython;  // the dataset's EXIF-rotation fallback
@@ -300,7 +304,7 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
     const std::vector<at::Tensor>& data, const at::Tensor& keys, const at::Tensor& specs,
     const std::vector<at::Tensor>& nodes, const std::vector<at::Tensor>& ints, const std::vector<at::Tensor>& floats,
     const std::vector<int64_t>& num_roots, const std::vector<int64_t>& num_float_roots,
-    const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif) {
+    const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif, bool whole_file) {
   const int64_t N = (int64_t)data.size();
   const std::vector<ViewInputs> views = view_inputs(specs, nodes, ints, floats, num_roots, num_float_roots);
   const int64_t V = (int64_t)views.size();
@@ -323,7 +327,7 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
   const int64_t* kv = keys.data_ptr<int64_t>();
   std::vector<int8_t> codes((size_t)N, kPlanned);
   std::vector<std::string> messages((size_t)N);
-  const PlanInputs in{views, dct_scales, max_pixels, exif};
+  const PlanInputs in{views, dct_scales, max_pixels, exif, whole_file};
   for (int64_t i = 0; i < N; i++) {
     const size_t before = steps.size(), kept = extras.size();
     SamplePlan* mine = plans.data() + i * V;

@@ -47,6 +47,7 @@ from ..transforms import (
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
+    OnDecoded,
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
@@ -402,6 +403,8 @@ class NativePipeline:
         self._keyed_draw = _keyed_draw(decode)
         self._spec = self._decode_spec()
         self._size_plans: dict = {}
+        #: a v2 pipeline (OnDecoded): its reference decodes the whole file, see _check_whole_file
+        self._whole_file = isinstance(transform, OnDecoded)
 
     def _decode_spec(self) -> torch.Tensor | None:
         """The ``DecodeSpec`` record of ``plan_batch`` (as bytes), or ``None`` where the
@@ -479,6 +482,8 @@ class NativePipeline:
         """
         data = _check_data(data, "data")
         info = fio.jpeg_info(data)
+        if self._whole_file:
+            _check_whole_file(data, self.transform)
         if key is None:
             return self._plan_drawn(info, None)
         draw = self._keyed_draw
@@ -749,6 +754,9 @@ class MultiViewPipeline:
         it, the draws under :func:`fastprep._seeding.keyed_default_rng`)."""
         data = _check_data(data, "data")
         info = fio.jpeg_info(data)
+        whole = next((v for v in self.views if v._whole_file), None)
+        if whole is not None:
+            _check_whole_file(data, whole.transform)
         if key is None:
             return [v._plan_drawn(info, None) for v in self.views]
         with keyed_thread_rng(key):
@@ -880,7 +888,8 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
     progs = [v._program for v in views]
     plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
         datas, signed, specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
-        [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), int(max_pixels), bool(exif))
+        [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), int(max_pixels), bool(exif),
+        any(v._whole_file for v in views))
     plans = plans_b.numpy().view(_PLAN)
     batch = PlannedBatch(plans, steps, list(extras))
     no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
@@ -899,6 +908,19 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
         else:
             out.append(("python", None))
     return out
+
+
+def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
+    """A v2 pipeline's reference (``OnDecoded``) decodes the whole file, which fails on a
+    truncated file even where the window the native decode reads is intact. A file that ends
+    in EOI (``FF D9``) is not truncated; one that does not is decoded whole once here, which
+    raises the reference's :class:`~fastprep.io.DecodeError` (``plan_batch`` leaves such files
+    to this path)."""
+    n = data.numel()
+    if n >= 2 and int(data[n - 2]) == 0xFF and int(data[n - 1]) == 0xD9:
+        return
+    max_scans = fio.DEFAULT_MAX_SCANS if decode.max_scans is None else decode.max_scans  # as OnDecoded's call
+    fio.decode_jpeg(data, decode.mode, max_pixels=decode.max_pixels, strict=decode.strict, max_scans=max_scans)
 
 
 def _check_data(data, name) -> torch.Tensor:
