@@ -155,7 +155,14 @@ TV_UINT8 = "torchvision v2 DataLoader, uint8"
 AUG_OUT = "float32 NCHW, normalised, augmented"
 TV_AUG = "torchvision v2 DataLoader, TrivialAugment recipe"
 FP_AUG = "fastprep make_loader(transform=<TrivialAugment recipe>), threads engine"
-FP_PLAIN = "fastprep make_loader, threads engine"
+
+
+def fastprep_row(engine: str) -> str:
+    """The name of make_loader's plain-recipe row on ``engine`` (the packed rows add to it)."""
+    return f"fastprep make_loader, {engine} engine"
+
+
+FP_PLAIN = fastprep_row("threads")
 
 
 def copy_files(folder, count, source):
@@ -357,11 +364,11 @@ def fastprep_rows(args, files, packed, shards=None):
         fp = dict(recipe="imagenet-train", device="cpu", batch_size=args.batch_size, num_workers=args.workers,
                   shuffle=True, engine=engine)
         note, kind = ENGINE_NOTES[engine]
-        rows[f"fastprep make_loader, {engine} engine"] = (make_loader(files, **fp), FLOAT_OUT, note, kind, "orig")
-        rows[f"fastprep make_loader, {engine} engine, packed files"] = (
+        rows[fastprep_row(engine)] = (make_loader(files, **fp), FLOAT_OUT, note, kind, "orig")
+        rows[f"{fastprep_row(engine)}, packed files"] = (
             make_loader(packed, **fp), FLOAT_OUT, "same, on pack_folder copies", kind, "packed")
         if shards is not None:
-            rows[f"fastprep make_loader, {engine} engine, packed shards"] = (
+            rows[f"{fastprep_row(engine)}, packed shards"] = (
                 make_loader(shards, **fp), FLOAT_OUT, "same packed samples, read from WebDataset shards", kind,
                 "packed")
     return rows

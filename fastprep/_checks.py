@@ -363,7 +363,7 @@ def encoded_tensor(data: Buffer) -> torch.Tensor:
     read-only memoryview, mmap or array) or of a non-contiguous one. For a call into an op
     that only reads, :func:`encoded_view` copies nothing."""
     if isinstance(data, torch.Tensor):
-        return _checked_tensor(data)
+        return checked_tensor(data)
     flat = _contiguous_buffer(data)
     if len(flat) == 0:
         return torch.empty(0, dtype=torch.uint8)
@@ -383,17 +383,19 @@ def encoded_view(data: Buffer) -> torch.Tensor:
     array or tensor) is copied once into contiguous memory.
     """
     if isinstance(data, torch.Tensor):
-        return _checked_tensor(data)
+        return checked_tensor(data)
     return _C.buffer_view(_contiguous_buffer(data))
 
 
-def _checked_tensor(data: torch.Tensor) -> torch.Tensor:
+def checked_tensor(data: torch.Tensor, name: str = "data tensor") -> torch.Tensor:
+    """``data``, encoded bytes as a tensor, checked (uint8, 1-D, on the CPU; ``name`` in the
+    errors) and made contiguous."""
     if data.dtype != torch.uint8:
-        raise TypeError(f"data tensor must be uint8, got {data.dtype}")
+        raise TypeError(f"{name} must be uint8, got {data.dtype}")
     if data.dim() != 1:
-        raise ValueError(f"data tensor must be 1-D, got shape {tuple(data.shape)}")
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(data.shape)}")
     if data.device.type != "cpu":
-        raise ValueError(f"data tensor must be on the CPU, got {data.device}")
+        raise ValueError(f"{name} must be on the CPU, got {data.device}")
     return data.contiguous()
 
 

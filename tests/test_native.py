@@ -348,7 +348,7 @@ class TestArguments:
             run(self.datas, self.plans[:2], self.out)
         with pytest.raises(TypeError, match=r"datas\[1\] must be a uint8 1-D tensor"):
             run([self.datas[0], b"abc", self.datas[2]], self.plans, self.out)
-        with pytest.raises(TypeError, match=r"datas\[0\] must be a uint8 tensor"):
+        with pytest.raises(TypeError, match=r"datas\[0\] must be uint8, got torch.int32"):
             run([self.datas[0].int()] + self.datas[1:], self.plans, self.out)
         with pytest.raises(ValueError, match=r"datas\[2\] must be 1-D"):
             run(self.datas[:2] + [self.datas[2][None]], self.plans, self.out)

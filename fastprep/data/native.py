@@ -34,7 +34,7 @@ from torchvision.transforms import v2
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
-from .._checks import is_int
+from .._checks import checked_tensor, is_int
 from .._kernels.coeffs import YUV_COEFFS
 from .._layout import as_bytes, struct_dtype
 from .._seeding import keyed_thread_rng
@@ -926,13 +926,7 @@ def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
 def _check_data(data, name) -> torch.Tensor:
     if not isinstance(data, torch.Tensor):
         raise TypeError(f"{name} must be a uint8 1-D tensor of encoded bytes, got {type(data).__name__}")
-    if data.dtype != torch.uint8:
-        raise TypeError(f"{name} must be a uint8 tensor, got {data.dtype}")
-    if data.dim() != 1:
-        raise ValueError(f"{name} must be 1-D (encoded bytes), got shape {tuple(data.shape)}")
-    if data.device.type != "cpu":
-        raise ValueError(f"{name} must be on the CPU, got {data.device}")
-    return data.contiguous()
+    return checked_tensor(data, name)
 
 
 def _check_threads(num_threads, n) -> int:
