@@ -201,7 +201,13 @@ def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
         if first.padding_mode != "constant" or not isinstance(first.fill, int):
             raise Unsupported(f"RandomCrop(padding_mode={first.padding_mode!r}, fill={first.fill!r}): only "
                               "constant padding with one integer fill is native")
-        return DecodeRandomCrop(first.size, padding=first.padding, pad_if_needed=first.pad_if_needed,
+        # v2 keeps its padding parsed as [left, right, top, bottom]; DecodeRandomCrop takes
+        # torchvision's argument form, whose four values are (left, top, right, bottom).
+        padding = None
+        if first.padding is not None:
+            left, right, top, bottom = first.padding
+            padding = (left, top, right, bottom)
+        return DecodeRandomCrop(first.size, padding=padding, pad_if_needed=first.pad_if_needed,
                                 fill=first.fill, **decode_kwargs), 1
     raise Unsupported(f"the pipeline starts with {kind.__name__}: the native engine needs a fixed output size "
                       "first (RandomResizedCrop, Resize + CenterCrop, Resize((h, w)), CenterCrop or RandomCrop)")
