@@ -885,13 +885,15 @@ void set_conversion(Batch& b, const ConvertSpec& cs) {
                     "decode_batch: a uint8 out takes no conversion and a float out one, got conversion ", kind,
                     " for ", b.dtype);
   const bool v2_kind = kind == kToFloat || kind == kToFloatNormalize;
-  TORCH_CHECK_VALUE(kind == kNoConvert || v2_kind || b.C == 3,
-                    "decode_batch: the YUV/BatchConvert conversions take 3 channels, got ", b.C);
+  const bool per_channel = v2_kind || kind == kDiv255 || kind == kAffine;  // any channel count
+  TORCH_CHECK_VALUE(kind == kNoConvert || per_channel || b.C == 3,
+                    "decode_batch: the YUV conversions take 3 channels, got ", b.C);
   const double* all = &cs.yuv[0][0];
   for (size_t k = 0; k < (sizeof(ConvertSpec) - sizeof(int64_t)) / sizeof(double); k++)
     TORCH_CHECK_VALUE(std::isfinite(all[k]), "decode_batch: the conversion's parameters must be finite");
   b.convert = kind;
-  b.via_float = v2_kind;
+  // write_float's row pass is written for 3 channels; other counts go through the planar image
+  b.via_float = v2_kind || b.C != 3;
   for (int c = 0; c < 3; c++)
     for (int k = 0; k < 4; k++) b.coef[c][k] = (float)cs.yuv[c][k];
   for (int c = 0; c < 4; c++) {

@@ -16,11 +16,13 @@ from .._kernels.coeffs import YUV_COEFFS
 __all__ = ["BatchCast", "BatchConvert", "BatchConvertColor", "BatchScale", "BatchYuvScale", "batch_rgb_to_yuv"]
 
 
-def _check_batch(x) -> None:
+def _check_batch(x, any_channels: bool = False) -> None:
+    """``x`` is a batch ``[N, 3, H, W]`` (``any_channels``: ``[N, C, H, W]``, C in 1..4)."""
+    want = "[N, C, H, W] (C 1 to 4)" if any_channels else "[N, 3, H, W]"
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"expected a tensor [N, 3, H, W], got {type(x).__name__}")
-    if x.dim() != 4 or x.shape[1] != 3:
-        raise ValueError(f"expected a tensor [N, 3, H, W], got shape {tuple(x.shape)}")
+        raise TypeError(f"expected a tensor {want}, got {type(x).__name__}")
+    if x.dim() != 4 or not (1 <= x.shape[1] <= 4 if any_channels else x.shape[1] == 3):
+        raise ValueError(f"expected a tensor {want}, got shape {tuple(x.shape)}")
 
 
 def _yuv_torch(x: torch.Tensor, gain: float | None) -> torch.Tensor:
@@ -113,6 +115,7 @@ _COLORS = ("yuv", "rgb")
 
 
 def _channel_values(values, name):
+    """``mean``/``std`` as 3 values (a number, or one value, stands for every channel)."""
     if values is None:
         return None
     if isinstance(values, (int, float)) and not isinstance(values, bool):
@@ -121,9 +124,25 @@ def _channel_values(values, name):
         out = tuple(float(v) for v in values)
     except TypeError:
         raise TypeError(f"{name} must be a number or 3 numbers, got {values!r}") from None
+    if len(out) == 1:
+        out = out * 3
     if len(out) != 3:
-        raise ValueError(f"{name} must have 3 values (one per channel), got {len(out)}")
+        raise ValueError(f"{name} must have 3 values (one per channel) or one for all, got {len(out)}")
     return out
+
+
+def channel_values(values: tuple[float, ...] | None, channels: int, name: str) -> tuple[float, ...] | None:
+    """BatchConvert's 3 ``mean``/``std`` values for a batch of ``channels`` channels: as they
+    are for 3; for another count only when all three are equal (one value for every channel).
+
+    Raises:
+        ValueError: 3 different values for a batch of other than 3 channels.
+    """
+    if values is None or channels == 3:
+        return values
+    if len(set(values)) != 1:
+        raise ValueError(f"{name} has 3 different values {values} for a {channels}-channel batch: give one value")
+    return (values[0],) * channels
 
 
 class BatchConvert(torch.nn.Module):
@@ -189,12 +208,13 @@ class BatchConvert(torch.nn.Module):
         self._pool = _BufferPool(int(reuse_buffers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[N, 3, H, W]`` uint8 (or float on the 0-255 scale) -> ``[N, 3, H, W]`` ``dtype``."""
+        """``[N, 3, H, W]`` uint8 (or float on the 0-255 scale) -> ``[N, 3, H, W]`` ``dtype``
+        (``"rgb"``: ``[N, C, H, W]`` -> ``[N, C, H, W]``, C 1 to 4, e.g. after ``Grayscale(1)``)."""
         if self._any_shape:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"expected a tensor, got {type(x).__name__}")
         else:
-            _check_batch(x)
+            _check_batch(x, any_channels=self.color == "rgb")
         if self.require_uint8 and x.dtype != torch.uint8:
             raise TypeError(f"make_loader's per-sample transform must output uint8 images [3, H, W]; got a batch "
                             f"of {x.dtype} {tuple(x.shape)}. Leave conversion and normalisation to the loader: "
@@ -222,16 +242,21 @@ class BatchConvert(torch.nn.Module):
             return F.yuv_scale(x, out=out, num_threads=self.num_threads)
         if self.mean is None:
             return F.scale(x, out=out, num_threads=self.num_threads)
-        return F.scale_normalize(x, self.mean, self.std, out=out, num_threads=self.num_threads)
+        c = x.shape[1]
+        return F.scale_normalize(x, channel_values(self.mean, c, "mean"), channel_values(self.std, c, "std"), out=out,
+                                 num_threads=self.num_threads)
 
     def _torch(self, x: torch.Tensor) -> torch.Tensor:
         """Plain elementwise torch ops (any device)."""
         out = _yuv_torch(x, None) if self.color == "yuv" else x.float()
         if self.mean is None:
             return out / 255
-        shape = (1, 3, 1, 1)
-        gain = torch.tensor([1.0 / (255.0 * s) for s in self.std], device=out.device).view(shape)
-        bias = torch.tensor([-m / s for m, s in zip(self.mean, self.std)], device=out.device).view(shape)
+        c = out.shape[1]
+        mean, std = channel_values(self.mean, c, "mean"), channel_values(self.std, c, "std")
+        assert mean is not None and std is not None
+        shape = (1, c, 1, 1)
+        gain = torch.tensor([1.0 / (255.0 * s) for s in std], device=out.device).view(shape)
+        bias = torch.tensor([-m / s for m, s in zip(mean, std)], device=out.device).view(shape)
         return torch.addcmul(bias, out, gain)
 
     def extra_repr(self) -> str:

@@ -316,9 +316,10 @@ class ThreadLoader:
         self.prefetch = max(2, int(prefetch))
         self.read_threads = max(1, int(read_threads))
         channels = getattr(pipeline, "channels", 3)
-        if isinstance(convert, BatchConvert) and any(c != 3 for c in (channels if isinstance(channels, list) else
-                                                                      [channels])):
-            raise ValueError(f"convert needs 3-channel batches; the pipeline gives {channels}")
+        if (isinstance(convert, BatchConvert) and convert.color != "rgb"
+                and any(c != 3 for c in (channels if isinstance(channels, list) else [channels]))):
+            raise ValueError(f"convert {convert.color!r} needs 3-channel batches; the pipeline gives {channels}: "
+                             "use color='rgb'")
         self.convert = convert
         self.read_ahead_bytes = int(read_ahead_bytes)
         self.epoch = 0

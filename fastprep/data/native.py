@@ -52,7 +52,7 @@ from ..transforms import (
 from ..transforms._compile import CompiledPipeline, compile_pipeline
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
 from ..transforms._plan import DCT_SCALES, centered_ratio_window
-from .batch import BatchConvert
+from .batch import BatchConvert, channel_values
 from .sample import SampleTransform
 
 __all__ = ["MultiViewPipeline", "NativePipeline", "Plan", "PlanRef", "PlannedBatch", "STATUS_ERROR", "STATUS_OK",
@@ -663,18 +663,21 @@ class NativePipeline:
             if color is not None or mean is not None or std is not None:
                 raise ValueError("color, mean and std apply to a float out; out is uint8")
             return as_bytes(spec), None
-        if self.channels != 3:
-            raise ValueError(f"a float out needs 3 channels (RGB or YCbCr mode), this pipeline has {self.channels}")
         convert = BatchConvert("yuv" if color is None else color, mean, std, dtype)  # validates
+        if convert.color != "rgb" and self.channels != 3:
+            raise ValueError(f"color={convert.color!r} needs 3 channels (RGB or YCbCr mode), this pipeline has "
+                             f"{self.channels}: use color='rgb'")
         if convert.mean is not None and not all(math.isfinite(v) for v in convert.mean + convert.std):
             raise ValueError(f"mean and std must be finite, got {convert.mean} and {convert.std}")
         yuv = rec["yuv"].reshape(3, 4)
-        if convert.color == "rgb":
+        if convert.color == "rgb":  # any channel count (1 after Grayscale(1))
             if convert.mean is None:
                 rec["kind"] = _DIV255
                 return as_bytes(spec), None
             # fastprep.functional.scale_normalize's gain and bias, in double
-            for c, (m, s) in enumerate(zip(convert.mean, convert.std)):
+            means = channel_values(convert.mean, self.channels, "mean")
+            stds = channel_values(convert.std, self.channels, "std")
+            for c, (m, s) in enumerate(zip(means or (), stds or ())):
                 rec["gain"][c], rec["bias"][c] = 1.0 / (255.0 * s), -m / s
             rec["kind"] = _AFFINE
             return as_bytes(spec), None

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 # register the native sides
@@ -151,12 +152,19 @@ def output_dtype(transform: Any) -> torch.dtype:
         return dtypes.pop()
     steps = _steps(transform.pipeline if isinstance(transform, OnDecoded) else transform)
     dtype = torch.uint8
+    image_type: type = torch.Tensor
     for step in steps:
         target = getattr(step, "dtype", None)
+        if type(step) is v2.ToDtype and isinstance(target, dict):
+            try:
+                target = _dtype_for(step, image_type)
+            except Unsupported:  # torchvision raises on the first sample
+                target = None
         if type(step).__name__ in ("ToDtype", "ConvertImageDtype") and isinstance(target, torch.dtype):
             dtype = target if target.is_floating_point else torch.uint8
         elif type(step).__name__ in ("ConvertColor", "Scale", "YUVScale", "MaskYUVScale"):
             dtype = torch.float32
+        image_type = _image_type(step, image_type)
     return dtype
 
 
@@ -184,10 +192,12 @@ def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
         return DecodeRandomResizedCrop(first.size, scale=first.scale, ratio=first.ratio, antialias=first.antialias,
                                        dct_scaling=False, flip_p=flip, **decode_kwargs), taken
     if kind is v2.Resize:
+        if first.size is None or first.max_size is not None:
+            raise Unsupported(f"Resize(size={first.size!r}, max_size={first.max_size!r}): the output size depends on "
+                              "each image's aspect ratio (max_size caps the longer side); the native Resize takes a "
+                              "shorter-side size + CenterCrop, or (height, width)")
         size = list(first.size)
         if type(second) is v2.CenterCrop:
-            if first.max_size is not None:
-                raise Unsupported("Resize(max_size=...) followed by CenterCrop is not native")
             resize = size[0] if len(size) == 1 else tuple(size)
             return DecodeResizeCenterCrop(resize, second.size, antialias=first.antialias, dct_scaling=False,
                                           **decode_kwargs), 2
@@ -220,14 +230,59 @@ def _output_size(decode: Any) -> tuple[int, int]:
     return int(size[0]), int(size[1])
 
 
+def _image_type(step: Any, image_type: type) -> type:
+    """The type of the image after ``step`` (a decoded image is a plain tensor): ``ToImage``
+    makes it a ``tv_tensors.Image``, ``ToPureTensor`` a plain tensor again; every other step
+    keeps the type it was given."""
+    if type(step) is v2.ToImage:
+        return tv_tensors.Image
+    if type(step) is v2.ToPureTensor:
+        return torch.Tensor
+    return image_type
+
+
+def _dtype_for(step: Any, image_type: type) -> torch.dtype | None:
+    """The dtype ``ToDtype`` converts an image of ``image_type`` to (``None``: unchanged), as
+    torchvision looks it up: a ``torch.dtype`` applies to images; a dict by the input's exact
+    type, else its ``"others"`` entry.
+
+    Raises:
+        Unsupported: the dict has no entry for the image (torchvision raises ``ValueError``).
+    """
+    dtype = step.dtype
+    if not isinstance(dtype, dict):
+        return dtype
+    if image_type in dtype:
+        return dtype[image_type]
+    if "others" in dtype:
+        return dtype["others"]
+    raise Unsupported(f"ToDtype({dtype!r}) has no entry for {image_type.__name__} images nor 'others' "
+                      "(torchvision raises ValueError)")
+
+
+def _resolve_dtypes(steps: list[Any]) -> list[Any]:
+    """``steps`` with each ``ToDtype`` given a dict replaced by the ``ToDtype`` it is for the
+    image at that point (dropped where it leaves the image unchanged); the image's type is
+    followed through ``ToImage``/``ToPureTensor``."""
+    image_type: type = torch.Tensor
+    out = []
+    for step in steps:
+        if type(step) is v2.ToDtype and isinstance(step.dtype, dict):
+            dtype = _dtype_for(step, image_type)
+            if dtype is not None:
+                out.append(v2.ToDtype(dtype, scale=step.scale))
+            continue
+        image_type = _image_type(step, image_type)
+        out.append(step)
+    return out
+
+
 def _to_float(step: Any) -> bool:
     """Whether ``step`` is ``ToDtype(torch.float32, scale=True)``; Unsupported for other float
     conversions."""
     if type(step) is not v2.ToDtype:
         return False
     dtype = step.dtype
-    if isinstance(dtype, dict):
-        raise Unsupported("ToDtype with a dict of dtypes is not native")
     if dtype == torch.uint8:
         return False
     if dtype != torch.float32 or not step.scale:
@@ -250,13 +305,18 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     """
     decode_kwargs = dict(decode_kwargs or {})
     if isinstance(transform, OnDecoded):
-        steps = [s for s in _steps(transform.pipeline) if not isinstance(s, _NO_OPS)]
+        steps = [s for s in _resolve_dtypes(_steps(transform.pipeline)) if not isinstance(s, _NO_OPS)]
         if not steps:
             raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
         decode_kwargs.setdefault("mode", transform.mode)
-        decode, taken = _geometry(steps, decode_kwargs)
+        try:
+            decode, taken = _geometry(steps, decode_kwargs)
+        except Unsupported:
+            raise
+        except (ValueError, TypeError) as e:  # a value v2 takes that the decode transform refuses
+            raise Unsupported(f"{type(steps[0]).__name__}: {e} (the native decode transform refuses it)") from e
     else:
-        steps = [s for s in _steps(transform) if not isinstance(s, _NO_OPS)]
+        steps = [s for s in _resolve_dtypes(_steps(transform)) if not isinstance(s, _NO_OPS)]
         if not steps or not is_decode_transform(steps[0]):
             first = type(steps[0]).__name__ if steps else "nothing"
             raise Unsupported(f"the pipeline starts with {first}, not a fastprep decode transform (the native engine "
@@ -294,16 +354,34 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     for native in (*augment, *after):
         native.check_size(*size)
     channels = _channels(decode, augment)
+    for native in after:
+        native.check_channels(channels)
     if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
         raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")
     return CompiledPipeline(decode, mask, tuple(augment), to_float, mean, std, tuple(after), channels, size)
 
 
 def _channels(decode: Any, augment: Sequence[NativeTransform]) -> int:
+    """The channels of the uint8 augmentations' output; each is checked against what it receives
+    (:meth:`NativeTransform.check_channels`)."""
     mode = str(getattr(decode, "mode", "RGB")).upper()
     channels = 1 if mode.endswith("GRAY") else 3
     for t in augment:
+        t.check_channels(channels)
         out = getattr(t.transform, "num_output_channels", None)
         if type(t.transform) is v2.Grayscale and out is not None:
             channels = int(out)
+        for inner in _descendants(t):
+            if type(inner.transform) is v2.Grayscale and inner.transform.num_output_channels != channels:
+                raise Unsupported(f"{type(t.transform).__name__} holds Grayscale({inner.transform.num_output_channels})"
+                                  f" on {channels}-channel images: the channel count would depend on the draw (a "
+                                  "batch needs one)")
     return channels
+
+
+def _descendants(native: NativeTransform) -> list[NativeTransform]:
+    out = []
+    for child in native.children():
+        out.append(child)
+        out.extend(_descendants(child))
+    return out

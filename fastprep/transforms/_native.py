@@ -172,6 +172,12 @@ class NativeTransform:
         for child in self.children():
             child.check_size(height, width)
 
+    def check_channels(self, channels: int) -> None:
+        """Raise :class:`Unsupported` where torchvision raises for every applied call on images
+        of ``channels`` channels (what the steps before it leave); containers ask their children."""
+        for child in self.children():
+            child.check_channels(channels)
+
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         """Make the transform's torch draws on ``draws`` and emit its steps into ``steps``."""
         raise NotImplementedError

@@ -43,6 +43,12 @@ class NativeRandomErasing(NativeTransform):
         if transform.p > 0:
             self._check_ranges(transform.scale, self.log_ratio)
 
+    def check_channels(self, channels: int) -> None:
+        value = self.transform.value
+        if value is not None and len(value) not in (1, channels):
+            raise self.unsupported(f"{len(value)} values for {channels}-channel images (v2 raises ValueError on "
+                                   "every applied call)")
+
     def _check_ranges(self, scale: Any, log_ratio: list[float]) -> None:
         """The checks of ``Tensor.uniform_``, which raise on every applied call of v2's."""
         for name, (low, high) in (("scale", scale), ("log(ratio)", log_ratio)):
