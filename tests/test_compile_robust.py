@@ -308,7 +308,7 @@ def _decode_layout_differs() -> bool:
 
 
 #: cases whose "alone" form applies a layout-following draw to the decoded image itself
-_LAYOUT_DRAWS = {"GaussianNoise()"}
+_LAYOUT_DRAWS = {"GaussianNoise()", "f32+GaussianNoise(0,.05,clip=False)"}
 
 
 def _pipeline(name, where):

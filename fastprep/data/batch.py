@@ -131,14 +131,14 @@ def _channel_values(values, name):
     return out
 
 
-def channel_values(values: tuple[float, ...] | None, channels: int, name: str) -> tuple[float, ...] | None:
+def channel_values(values: tuple[float, ...], channels: int, name: str) -> tuple[float, ...]:
     """BatchConvert's 3 ``mean``/``std`` values for a batch of ``channels`` channels: as they
     are for 3; for another count only when all three are equal (one value for every channel).
 
     Raises:
         ValueError: 3 different values for a batch of other than 3 channels.
     """
-    if values is None or channels == 3:
+    if channels == 3:
         return values
     if len(set(values)) != 1:
         raise ValueError(f"{name} has 3 different values {values} for a {channels}-channel batch: give one value")
@@ -243,6 +243,7 @@ class BatchConvert(torch.nn.Module):
         if self.mean is None:
             return F.scale(x, out=out, num_threads=self.num_threads)
         c = x.shape[1]
+        assert self.std is not None  # set together with mean
         return F.scale_normalize(x, channel_values(self.mean, c, "mean"), channel_values(self.std, c, "std"), out=out,
                                  num_threads=self.num_threads)
 
@@ -252,8 +253,8 @@ class BatchConvert(torch.nn.Module):
         if self.mean is None:
             return out / 255
         c = out.shape[1]
+        assert self.std is not None  # set together with mean
         mean, std = channel_values(self.mean, c, "mean"), channel_values(self.std, c, "std")
-        assert mean is not None and std is not None
         shape = (1, c, 1, 1)
         gain = torch.tensor([1.0 / (255.0 * s) for s in std], device=out.device).view(shape)
         bias = torch.tensor([-m / s for m, s in zip(mean, std)], device=out.device).view(shape)

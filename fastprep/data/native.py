@@ -675,9 +675,10 @@ class NativePipeline:
                 rec["kind"] = _DIV255
                 return as_bytes(spec), None
             # fastprep.functional.scale_normalize's gain and bias, in double
+            assert convert.std is not None  # set together with mean
             means = channel_values(convert.mean, self.channels, "mean")
             stds = channel_values(convert.std, self.channels, "std")
-            for c, (m, s) in enumerate(zip(means or (), stds or ())):
+            for c, (m, s) in enumerate(zip(means, stds)):
                 rec["gain"][c], rec["bias"][c] = 1.0 / (255.0 * s), -m / s
             rec["kind"] = _AFFINE
             return as_bytes(spec), None
