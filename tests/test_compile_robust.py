@@ -356,3 +356,48 @@ def test_former_crashes_fall_back_with_reasons():
     for transform in (v2.Resize(None, max_size=180), v2.Compose([v2.Resize(None, max_size=40), v2.CenterCrop(20)])):
         with pytest.raises(Unsupported, match="max_size"):
             NativePipeline.compile(OnDecoded(transform))
+
+
+class TestOneChannel:
+    """A pipeline that ends in ``Grayscale(1)`` delivers ``[N, 1, H, W]`` batches on both engines
+    (it used to fail with "convert needs 3-channel batches")."""
+
+    PIPELINE = [v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), v2.Grayscale(1)]
+
+    def _want(self, folder):
+        want = _torchvision(folder, v2.Compose(self.PIPELINE))
+        assert not isinstance(want, Exception) and want[0].shape == (1, 32, 32)
+        return torch.stack(want).float()
+
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_uint8_end_with_mean_and_std(self, folder, engine):
+        # BatchConvert's arithmetic, written here: x * (1 / (255 std)) + (-mean / std), two float32 roundings
+        gain, bias = torch.tensor(1.0 / (255.0 * 0.25)), torch.tensor(-0.5 / 0.25)
+        want = self._want(folder) * gain + bias
+        loader = D.make_loader(folder, transform=v2.Compose(self.PIPELINE), seed=SEED, batch_size=N, shuffle=False,
+                               num_workers=0, device="cpu", engine=engine, mean=0.5, std=[0.25])
+        (got, _), = list(loader)
+        assert got.shape == (N, 1, 32, 32) and torch.equal(got, want)
+
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_float_end(self, folder, engine):
+        pipeline = v2.Compose([*self.PIPELINE, _f32(), v2.Normalize([0.5], [0.25])])
+        want = torch.stack(_torchvision(folder, pipeline))
+        loader = D.make_loader(folder, transform=pipeline, seed=SEED, batch_size=N, shuffle=False, num_workers=0,
+                               device="cpu", engine=engine)
+        (got, _), = list(loader)
+        assert got.shape == (N, 1, 32, 32) and torch.equal(got, want)
+
+    def test_yuv_needs_three_channels(self, folder):
+        with pytest.raises(ValueError, match="'yuv' needs 3-channel batches; the pipeline gives 1"):
+            D.make_loader(folder, transform=v2.Compose(self.PIPELINE), engine="threads", color="yuv", device="cpu")
+
+    def test_batch_convert_takes_one_value_per_batch_channel(self):
+        x = torch.arange(2 * 1 * 3 * 4, dtype=torch.uint8).view(2, 1, 3, 4)
+        out = D.BatchConvert("rgb", mean=0.5, std=0.25)(x)
+        assert out.shape == x.shape
+        torch.testing.assert_close(out, (x.float() / 255 - 0.5) / 0.25, rtol=0, atol=1e-6)
+        with pytest.raises(ValueError, match=r"mean has 3 different values \(0.1, 0.2, 0.3\) for a 1-channel batch"):
+            D.BatchConvert("rgb", mean=(0.1, 0.2, 0.3), std=1)(x)
+        with pytest.raises(ValueError, match=r"expected a tensor \[N, 3, H, W\], got shape \(2, 1, 3, 4\)"):
+            D.BatchConvert("yuv")(x)

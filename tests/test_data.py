@@ -591,8 +591,12 @@ class TestBatchTransforms:
             assert isinstance(old, D.BatchConvert)
             assert torch.equal(old(x), new(x))
         assert torch.equal(D.BatchScale()(x[:, :1]), x[:, :1].float() / 255)  # any shape, as before
+        # "rgb" takes 1 to 4 channels (a Grayscale(1) pipeline's batches), "yuv" 3
+        assert torch.equal(D.BatchConvert("rgb")(x[:, :1]), x[:, :1].float() / 255)
+        with pytest.raises(ValueError, match=r"\[N, C, H, W\] \(C 1 to 4\), got shape \(2, 6, 6, 5\)"):
+            D.BatchConvert("rgb")(torch.cat([x, x], 1))
         with pytest.raises(ValueError, match=r"shape \(2, 1, 6, 5\)"):
-            D.BatchConvert("rgb")(x[:, :1])
+            D.BatchConvert("yuv")(x[:, :1])
         with pytest.raises(ValueError, match="scale=False is the colour conversion alone"):
             D.BatchConvert("rgb", scale=False)
         with pytest.raises(ValueError, match="scale=False is the colour conversion alone"):
