@@ -44,9 +44,7 @@ def _f32():
     return v2.ToDtype(torch.float32, scale=True)
 
 
-def _cases() -> dict[str, object]:  # noqa: PLR0915 (a table)
-    """One transform per documented parameter form, by name."""
-    c: dict[str, object] = {}
+def _cases_a_to_f(c: dict) -> None:
     c["AugMix()"] = v2.AugMix()
     c["AugMix(1,2,1,.5,False,'bilinear',fill=0)"] = v2.AugMix(1, 2, 1, 0.5, False, interpolation="bilinear", fill=0)
     for policy in v2.AutoAugmentPolicy:
@@ -73,6 +71,9 @@ def _cases() -> dict[str, object]:  # noqa: PLR0915 (a table)
     c["ElasticTransform(sequences,fill=(1,2,3))"] = v2.ElasticTransform(alpha=[20.0, 30.0], sigma=(3.0, 4.0),
                                                                        fill=(1, 2, 3))
     c["FiveCrop(16)"] = v2.FiveCrop(16)
+
+
+def _cases_g_to_r(c: dict) -> None:
     c["GaussianBlur(3)"] = v2.GaussianBlur(3)
     c["GaussianBlur((3,5),sigma=(.1,2))"] = v2.GaussianBlur((3, 5), sigma=(0.1, 2.0))
     c["GaussianBlur([5,3],sigma=1)"] = v2.GaussianBlur([5, 3], sigma=1)
@@ -102,6 +103,9 @@ def _cases() -> dict[str, object]:  # noqa: PLR0915 (a table)
     c["RGB()"] = v2.RGB()
     c["RandAugment()"] = v2.RandAugment()
     c["RandAugment(1,5,11,BILINEAR,[1,2,3])"] = v2.RandAugment(1, 5, 11, interpolation=IM.BILINEAR, fill=[1, 2, 3])
+
+
+def _cases_random(c: dict) -> None:
     c["RandomAdjustSharpness(2)"] = v2.RandomAdjustSharpness(2)
     c["RandomAdjustSharpness(.5,p=1)"] = v2.RandomAdjustSharpness(0.5, p=1.0)
     c["RandomAffine(10)"] = v2.RandomAffine(10)
@@ -153,6 +157,9 @@ def _cases() -> dict[str, object]:  # noqa: PLR0915 (a table)
     c["RandomVerticalFlip()"] = v2.RandomVerticalFlip()
     c["RandomZoomOut()"] = v2.RandomZoomOut()
     c["RandomZoomOut((1,2,3),(1,2),p=1)"] = v2.RandomZoomOut(fill=(1, 2, 3), side_range=(1.0, 2.0), p=1.0)
+
+
+def _cases_r_to_z(c: dict) -> None:
     c["Resize(16)"] = v2.Resize(16)
     c["Resize([16])"] = v2.Resize([16])
     c["Resize((16,20))"] = v2.Resize((16, 20))
@@ -205,6 +212,13 @@ def _cases() -> dict[str, object]:  # noqa: PLR0915 (a table)
                                                                     v2.RandomErasing(1.0, value=(1, 2, 3))])
     c["Grayscale(1)+RGB()"] = v2.Compose([v2.Grayscale(1), v2.RGB()])
     c["Grayscale(1)+Grayscale(3)"] = v2.Compose([v2.Grayscale(1), v2.Grayscale(3)])
+
+
+def _cases() -> dict[str, object]:
+    """One transform per documented parameter form, by name."""
+    c: dict[str, object] = {}
+    for part in (_cases_a_to_f, _cases_g_to_r, _cases_random, _cases_r_to_z):
+        part(c)
     return c
 
 
@@ -401,3 +415,21 @@ class TestOneChannel:
             D.BatchConvert("rgb", mean=(0.1, 0.2, 0.3), std=1)(x)
         with pytest.raises(ValueError, match=r"expected a tensor \[N, 3, H, W\], got shape \(2, 1, 3, 4\)"):
             D.BatchConvert("yuv")(x)
+
+
+@pytest.mark.parametrize("dtype", [{torch.Tensor: torch.float32}, {"others": torch.float32},
+                                   {tv_tensors.Image: torch.float32, "others": None}], ids=repr)
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_todtype_dict_on_both_engines(folder, dtype, engine):
+    """The loader reads a dict ``ToDtype``'s output dtype as torchvision resolves it (float
+    batches are not converted a second time), on either engine."""
+    steps = [v2.RandomResizedCrop(32), v2.ToDtype(dtype, scale=True), v2.Normalize([0.5] * 3, [0.25] * 3)]
+    if tv_tensors.Image in dtype:
+        steps.insert(1, v2.ToImage())
+    pipeline = v2.Compose(steps)
+    want = torch.stack(_torchvision(folder, pipeline))
+    assert want.dtype == torch.float32
+    loader = D.make_loader(folder, transform=pipeline, seed=SEED, batch_size=N, shuffle=False, num_workers=0,
+                           device="cpu", engine=engine)
+    (got, _), = list(loader)
+    assert torch.equal(got, want)
