@@ -53,6 +53,16 @@ def v2_uint8():
     return v2.Compose([v2.PILToTensor(), v2.Resize(48), v2.CenterCrop(40)])
 
 
+def references_tensor_v2():
+    """torchvision references/classification/presets.py, ClassificationPresetTrain(backend="tensor",
+    use_v2=True, auto_augment_policy="ta_wide", random_erase_prob=0.5)'s Compose."""
+    return v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(36, interpolation=v2.InterpolationMode.BILINEAR,
+                                                                antialias=True),
+                       v2.RandomHorizontalFlip(0.5), v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+                       v2.ToDtype(torch.float, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                       v2.RandomErasing(p=0.5), v2.ToPureTensor()])
+
+
 def v1_convert_image_dtype():
     """v2 geometry, then v1's ConvertImageDtype (x / 255, not v2's x * (1/255)) and Normalize."""
     return T.Compose([v2.ToImage(), v2.RandomResizedCrop(36), v2.RandomHorizontalFlip(),
@@ -102,7 +112,7 @@ class TestDecodeIsPillows:
 
 
 class TestImageFolder:
-    @pytest.mark.parametrize("make", [v2_float, v2_uint8, v1_convert_image_dtype])
+    @pytest.mark.parametrize("make", [v2_float, v2_uint8, references_tensor_v2, v1_convert_image_dtype])
     def test_threads_equal_dataset(self, root, make):
         ds = ImageFolder(root, make())
         loader = DataLoader(ds, batch_size=5, seed=SEED, num_workers=2)
@@ -129,6 +139,19 @@ class TestImageFolder:
         ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
         loader = DataLoader(ds, batch_size=6, seed=SEED)
         assert loader.engine == "processes" and "PIL image" in loader.engine_reason
+        assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
+
+    def test_callable_object_runs_literally(self, root):
+        class Preset:  # torchvision's references/classification/presets.py shape
+            def __init__(self):
+                self.transforms = v2_float()
+
+            def __call__(self, img):
+                return self.transforms(img)
+
+        ds = ImageFolder(root, Preset())
+        loader = DataLoader(ds, batch_size=6, seed=SEED)
+        assert loader.engine == "processes" and "a Preset, a callable" in loader.engine_reason
         assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
 
     def test_shuffle_drop_last_len(self, root):

@@ -18,7 +18,7 @@ says why. Either way, with ``seed=S`` the sample of index ``i`` in epoch ``e`` i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
@@ -26,7 +26,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate, get_work
 
 from .. import _checks
 from .._seeding import check_seed, sample_rng
-from ..transforms._compile import output_dtype, takes_pil_as_tensor
+from ..transforms._compile import input_kind, output_dtype, takes_pil_as_tensor
 from .batch import BatchCast
 from .datasets import JpegDataset, substitute_index
 from .engine import ThreadLoader
@@ -123,18 +123,30 @@ class DataLoader:
         self.seed = check_seed(seed)
         self.on_error = _checks.on_error(on_error)
         self.dataset = dataset
-        for name in ("batch_size", "drop_last", "num_workers", "pin_memory", "timeout", "worker_init_fn",
-                     "generator", "prefetch_factor", "persistent_workers", "collate_fn"):
-            setattr(self, name, getattr(reference, name))
+        # torch's attributes, as torch set them
+        self.batch_size: int | None = reference.batch_size
+        self.drop_last: bool = reference.drop_last
+        self.num_workers: int = reference.num_workers
+        self.pin_memory: bool = reference.pin_memory
+        self.timeout: float = reference.timeout
+        self.worker_init_fn = reference.worker_init_fn
+        self.generator = reference.generator
+        self.prefetch_factor = reference.prefetch_factor
+        self.persistent_workers: bool = reference.persistent_workers
+        self.collate_fn = reference.collate_fn
+        self.sampler: Any = None
+        self.batch_sampler: Any = None
         if isinstance(dataset, IterableDataset):
             if self.seed is not None:
                 raise ValueError("seed= keys samples by their index; an IterableDataset has none")
             self._setup_plain(reference, "an IterableDataset has no indices to read as files")
             return
+        source: FileSource | None = None
+        reason: str | None
         try:
-            source: FileSource | None = file_source(dataset)
+            source = file_source(dataset)
         except NoFileSource as e:
-            source, reason = None, str(e)
+            reason = str(e)
         else:
             reason = _not_native(source, args, engine)
         pipeline = None
@@ -265,10 +277,12 @@ def _not_native(source: FileSource, args: dict, engine: str | None) -> str | Non
         return "batch_size=None: unbatched samples"
     if source.transform is None:
         return "the dataset has no transform: its samples are PIL images"
+    if input_kind(source.transform) != "decoded":
+        return (f"the transform is a {type(source.transform).__name__}, a callable fastprep does not compile (it "
+                "compiles torchvision's transforms and Compose of them)")
     if not takes_pil_as_tensor(source.transform):
-        first = source.transform
-        steps = getattr(first, "transforms", None)
-        name = type(steps[0] if steps else first).__name__
+        steps = getattr(source.transform, "transforms", None)
+        name = type(steps[0] if steps else source.transform).__name__
         return (f"the transform works on the PIL image (its first step is {name}, not v2.ToImage() or "
                 "v2.PILToTensor()): Pillow's own operations run it")
     return None
