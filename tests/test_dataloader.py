@@ -378,3 +378,26 @@ def test_png_counted_not_warned(root):
     loader = DataLoader(ImageFolder(root, v2_float()), batch_size=12, seed=SEED)
     assert loader.engine == "threads"
     list(loader)
+
+
+class TestCompileV1Output:
+    def test_convert_image_dtype_kinds(self):
+        from fastprep.transforms import OnDecoded
+        from fastprep.transforms._compile import compile_pipeline
+        from fastprep.transforms._native import Unsupported
+
+        geometry = [v2.ToImage(), v2.CenterCrop(8)]
+        v1_div = compile_pipeline(OnDecoded(T.Compose(geometry + [T.ConvertImageDtype(torch.float32),
+                                                                  T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])))
+        assert v1_div.to_float and v1_div.divide and v1_div.mean == tuple(IMAGENET_MEAN)
+        v2_mul = compile_pipeline(OnDecoded(v2.Compose(geometry + [v2.ConvertImageDtype(torch.float32)])))
+        assert v2_mul.to_float and not v2_mul.divide
+        with pytest.raises(Unsupported, match=r"ConvertImageDtype\(torch.float16\)"):
+            compile_pipeline(OnDecoded(T.Compose(geometry + [T.ConvertImageDtype(torch.float16)])))
+
+    def test_v1_and_v2_float_conversions_differ(self):
+        """Why v1 ConvertImageDtype has its own native write: x / 255 is not x * (1 / 255)."""
+        x = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 256)
+        v1_out = T.ConvertImageDtype(torch.float32)(x)
+        assert torch.equal(v1_out, x.float() / 255)
+        assert not torch.equal(v1_out, v2.ToDtype(torch.float32, scale=True)(x))
