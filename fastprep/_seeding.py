@@ -30,6 +30,7 @@ this thread* draw from a private generator seeded by the key.
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -40,8 +41,8 @@ from torch.overrides import TorchFunctionMode
 
 from ._checks import is_int
 
-__all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "check_seed",
-           "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN"]
+__all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng",
+           "check_seed", "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN", "PYTHON_RANDOM_DOMAIN", "NUMPY_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: the SplitMix64 increment
@@ -99,6 +100,10 @@ def sample_key(seed: int, epoch: int, index: int) -> int:
 ORDER_DOMAIN = 0x6F72646572  # "order"
 #: :func:`derived_key` domain of the DataLoader worker seeds of an unseeded epoch.
 WORKERS_DOMAIN = 0x776F726B  # "work"
+#: :func:`derived_key` domain of a sample's seed for Python's ``random`` (:func:`sample_rng`).
+PYTHON_RANDOM_DOMAIN = 0x72616E646F6D  # "random"
+#: :func:`derived_key` domain of a sample's seed for NumPy's global RNG (:func:`sample_rng`).
+NUMPY_DOMAIN = 0x6E756D7079  # "numpy"
 
 
 def derived_key(seed: int, epoch: int, index: int, domain: int) -> int:
@@ -142,6 +147,55 @@ def keyed_default_rng(key: int) -> Iterator[None]:
         yield
     finally:
         gen.set_state(state)
+
+
+def _nonneg(name: str, value: Any) -> int:
+    if not is_int(value) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return int(value)
+
+
+@contextlib.contextmanager
+def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
+    """Run the body with the three process-wide RNGs that user code draws from seeded for
+    sample ``index`` of ``epoch`` under ``seed``, and restore all three afterwards (also when
+    the body raises).
+
+    * torch's default CPU generator: ``manual_seed(sample_key(seed, epoch, index))``, exactly
+      as :func:`keyed_default_rng` seeds it (so the native planner's re-draws of torchvision's
+      calls stay what they were);
+    * Python's ``random``: ``random.seed(derived_key(seed, epoch, index, PYTHON_RANDOM_DOMAIN))``;
+    * NumPy's global RNG (``np.random.rand`` & co.): ``np.random.seed`` with the two 32-bit
+      halves of ``derived_key(seed, epoch, index, NUMPY_DOMAIN)``.
+
+    This is the definition of a seeded sample: with ``seed=S``, sample ``index`` of epoch
+    ``e`` from either engine of :class:`fastprep.data.DataLoader` (and :func:`make_loader`)
+    equals ``with sample_rng(S, e, index): dataset[index]``. Call it yourself to reproduce one
+    training sample. It changes process-wide state: use it where no other thread draws from
+    these generators meanwhile (the training loop's thread, a worker process).
+
+    Raises:
+        TypeError, ValueError: ``seed`` not an int in ``[0, 2**64)``; ``epoch`` or ``index``
+            not an int >= 0.
+    """
+    seed = check_seed(seed)
+    if seed is None:
+        raise TypeError("seed must be an int in [0, 2**64), got None")
+    epoch, index = _nonneg("epoch", epoch), _nonneg("index", index)
+    gen = torch.default_generator
+    torch_state = gen.get_state()
+    python_state = random.getstate()
+    numpy_state = np.random.get_state()
+    try:
+        gen.manual_seed(sample_key(seed, epoch, index))
+        random.seed(derived_key(seed, epoch, index, PYTHON_RANDOM_DOMAIN))
+        key = derived_key(seed, epoch, index, NUMPY_DOMAIN)
+        np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+        yield
+    finally:
+        gen.set_state(torch_state)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 # Every torch function (and Tensor method) that draws from a generator and takes ``generator=``.

@@ -90,3 +90,13 @@ def test_bench_recipe_loaders_augment(bench_path, tmp_path):
     assert aug["batch"] == results[R.TV_AUG]["batch"] == {"shape": [4, 3, 224, 224], "dtype": "float32"}
     assert aug["reference"] == R.TV_AUG and results[R.TV_AUG]["samples_per_s"] > 0
     assert aug["vs_plain_recipe"] == pytest.approx(aug["samples_per_s"] / plain["samples_per_s"])
+
+
+def test_bench_dataloader_quick(bench_path):
+    import bench_dataloader
+
+    report = bench_dataloader.main(["--quick", "--workers", "1", "--batch-size", "8"])
+    results = report["results"]
+    assert results["v2 tensor train"]["engine"] == "threads"
+    assert results["pytorch/examples train (v1 PIL)"]["engine"] == "processes"
+    assert all(r["samples"] == 16 and r["ratio"] > 0 for r in results.values())

@@ -271,6 +271,16 @@ __attribute__((always_inline)) inline void convert_row_impl(const Batch& b, cons
         for (int64_t x = 0; x < n; x++) out[c][x] = ((float)in[c][x] * b.scale - m) / d;
       }
       break;
+    case kDivToFloat:  // v1 convert_image_dtype: image.to(float32) / 255
+      for (int64_t c = 0; c < b.C; c++)
+        for (int64_t x = 0; x < n; x++) out[c][x] = (float)in[c][x] / 255.0f;
+      break;
+    case kDivToFloatNormalize:
+      for (int64_t c = 0; c < b.C; c++) {
+        const float m = b.mean[c], d = b.std_[c];
+        for (int64_t x = 0; x < n; x++) out[c][x] = ((float)in[c][x] / 255.0f - m) / d;
+      }
+      break;
     case kDiv255:
       for (int64_t c = 0; c < b.C; c++)
         for (int64_t x = 0; x < n; x++) out[c][x] = (float)in[c][x] / 255.0f;
@@ -880,11 +890,13 @@ const T* records(const at::Tensor& t, int64_t count, const char* name) {
 // The output conversion of a float batch (ConvertSpec), checked, into `b`.
 void set_conversion(Batch& b, const ConvertSpec& cs) {
   const int64_t kind = cs.kind;
-  TORCH_CHECK_VALUE(kind >= kNoConvert && kind <= kToFloatNormalize, "decode_batch: unknown conversion ", kind);
+  TORCH_CHECK_VALUE(kind >= kNoConvert && kind <= kDivToFloatNormalize, "decode_batch: unknown conversion ", kind);
   TORCH_CHECK_VALUE((kind == kNoConvert) == (b.dtype == at::kByte),
                     "decode_batch: a uint8 out takes no conversion and a float out one, got conversion ", kind,
                     " for ", b.dtype);
-  const bool v2_kind = kind == kToFloat || kind == kToFloatNormalize;
+  // the pipeline's own float conversion (v2 ToDtype or v1 ConvertImageDtype), any channel count
+  const bool v2_kind = kind == kToFloat || kind == kToFloatNormalize || kind == kDivToFloat ||
+                       kind == kDivToFloatNormalize;
   const bool per_channel = v2_kind || kind == kDiv255 || kind == kAffine;  // any channel count
   TORCH_CHECK_VALUE(kind == kNoConvert || per_channel || b.C == 3,
                     "decode_batch: the YUV conversions take 3 channels, got ", b.C);

@@ -58,6 +58,8 @@ enum ConvertKind : int64_t {
   kYuvAffineFma = 5,  // kYuv, then fma(., gain, bias) (one rounding)
   kToFloat = 6,       // v2 ToDtype(float32, scale=True): x * f32(1 / 255)
   kToFloatNormalize = 7,  // kToFloat, then v2 Normalize: (x - mean) / std
+  kDivToFloat = 8,        // v1 ConvertImageDtype(float32): x / 255.0f (a division, not v2's product)
+  kDivToFloatNormalize = 9,  // kDivToFloat, then Normalize (v1's sub_(mean).div_(std), as v2's)
 };
 
 struct ConvertSpec {

@@ -41,11 +41,14 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.shards` (ShardDataset: WebDataset shards written by
 ``fastprep.pack --format wds``),
 :mod:`~fastprep.data.options` (DecodeOptions, BatchOutput, LoaderOptions),
-:mod:`~fastprep.data.loader` (make_loader). Every public name is re-exported here. See ``docs/design.md``.
+:mod:`~fastprep.data.loader` (make_loader), :mod:`~fastprep.data.dataloader` (DataLoader, a drop-in
+for torch's, over :mod:`~fastprep.data.sources`). Every public name is re-exported here. See ``docs/design.md``.
 """
 
 from .batch import BatchCast, BatchConvert, BatchConvertColor, BatchScale, BatchYuvScale, batch_rgb_to_yuv
 from .collate import PooledCollate, collate_uint8
+from .._seeding import sample_rng
+from .dataloader import DataLoader
 from .datasets import JpegDataset, JpegFolder, SkippedFile
 from .engine import ThreadLoader
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
@@ -61,6 +64,7 @@ __all__ = [
     "BatchOutput",
     "BatchScale",
     "BatchYuvScale",
+    "DataLoader",
     "DecodeOptions",
     "DevicePrefetcher",
     "EpochSampler",
@@ -79,5 +83,6 @@ __all__ = [
     "default_transform",
     "is_shard_dir",
     "make_loader",
+    "sample_rng",
     "warm_up_kernels",
 ]

@@ -17,12 +17,12 @@ from torch.utils.data import Dataset, get_worker_info
 from .. import _checks
 from .. import io as fio
 from .._checks import is_int
-from .._seeding import check_seed, keyed_default_rng, sample_key
+from .._seeding import check_seed, sample_rng
 from . import fallback as _fb
 from ._files import file_kind as _file_kind
 from ._files import open_regular
 
-__all__ = ["JpegDataset", "JpegFolder", "SkippedFile"]
+__all__ = ["JpegDataset", "JpegFolder", "SkippedFile", "substitute_index"]
 
 _MAX_SKIP_SLOTS = 256  # slot 0: main process; slot k: DataLoader worker k - 1
 _JPEG_EXTENSIONS = (".jpg", ".jpeg")
@@ -40,6 +40,16 @@ def _substitute_stride(m: int) -> int:
     while math.gcd(step, m) != 1:
         step += 1
     return step
+
+
+def substitute_index(index: int, attempt: int, size: int) -> int:
+    """The ``attempt``-th substitute for sample ``index`` of a dataset of ``size`` samples
+    (``on_error="skip"``; see :meth:`JpegDataset.substitute`)."""
+    if size < 2:
+        return index
+    m = size - 1
+    offset = (index * 0x85EBCA77) % m
+    return (index + 1 + (offset + attempt * _substitute_stride(m)) % m) % size
 
 
 class SkippedFile(NamedTuple):
@@ -110,8 +120,9 @@ class JpegDataset(Dataset):
         seed: ``None`` (default): the transform draws from torch's default RNG as it is
             (per DataLoader worker, torchvision-compatible). An int in ``[0, 2**64)``:
             sample-keyed randomness -- the transform of sample ``i`` (fallback included)
-            runs with torch's default CPU generator seeded by a hash of
-            ``(seed, epoch, i)`` and the generator's state is restored afterwards, so a
+            runs under :func:`fastprep.data.sample_rng` ``(seed, epoch, i)`` (torch's
+            default CPU generator, Python's ``random`` and NumPy's global RNG seeded by a
+            hash of ``(seed, epoch, i)``, their states restored afterwards), so a
             sample's crop and mask depend on neither the worker, the rank, the engine nor
             the batch it lands in. A substitute (``on_error="skip"``) is keyed by its own
             index. The epoch is :attr:`epoch`, set by :meth:`set_epoch`
@@ -187,6 +198,9 @@ class JpegDataset(Dataset):
         self.fallback_counts = torch.zeros(_MAX_SKIP_SLOTS, dtype=torch.int64).share_memory_()
         self._fallback: tuple | None = None  # (transform it was built for, its decoded-image equivalent)
         self._warned = False
+        #: warn (once per process) when a file takes the full-decode fallback; off in
+        #: :class:`~fastprep.data.DataLoader`, where Pillow decoding them is what the dataset does
+        self.warn_fallback = True
 
     def __len__(self) -> int:
         return len(self.files)
@@ -229,7 +243,7 @@ class JpegDataset(Dataset):
     def _keyed_transform(self, data, path: str, index: int):
         if self.seed is None:
             return self._transform(data, path)
-        with keyed_default_rng(sample_key(self.seed, int(self._epoch[0]), index)):
+        with sample_rng(self.seed, int(self._epoch[0]), index):
             return self._transform(data, path)
 
     @property
@@ -363,7 +377,7 @@ class JpegDataset(Dataset):
         """Count one sample decoded through the fallback (in this process's slot of
         :attr:`fallback_counts`) and, the first time in this process, warn naming it."""
         self.fallback_counts[_skip_slot()] += 1
-        if not self._warned:
+        if not self._warned and getattr(self, "warn_fallback", True):
             self._warned = True
             warnings.warn(f"fastprep: {name!r} is {reason}; decoded in full by Pillow instead of fastprep's "
                           "JPEG decode (counted in dataset.fallbacks; jpeg_only=True refuses such files). "
@@ -387,12 +401,7 @@ class JpegDataset(Dataset):
         residue) and ``offset`` a fixed hash of ``index`` (so failed neighbours do not all
         try the same substitutes first). The same in every process and every run.
         """
-        n = len(self.files)
-        if n < 2:
-            return index
-        m = n - 1
-        offset = (index * 0x85EBCA77) % m
-        return (index + 1 + (offset + attempt * _substitute_stride(m)) % m) % n
+        return substitute_index(index, attempt, len(self.files))
 
     def __getitem__(self, index: int):
         sample, record = self._sample(index)

@@ -528,11 +528,13 @@ class _EpochRun:
             if s.image is not None:
                 images = s.image if isinstance(s.image, list) else [s.image]
                 outs = out if isinstance(out, list) else [out]
+                # the pipeline's own output: float32 when it converts itself (ToDtype), else uint8
+                dtype = torch.float32 if getattr(self.pipeline, "float_output", False) else torch.uint8
                 wrong = [(tuple(x.shape), x.dtype) for x, o in zip(images, outs)
-                         if tuple(x.shape) != tuple(o.shape[1:]) or x.dtype != torch.uint8]
+                         if tuple(x.shape) != tuple(o.shape[1:]) or x.dtype != dtype]
                 if wrong or len(images) != len(outs):
                     s.error = ValueError(f"{s.name!r} (index {s.index}): the full-decode fallback gave "
-                                         f"{[(tuple(x.shape), x.dtype) for x in images]}, the batch needs uint8 "
+                                         f"{[(tuple(x.shape), x.dtype) for x in images]}, the batch needs {dtype} "
                                          f"{[tuple(o.shape[1:]) for o in outs]}")
                     continue
                 # the conversion is elementwise: a row converted alone equals its row in a batch

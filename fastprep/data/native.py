@@ -67,7 +67,7 @@ _OUT_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 # csrc/batch/plan.h: DecodeKind, ConvertKind
 _KIND_NO_DRAW, _KIND_RESIZED_CROP, _KIND_RANDOM_CROP = range(3)
 (_NO_CONVERT, _DIV255, _AFFINE, _YUV, _YUV_AFFINE, _YUV_AFFINE_FMA, _TO_FLOAT,
- _TO_FLOAT_NORMALIZE) = range(8)
+ _TO_FLOAT_NORMALIZE, _DIV_TO_FLOAT, _DIV_TO_FLOAT_NORMALIZE) = range(10)
 _ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
 
 _PLAN = struct_dtype("SamplePlan")
@@ -652,9 +652,9 @@ class NativePipeline:
             c = self.compiled
             rec["scale"] = float(np.float32(1.0 / 255))  # v2 ToDtype: image.to(float32).mul_(1 / 255)
             if c.mean is None:
-                rec["kind"] = _TO_FLOAT
+                rec["kind"] = _DIV_TO_FLOAT if c.divide else _TO_FLOAT  # v1 ConvertImageDtype: x / 255
             else:
-                rec["kind"] = _TO_FLOAT_NORMALIZE
+                rec["kind"] = _DIV_TO_FLOAT_NORMALIZE if c.divide else _TO_FLOAT_NORMALIZE
                 k = self.channels
                 rec["mean"][:k] = (c.mean * k)[:k] if len(c.mean) == 1 else c.mean
                 rec["std"][:k] = (c.std * k)[:k] if len(c.std) == 1 else c.std

@@ -297,6 +297,10 @@ class DevicePrefetcher:
         running = self._running
         if running is not None:
             running[1] += 1
+            count = getattr(batch, "sample_count", None)  # a batch boxed with its size
+            if count is not None:
+                running[2] += int(count)
+                return
             first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
             if isinstance(first, list) and first:  # a MultiView's views: count samples once
                 first = first[0]

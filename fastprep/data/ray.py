@@ -61,7 +61,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from .. import _checks
 from .. import io as fio
-from .._seeding import check_seed, keyed_default_rng, sample_key
+from .._seeding import check_seed, sample_key, sample_rng
 from ..transforms._compile import output_dtype
 from .datasets import JpegDataset, JpegFolder
 from .loader import batch_conversion, dataset_transform
@@ -234,7 +234,7 @@ class DecodeBatch:
         """``fn(enc)`` drawing from the sample's keyed generator (with a seed)."""
         if self.seed is None:
             return fn(enc)
-        with keyed_default_rng(sample_key(self.seed, self.epoch, index)):
+        with sample_rng(self.seed, self.epoch, index):
             return fn(enc)
 
     def _sample(self, enc: torch.Tensor):

@@ -10,7 +10,9 @@ A pipeline the threads engine can run has three parts, in this order:
    pixels are v2's (optionally followed by fastprep's ``RandomMask``).
 2. **Augmentations** on the uint8 image: v2 transforms with a native side
    (:func:`fastprep.transforms._native.to_native`).
-3. **The output**: ``ToDtype(torch.float32, scale=True)`` (+ ``Normalize``), fused into the
+3. **The output**: ``ToDtype(torch.float32, scale=True)`` or ``ConvertImageDtype(torch.float32)``
+   (v2's, the same arithmetic; or v1's, ``x / 255`` where v2 multiplies by ``1 / 255``: another
+   float32 rounding) (+ ``Normalize``, v1's or v2's: both ``sub(mean).div_(std)``), fused into the
    batch write, then transforms that run on the float image (``RandomErasing``, which may also
    come before ``ToDtype``: its native side's stage is ``"any"``).
 
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+import torchvision.transforms as v1
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
@@ -54,7 +57,7 @@ from ._decode import (
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, to_native
 
-__all__ = ["CompiledPipeline", "compile_pipeline", "input_kind", "output_dtype"]
+__all__ = ["CompiledPipeline", "compile_pipeline", "input_kind", "output_dtype", "takes_pil_as_tensor"]
 
 #: Steps that change nothing on a decoded uint8 tensor.
 _NO_OPS = (v2.ToImage, v2.ToPureTensor, v2.PILToTensor, torch.nn.Identity, v2.Identity)
@@ -72,6 +75,8 @@ class CompiledPipeline(NamedTuple):
         after_float: native sides of the transforms on the float image, in order.
         channels: channels of the output.
         size: ``(height, width)`` of the output.
+        divide: the float conversion is v1 ``ConvertImageDtype``'s ``x / 255`` (``False``:
+            v2's ``x * (1 / 255)``).
     """
 
     decode: Any
@@ -83,11 +88,12 @@ class CompiledPipeline(NamedTuple):
     after_float: tuple[NativeTransform, ...]
     channels: int
     size: tuple[int, int]
+    divide: bool = False
 
 
 def _steps(transform: Any) -> list[Any]:
     """The pipeline's steps, nested Compose flattened."""
-    if isinstance(transform, (v2.Compose, Compose)) or type(transform) is torch.nn.Sequential:
+    if isinstance(transform, (v2.Compose, v1.Compose, Compose)) or type(transform) is torch.nn.Sequential:
         out: list[Any] = []
         container: Any = transform
         steps: Any = container.transforms if hasattr(container, "transforms") else list(container)
@@ -277,9 +283,29 @@ def _resolve_dtypes(steps: list[Any]) -> list[Any]:
     return out
 
 
+#: the image conversions that end a native pipeline's uint8 part: -> divide (v1's x / 255)
+_FLOAT_CONVERSIONS = {v2.ToDtype: False, v2.ConvertImageDtype: False, v1.ConvertImageDtype: True}
+#: Normalize on a float image: v1's ``tensor.sub_(mean).div_(std)`` is v2's arithmetic
+_NORMALIZE = (v2.Normalize, v1.Normalize)
+
+
+def takes_pil_as_tensor(transform: Any) -> bool:
+    """Whether ``transform``, given a PIL image, first converts it to a uint8 tensor of the same
+    pixels (v2 ``ToImage`` or ``PILToTensor`` as its first step): on a JPEG decoded by
+    fastprep (Pillow's ``convert("RGB")`` pixels) the rest of it then sees what it sees on the
+    PIL image, so it can run as a pipeline on decoded images."""
+    steps = _steps(transform)
+    return bool(steps) and type(steps[0]) in (v2.ToImage, v2.PILToTensor)
+
+
 def _to_float(step: Any) -> bool:
-    """Whether ``step`` is ``ToDtype(torch.float32, scale=True)``; Unsupported for other float
-    conversions."""
+    """Whether ``step`` is ``ToDtype(torch.float32, scale=True)`` or ``ConvertImageDtype(torch.float32)``
+    (v1 or v2); Unsupported for other float conversions."""
+    if type(step) in (v2.ConvertImageDtype, v1.ConvertImageDtype):
+        if step.dtype != torch.float32:
+            raise Unsupported(f"{type(step).__name__}({step.dtype}): the native output conversions are to "
+                              "torch.float32")
+        return True
     if type(step) is not v2.ToDtype:
         return False
     dtype = step.dtype
@@ -329,18 +355,19 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     size = _output_size(decode)
     augment: list[NativeTransform] = []
     after: list[NativeTransform] = []
-    to_float, mean, std = False, None, None
+    to_float, divide, mean, std = False, False, None, None
     for step in rest:
         if type(step) is v2.ToDtype and step.dtype == torch.uint8 and not to_float:
             continue
         if not to_float and _to_float(step):
-            to_float = True
+            to_float, divide = True, _FLOAT_CONVERSIONS[type(step)]
             continue
-        if to_float and type(step) is v2.Normalize and mean is None and not after:
+        if to_float and type(step) in _NORMALIZE and mean is None and not after:
             mean, std = tuple(float(m) for m in step.mean), tuple(float(s) for s in step.std)
             continue
-        if type(step) is v2.Normalize:
-            raise Unsupported("Normalize must follow ToDtype(torch.float32, scale=True) to run natively")
+        if type(step) in _NORMALIZE:
+            raise Unsupported("Normalize must follow ToDtype(torch.float32, scale=True) (or ConvertImageDtype) to run "
+                              "natively")
         native = to_native(step)
         if to_float:
             if native.stage == "uint8":
@@ -358,7 +385,7 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
         native.check_channels(channels)
     if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
         raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")
-    return CompiledPipeline(decode, mask, tuple(augment), to_float, mean, std, tuple(after), channels, size)
+    return CompiledPipeline(decode, mask, tuple(augment), to_float, mean, std, tuple(after), channels, size, divide)
 
 
 def _channels(decode: Any, augment: Sequence[NativeTransform]) -> int:
