@@ -21,6 +21,7 @@ from .batch import BatchCast, BatchConvert
 from .collate import PooledCollate
 from .datasets import ENCODED_INPUT_HELP, JpegDataset, JpegFolder
 from .engine import ThreadLoader
+from .objects import ObjectFolder, is_object_url
 from .native import MultiViewPipeline, NativePipeline, Unsupported, native_pipeline
 from .options import BatchOutput, DecodeOptions, LoaderOptions, split_options
 from .order import EpochControl, EpochSampler
@@ -368,6 +369,14 @@ def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOption
         warm_up_kernels()
     kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
                   apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
+    storage = rest.get("storage")
+    if is_object_url(source):
+        if is_shard_dir(source, storage=storage):
+            return ShardDataset(source, transform=transform, on_error=on_error, storage=storage, **kwargs)
+        return ObjectFolder(source, transform=transform, on_error=on_error, extensions=rest.get("extensions"),
+                            storage=storage, **kwargs)
+    if storage is not None:
+        raise ValueError(f"storage= configures s3:// sources; source is {source!r:.200}")
     if is_shard_dir(source):
         return ShardDataset(source, transform=transform, on_error=on_error, **kwargs)
     if isinstance(source, (str, os.PathLike)):
