@@ -27,7 +27,7 @@ import socket
 import struct
 import threading
 import time
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 __all__ = ["LocalS3Server"]
@@ -106,7 +106,7 @@ class LocalS3Server:
         ``max_in_flight`` and ``mean_in_flight`` (requests being served, sampled at each
         request's arrival)."""
         with self._lock:
-            out = dict(self._stats)
+            out: dict[str, float] = dict(self._stats)
         out["mean_in_flight"] = out.pop("in_flight_sum") / max(1, out["requests"])
         del out["in_flight"]
         return out

@@ -17,6 +17,7 @@ never part of a loader's ``state_dict``.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import random
 import re
@@ -75,8 +76,9 @@ def _credential_kwargs() -> dict[str, Any]:
     """boto3's credential chain (config files, SSO, ...) when the environment has no key."""
     if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_SKIP_SIGNATURE"):
         return {}
+    if importlib.util.find_spec("boto3") is None:
+        return {}
     try:
-        import boto3  # noqa: F401
         from obstore.auth.boto3 import Boto3CredentialProvider
     except ImportError:
         return {}
@@ -191,7 +193,7 @@ class ObjectStore:
         future = asyncio.run_coroutine_threadsafe(coroutine, client.loop)
         return future.result()
 
-    def list(self) -> list[tuple[str, int]]:
+    def listing(self) -> list[tuple[str, int]]:
         """``(name, size)`` of every object under the URL, in the store's (byte) order,
         read page by page (``ListObjectsV2``).
 
@@ -307,7 +309,7 @@ class ObjectFolder(JpegDataset):
         self.root = root
         self.store = ObjectStore(root, storage)
         self.extensions = folder_extensions(extensions, bool(kwargs.get("jpeg_only")))
-        listing = list_folder_keys([name for name, _ in self.store.list()], self.extensions)
+        listing = list_folder_keys([name for name, _ in self.store.listing()], self.extensions)
         self.classes, self.ignored = listing.classes, listing.ignored
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         if self.ignored:
@@ -334,8 +336,10 @@ class ObjectFolder(JpegDataset):
         if type(self).read_encoded is not ObjectFolder.read_encoded:
             return [self._read_or_error(i) for i in indices]
         datas = self.store.get_many([(self.names[i], None, None) for i in indices])
-        return [(data, "") if isinstance(data, BaseException) else (_tensor(data), self.files[i])
-                for i, data in zip(indices, datas)]
+        out: list[tuple[torch.Tensor | Exception, str]] = []
+        for i, data in zip(indices, datas):
+            out.append((data, "") if isinstance(data, OSError) else (_tensor(data), self.files[i]))
+        return out
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.store.url!r}, samples={len(self.files)}, "

@@ -189,7 +189,7 @@ class _Storage:
         """Size in bytes of a regular file; ``FileNotFoundError`` naming its path when missing."""
         if self.objects is not None:
             if self._sizes is None:
-                self._sizes = dict(self.objects.list())
+                self._sizes = dict(self.objects.listing())
             if name not in self._sizes:
                 raise FileNotFoundError(f"shard missing: {self.path(name)!r}")
             return self._sizes[name]
