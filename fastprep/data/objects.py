@@ -160,7 +160,8 @@ class ObjectStore:
         _obstore()  # a missing client fails here, at construction, naming the extra
         self._client: tuple[int, _Client] | None = None
         self._lock = threading.Lock()
-        self._counts = {"requests": 0, "bytes": 0, "retries": 0}
+        self._counts: dict[str, int] = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
+                        "in_flight_sum": 0}
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -178,9 +179,30 @@ class ObjectStore:
 
     @property
     def stats(self) -> dict:
-        """``{"requests", "bytes", "retries"}`` in this process since construction."""
+        """Counts in this process since construction (or :meth:`reset_stats`):
+        ``requests`` (answered), ``bytes`` (received), ``retries`` (this layer's, after the
+        client's own), ``max_in_flight`` and ``mean_in_flight`` (requests in flight, seen
+        by each request as it starts)."""
         with self._lock:
-            return dict(self._counts)
+            out: dict[str, float] = dict(self._counts)
+        started = out.pop("started", 0) or 1
+        out["mean_in_flight"] = out.pop("in_flight_sum") / started
+        del out["in_flight"]
+        return out
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._counts = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
+                            "in_flight_sum": 0, "started": 0}
+
+    def _track(self, delta: int) -> None:
+        with self._lock:
+            c = self._counts
+            c["in_flight"] += delta
+            if delta > 0:
+                c["started"] = c.get("started", 0) + 1
+                c["in_flight_sum"] += c["in_flight"]
+                c["max_in_flight"] = max(c["max_in_flight"], c["in_flight"])
 
     def client(self) -> _Client:
         with self._lock:
@@ -244,11 +266,15 @@ class ObjectStore:
         for attempt in range(self.options.retries + 1):
             try:
                 async with client.semaphore:
-                    if start is None:
-                        result = await obstore.get_async(store, name)
-                        data = await asyncio.wait_for(result.bytes_async(), self.options.timeout_s)
-                    else:
-                        data = await obstore.get_range_async(store, name, start=start, length=length)
+                    self._track(1)
+                    try:
+                        if start is None:
+                            result = await obstore.get_async(store, name)
+                            data = await asyncio.wait_for(result.bytes_async(), self.options.timeout_s)
+                        else:
+                            data = await obstore.get_range_async(store, name, start=start, length=length)
+                    finally:
+                        self._track(-1)
                 out = bytearray(data)
                 with self._lock:
                     self._counts["requests"] += 1
