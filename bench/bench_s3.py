@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -60,14 +61,25 @@ def _store(dataset):
     return getattr(dataset, "store", None) or getattr(getattr(dataset, "_storage", None), "objects", None)
 
 
-def _epochs(loader, epochs: int) -> tuple[float, int]:
-    """(seconds, samples) for ``epochs`` epochs of ``loader``."""
+def _cpu_s(pid: int | None = None) -> float:
+    """CPU seconds of this process (``pid`` None) or of process ``pid`` (from /proc)."""
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _epochs(loader, epochs: int, server_pid: int) -> tuple[float, int, float, float]:
+    """(seconds, samples, loader CPU s, server CPU s) for ``epochs`` epochs of ``loader``."""
     n = 0
+    cpu, server = _cpu_s(), _cpu_s(server_pid)
     start = time.perf_counter()
     for _ in range(epochs):
         for _, y in loader:
             n += len(y)
-    return time.perf_counter() - start, n
+    return time.perf_counter() - start, n, _cpu_s() - cpu, _cpu_s(server_pid) - server
 
 
 def main(argv=None) -> None:
@@ -79,6 +91,8 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--serial", action=argparse.BooleanOptionalAction, default=True,
+                        help="also one epoch of s3:// shards with one request in flight")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     _prepare(args.data, args.work)
@@ -93,21 +107,29 @@ def main(argv=None) -> None:
                 kwargs = {"storage": storage} if where == "s3" else {}
                 loader = D.make_loader(source, recipe="imagenet-train", batch_size=args.batch_size, device="cpu",
                                        seed=0, **kwargs)
-                _epochs(loader, 1)  # warm-up: connections, page cache, kernels
+                _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
                 loaders[layout, where] = loader
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
+        cpu: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in loaders}
         counters: dict[tuple[str, str], dict] = {}
-        for _ in range(args.runs):
-            for key, loader in loaders.items():
-                store = _store(loader.dataset)
-                if store is not None:
-                    store.reset_stats()
-                seconds, n = _epochs(loader, args.epochs)
-                rates[key].append(n / seconds)
-                if store is not None:
-                    stats = store.stats
-                    counters[key] = {k: v / args.epochs if k in ("requests", "bytes", "retries") else v
-                                     for k, v in stats.items()}
+        runs = [(key, args.epochs) for key in loaders] * args.runs
+        if args.serial:
+            loaders["shards", "s3, 1 in flight"] = D.make_loader(
+                "s3://data/shards/", recipe="imagenet-train", batch_size=args.batch_size, device="cpu", seed=0,
+                storage=D.StorageOptions(max_in_flight=1))
+            rates["shards", "s3, 1 in flight"], cpu["shards", "s3, 1 in flight"] = [], []
+            runs.append((("shards", "s3, 1 in flight"), 1))
+        for key, epochs in runs:
+            loader = loaders[key]
+            store = _store(loader.dataset)
+            if store is not None:
+                store.reset_stats()
+            seconds, n, client_s, server_s = _epochs(loader, epochs, proc.pid)
+            rates[key].append(n / seconds)
+            cpu[key].append((1000 * client_s / n, 1000 * server_s / n))
+            if store is not None:
+                counters[key] = {k: v / epochs if k in ("requests", "bytes", "retries") else v
+                                 for k, v in store.stats.items()}
     finally:
         proc.terminate()
         proc.wait(10)
@@ -115,20 +137,24 @@ def main(argv=None) -> None:
     print(f"inputs: {args.data} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
           f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
           f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
-    print("| layout | source | samples/s | vs local | requests/epoch | MB/epoch | in flight (mean / max) | retries |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
+          "| in flight (mean / max) | retries |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
-    for layout in LAYOUTS:
+    for layout, where in rates:
         local = statistics.median(rates[layout, "local"])
-        for where in ("local", "s3"):
-            rate = statistics.median(rates[layout, where])
-            c = counters.get((layout, where))
-            extra = ("| - | - | - | - |" if c is None else
-                     f"| {c['requests']:.0f} | {c['bytes'] / 1e6:.1f} | {c['mean_in_flight']:.1f} / "
-                     f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
-            print(f"| {layout} | {where} | {rate:,.0f} | {rate / local:.2f}x " + extra)
-            rows.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where],
-                         "median": rate, "ratio_vs_local": rate / local, "counters": c})
+        rate = statistics.median(rates[layout, where])
+        client_ms = statistics.median(c for c, _ in cpu[layout, where])
+        server_ms = statistics.median(s for _, s in cpu[layout, where])
+        c = counters.get((layout, where))
+        extra = ("| - | - | - | - |" if c is None else
+                 f"| {c['requests']:.0f} | {c['bytes'] / 1e6:.1f} | {c['mean_in_flight']:.1f} / "
+                 f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
+        used = f"{client_ms:.2f}" + (f" + {server_ms:.2f}" if where != "local" else "")
+        print(f"| {layout} | {where} | {rate:,.0f} | {rate / local:.2f}x | {used} " + extra)
+        rows.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
+                     "ratio_vs_local": rate / local, "cpu_ms_per_sample": cpu[layout, where], "counters": c})
+    print(f"load average during the run (1, 5, 15 min): {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"platform": describe(), "args": vars(args), "rows": rows}, f, indent=1)

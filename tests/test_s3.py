@@ -21,7 +21,7 @@ import fastprep.data as D
 import fastprep.io as fio
 from fastprep.bench.s3server import LocalS3Server
 from fastprep.bench.synthetic import encode_jpeg, photo_like
-from fastprep.pack import pack_shards
+from fastprep.pack import pack_folder, pack_shards
 from conftest import make_jpeg
 
 obstore = pytest.importorskip("obstore")
@@ -59,13 +59,15 @@ TREE = {
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """A folder holding ``folder/`` (an ImageFolder tree) and ``shards/`` (it packed into
+    """A folder holding ``folder/`` (an ImageFolder tree), ``packed/`` (it packed by
+    ``fastprep.pack``: restart intervals and their index) and ``shards/`` (it packed into
     shards of at most 20 kB)."""
     base = tmp_path_factory.mktemp("s3data")
     for rel, make in TREE.items():
         path = base / "folder" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(make())
+    pack_folder(base / "folder", base / "packed", workers=1, progress=False)
     pack_shards(base / "folder", base / "shards", shard_size=20_000, workers=1, progress=False)
     return base
 
@@ -129,8 +131,8 @@ def local_server(data, monkeypatch):
 
 def _batches(source, **kwargs):
     kwargs.setdefault("num_workers", 2)
-    loader = D.make_loader(source, batch_size=3, crop_size=24, device="cpu", seed=7, engine="threads",
-                           shuffle=True, **kwargs)
+    kwargs.setdefault("engine", "threads")
+    loader = D.make_loader(source, batch_size=3, crop_size=24, device="cpu", seed=7, shuffle=True, **kwargs)
     return [(x.clone(), y.clone()) for x, y in loader]
 
 
@@ -140,7 +142,8 @@ def _assert_same(got, ref):
         assert torch.equal(y, ry) and torch.equal(x, rx)
 
 
-LAYOUTS = {"folder": ("folder", D.ObjectFolder), "shards": ("shards", D.ShardDataset)}
+LAYOUTS = {"folder": ("folder", D.ObjectFolder), "packed": ("packed", D.ObjectFolder),
+           "shards": ("shards", D.ShardDataset)}
 
 
 class TestMoto:
@@ -188,6 +191,21 @@ class TestMoto:
                                 num_workers=2)
         resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
         _assert_same(head + [(x.clone(), y.clone()) for x, y in resumed], full)
+
+    def test_processes_engine(self, data, on_moto):
+        """DataLoader workers: spawned from a forkserver (obstore's threads do not survive
+        fork), each with its own client; the local tree's batches."""
+        ref = _batches(str(data / "shards"), engine="processes")
+        got = _batches(f"s3://{BUCKET}/shards", engine="processes")
+        _assert_same(got, ref)
+
+    def test_forked_client_refused(self, on_moto, monkeypatch):
+        import fastprep.data.objects as objects
+
+        store = D.ObjectStore(f"s3://{BUCKET}/folder")
+        monkeypatch.setattr(objects, "_runtime_pid", os.getpid() + 1)  # as in a child forked after it ran
+        with pytest.raises(RuntimeError, match="forked after obstore ran"):
+            store.read_all("cat/a.jpg")
 
     def test_missing_bucket_fails_fast_naming_it(self, on_moto):
         for url in ("s3://no-such-bucket/folder/", "s3://no-such-bucket/shards"):

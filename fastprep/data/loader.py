@@ -452,7 +452,10 @@ def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory
     kwargs: dict[str, Any] = {}
     prefetch_factor = rest.get("prefetch_factor")
     if num_workers > 0:
-        context = _worker_context(rest.get("multiprocessing_context"), rest.get("spawn_via_forkserver", True))
+        context = rest.get("multiprocessing_context")
+        if context is None and getattr(dataset, "object_store", None) is not None:
+            context = "spawn"  # obstore's runtime threads do not survive fork (a forkserver, below)
+        context = _worker_context(context, rest.get("spawn_via_forkserver", True))
         kwargs.update(persistent_workers=bool(rest.get("persistent_workers", False)),
                       multiprocessing_context=context, worker_init_fn=rest.get("worker_init_fn"))
         if prefetch_factor is not None:

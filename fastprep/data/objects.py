@@ -33,6 +33,8 @@ from .options import StorageOptions
 __all__ = ["ObjectFolder", "ObjectStore", "is_object_url", "split_url"]
 
 _SCHEME = "s3://"
+#: the process whose obstore runtime has run (its threads do not survive a fork)
+_runtime_pid: int | None = None
 _PERMANENT_STATUS = re.compile(r"status code: 4(?!08|29)\d\d")
 
 
@@ -205,14 +207,29 @@ class ObjectStore:
                 c["max_in_flight"] = max(c["max_in_flight"], c["in_flight"])
 
     def client(self) -> _Client:
+        """This process's client, created on first use.
+
+        Raises:
+            RuntimeError: this process was forked from one whose obstore client had run
+                (obstore's runtime threads do not exist in the child: a request would
+                never return).
+        """
+        global _runtime_pid
         with self._lock:
             if self._client is None or self._client[0] != os.getpid():
+                if _runtime_pid is not None and _runtime_pid != os.getpid():
+                    raise RuntimeError(f"cannot read {self.url!r} in a process forked after obstore ran in its "
+                                       "parent (its runtime's threads do not survive fork): use make_loader's "
+                                       "threads engine, or worker processes started by spawn or forkserver "
+                                       "(make_loader picks them for s3:// sources unless multiprocessing_context "
+                                       "says otherwise)")
                 self._client = (os.getpid(), _Client(self.bucket, self.prefix, self.options))
+                _runtime_pid = os.getpid()
             return self._client[1]
 
-    def _run(self, coroutine):
-        client = self.client()
-        future = asyncio.run_coroutine_threadsafe(coroutine, client.loop)
+    def _run(self, make_coroutine):
+        client = self.client()  # before the coroutine exists: a refused client leaves none unawaited
+        future = asyncio.run_coroutine_threadsafe(make_coroutine(), client.loop)
         return future.result()
 
     def listing(self) -> list[tuple[str, int]]:
@@ -244,7 +261,7 @@ class ObjectStore:
         requests = list(requests)
         if not requests:
             return []
-        return self._run(self._gather(requests))
+        return self._run(lambda: self._gather(requests))
 
     def read_all(self, name: str) -> bytearray:
         """The bytes of object ``name``; raises the ``OSError`` :meth:`get_many` returns."""
@@ -350,6 +367,11 @@ class ObjectFolder(JpegDataset):
         self.names = [name for name, _ in listing.samples]
         self.samples = [(self.store.url_of(name), t) for name, t in listing.samples]
         super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform, on_error, **kwargs)
+
+    @property
+    def object_store(self) -> ObjectStore:
+        """The :class:`ObjectStore` the samples are read from."""
+        return self.store
 
     def read_encoded(self, index: int) -> tuple[torch.Tensor, str]:
         """``(the object's bytes as a uint8 1-D tensor, its URL)``; one ``GET``."""

@@ -609,6 +609,11 @@ class ShardDataset(JpegDataset):
         self._native_shard = [_utf8_path(path) for path in self.shards]
         super().__init__(names, targets, transform, on_error, **kwargs)
 
+    @property
+    def object_store(self) -> ObjectStore | None:
+        """The :class:`~fastprep.data.ObjectStore` of an ``s3://`` directory, else ``None``."""
+        return self._storage.objects
+
     def _load_index(self, entry: dict, size: int, unpinned: list[str]) -> dict:
         """The shard's member index, checked against the manifest's entry (its pin too) and
         against the shard (``size`` bytes): its side file, or a scan of the tar (then cached).
