@@ -36,6 +36,8 @@ _SCHEME = "s3://"
 #: the process whose obstore runtime has run (its threads do not survive a fork)
 _runtime_pid: int | None = None
 _PERMANENT_STATUS = re.compile(r"status code: 4(?!08|29)\d\d")
+#: in obstore's message when its own retries of a request are spent
+_CLIENT_RETRIES_SPENT = re.compile(r"max_retries: \d+")
 
 
 def is_object_url(source) -> bool:
@@ -299,7 +301,9 @@ class ObjectStore:
                 return out
             except Exception as e:  # obstore's errors, asyncio's timeout
                 error = e
-                if _is_permanent(e) or attempt == self.options.retries:
+                # the client retried the request itself; this layer retries what it does not (a
+                # body that fails mid-transfer), so the attempts stay bounded by `retries`
+                if _is_permanent(e) or _CLIENT_RETRIES_SPENT.search(str(e)) or attempt == self.options.retries:
                     break
                 with self._lock:
                     self._counts["retries"] += 1
