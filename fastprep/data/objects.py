@@ -106,8 +106,24 @@ def _short(error: BaseException) -> str:
     return text[:300] or type(error).__name__
 
 
+_loop_lock = threading.Lock()
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    """The asyncio loop this process's requests run on (one daemon thread, started on first use)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="fastprep-s3", daemon=True).start()
+            _loop = (os.getpid(), loop)
+        return _loop[1]
+
+
 class _Client:
-    """One process's client: the obstore store and the asyncio loop its requests run on."""
+    """One store's client in one process: the obstore store, the process's loop and the
+    semaphore bounding the store's requests in flight."""
 
     def __init__(self, bucket: str, prefix: str, options: StorageOptions):
         obstore, S3Store = _obstore()
@@ -128,14 +144,8 @@ class _Client:
         if endpoint:
             kwargs["endpoint"] = endpoint
         self.store = S3Store(bucket, **kwargs)
-        self.loop = asyncio.new_event_loop()
-        self.semaphore: asyncio.Semaphore | None = None
-        self.thread = threading.Thread(target=self._run, name="fastprep-s3", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        self.loop = _process_loop()
+        self.semaphore: asyncio.Semaphore | None = None  # created on the loop
 
 
 class ObjectStore:
@@ -257,7 +267,7 @@ class ObjectStore:
 
     def get_many(self, requests) -> list[bytearray | OSError]:
         """The bytes of each ``(name, start, length)`` request (``start`` ``None``: the
-        whole object), all in flight at once (up to ``max_in_flight`` per process), or the
+        whole object), all in flight at once (up to ``max_in_flight`` per store and process), or the
         ``OSError`` naming the URL when one cannot be read (``FileNotFoundError`` for a
         missing object). A range past the object's end returns fewer bytes."""
         requests = list(requests)

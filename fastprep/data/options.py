@@ -79,7 +79,7 @@ class StorageOptions:
     """How ``s3://`` sources are read (docs/storage.md).
 
     Attributes:
-        max_in_flight: most requests in flight per process, over all of the loader's reader
+        max_in_flight: most requests in flight per dataset and process, over all of the loader's reader
             threads. At a first-byte latency ``L`` (tens of ms for object storage) a rate of
             ``R`` samples/s needs about ``R * L`` of them (1,600/s at 25 ms: 40); the default
             64 leaves headroom.
