@@ -262,6 +262,23 @@ class TestFaults:
         with pytest.raises(fio.DecodeError, match=rf"s3://{BUCKET}/shards/shard-000000.tar.*after 1 retries"):
             _batches(f"s3://{BUCKET}/shards", storage=storage)
 
+    def test_requests_in_flight_bounded(self, data, local_server):
+        """A batch's reads are in flight together, never more than max_in_flight."""
+        server = local_server(latency_s=0.05)
+        ds = D.ObjectFolder(f"s3://{BUCKET}/folder/", storage=D.StorageOptions(max_in_flight=4))
+        server.reset_stats()
+        got = ds.read_encoded_batch(range(len(ds)))
+        assert [bytes(x.numpy()) for x, _ in got] == [(data / "folder" / n).read_bytes() for n in ds.names]
+        assert 2 <= server.stats["max_in_flight"] <= 4 and ds.store.stats["max_in_flight"] == 4
+
+    def test_timeout_names_the_url(self, data, local_server):
+        local_server(latency_s=30)  # a server that does not answer in time
+        store = D.ObjectStore(f"s3://{BUCKET}/folder", D.StorageOptions(timeout_s=0.5, retries=0))
+        start = time.monotonic()
+        with pytest.raises(OSError, match=rf"cannot read 's3://{BUCKET}/folder/cat/a.jpg'"):
+            store.read_all("cat/a.jpg")
+        assert time.monotonic() - start < 10  # bounded: no hang
+
     def test_skip_names_the_object(self, data, local_server):
         local_server(fail_keys={"folder/dog/e.jpeg"})
         loader = D.make_loader(f"s3://{BUCKET}/folder", batch_size=3, crop_size=24, device="cpu", seed=7,
