@@ -269,7 +269,8 @@ class ObjectStore:
         """The bytes of each ``(name, start, length)`` request (``start`` ``None``: the
         whole object), all in flight at once (up to ``max_in_flight`` per store and process), or the
         ``OSError`` naming the URL when one cannot be read (``FileNotFoundError`` for a
-        missing object). A range past the object's end returns fewer bytes."""
+        missing object). A range that ends past the object's end returns fewer bytes; one
+        that starts past it is an ``OSError``."""
         requests = list(requests)
         if not requests:
             return []
