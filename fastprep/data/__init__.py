@@ -52,7 +52,8 @@ from .dataloader import DataLoader
 from .datasets import JpegDataset, JpegFolder, SkippedFile
 from .engine import ThreadLoader
 from .loader import IMAGENET_MEAN, IMAGENET_STD, RECIPES, default_transform, make_loader, warm_up_kernels
-from .options import BatchOutput, DecodeOptions, LoaderOptions
+from .objects import ObjectFolder, ObjectStore
+from .options import BatchOutput, DecodeOptions, LoaderOptions, StorageOptions
 from .order import EpochSampler
 from .prefetch import DevicePrefetcher
 from .shards import ShardDataset, is_shard_dir
@@ -74,9 +75,12 @@ __all__ = [
     "JpegDataset",
     "JpegFolder",
     "LoaderOptions",
+    "ObjectFolder",
+    "ObjectStore",
     "PooledCollate",
     "ShardDataset",
     "SkippedFile",
+    "StorageOptions",
     "ThreadLoader",
     "batch_rgb_to_yuv",
     "collate_uint8",

@@ -22,7 +22,8 @@ from . import fallback as _fb
 from ._files import file_kind as _file_kind
 from ._files import open_regular
 
-__all__ = ["JpegDataset", "JpegFolder", "SkippedFile", "substitute_index"]
+__all__ = ["FolderListing", "JpegDataset", "JpegFolder", "SkippedFile", "folder_extensions", "list_folder_keys",
+           "substitute_index"]
 
 _MAX_SKIP_SLOTS = 256  # slot 0: main process; slot k: DataLoader worker k - 1
 _JPEG_EXTENSIONS = (".jpg", ".jpeg")
@@ -517,6 +518,66 @@ def _read_error(code: int, path: str) -> OSError:
     return OSError(code, os.strerror(code), path)
 
 
+def folder_extensions(extensions, jpeg_only: bool) -> tuple[str, ...]:
+    """The file name endings a folder lists (lower case): ``extensions`` (a string or a
+    sequence), or by default torchvision ImageFolder's list (``.jpg .jpeg`` with
+    ``jpeg_only``)."""
+    if extensions is None:
+        extensions = _JPEG_EXTENSIONS if jpeg_only else _DEFAULT_EXTENSIONS
+    if isinstance(extensions, str):
+        extensions = (extensions,)
+    return tuple(e.lower() for e in extensions)
+
+
+class FolderListing(NamedTuple):
+    """:func:`list_folder_keys`' answer."""
+
+    #: the class folder names, sorted
+    classes: list
+    #: ``(relative name, class index)`` in :class:`JpegFolder`'s order
+    samples: list
+    #: image files left out by the extensions: ``{extension: count}``
+    ignored: dict
+
+
+def list_folder_keys(names, extensions: tuple[str, ...]) -> FolderListing:
+    """:class:`JpegFolder`'s listing of a tree given as the relative names of its files
+    (``"cat/a.jpg"``, ``/``-separated; an object store's keys under a prefix).
+
+    The same rules as on disk: classes are the sorted top-level folder names not named
+    like an image; per class, files in folders sorted by their path (``sorted(os.walk())``),
+    then by name; files beside the class folders are left out; without class folders the
+    files at the top are the samples, with target 0. Names ending in ``/`` (folder markers)
+    are not files.
+    """
+    images = tuple(e for e in _DEFAULT_EXTENSIONS + _OTHER_IMAGE_EXTENSIONS if e not in extensions)
+    ignored: dict[str, int] = {}
+
+    def keep(name: str) -> bool:
+        if _has_extension(name, extensions):
+            return True
+        if _has_extension(name, images):
+            ext = os.path.splitext(name)[1].lower()
+            ignored[ext] = ignored.get(ext, 0) + 1
+        return False
+
+    names = [n for n in names if n and not n.endswith("/")]
+    tops = {n.split("/", 1)[0] for n in names if "/" in n}
+    classes = sorted(t for t in tops if not _has_extension(t, extensions + images))
+    class_to_idx = {c: i for i, c in enumerate(classes)}
+    keyed = []
+    for n in names:
+        folder, _, base = n.rpartition("/")
+        if classes:
+            top = n.split("/", 1)[0]
+            if folder and top in class_to_idx and keep(base):
+                keyed.append((class_to_idx[top], folder, base, n))
+        elif not folder and keep(base):
+            keyed.append((0, "", base, n))
+    keyed.sort()
+    return FolderListing(classes, [(n, c) for c, _, _, n in keyed], ignored)
+
+
 class JpegFolder(JpegDataset):
     """JPEG files in class subfolders, with ``torchvision.datasets.ImageFolder`` conventions.
 
@@ -550,11 +611,7 @@ class JpegFolder(JpegDataset):
 
     def __init__(self, root, transform=None, on_error: str = "raise", extensions=None, **kwargs):
         self.root = os.fspath(root)
-        if extensions is None:
-            extensions = _JPEG_EXTENSIONS if kwargs.get("jpeg_only") else _DEFAULT_EXTENSIONS
-        if isinstance(extensions, str):
-            extensions = (extensions,)
-        self.extensions = tuple(e.lower() for e in extensions)
+        self.extensions = folder_extensions(extensions, bool(kwargs.get("jpeg_only")))
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"root is not a directory: {self.root!r}")
         images = tuple(e for e in _DEFAULT_EXTENSIONS + _OTHER_IMAGE_EXTENSIONS if e not in self.extensions)

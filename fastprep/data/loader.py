@@ -21,6 +21,7 @@ from .batch import BatchCast, BatchConvert
 from .collate import PooledCollate
 from .datasets import ENCODED_INPUT_HELP, JpegDataset, JpegFolder
 from .engine import ThreadLoader
+from .objects import ObjectFolder, is_object_url
 from .native import MultiViewPipeline, NativePipeline, Unsupported, native_pipeline
 from .options import BatchOutput, DecodeOptions, LoaderOptions, split_options
 from .order import EpochControl, EpochSampler
@@ -368,6 +369,14 @@ def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOption
         warm_up_kernels()
     kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
                   apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
+    storage = rest.get("storage")
+    if is_object_url(source):
+        if is_shard_dir(source, storage=storage):
+            return ShardDataset(source, transform=transform, on_error=on_error, storage=storage, **kwargs)
+        return ObjectFolder(source, transform=transform, on_error=on_error, extensions=rest.get("extensions"),
+                            storage=storage, **kwargs)
+    if storage is not None:
+        raise ValueError(f"storage= configures s3:// sources; source is {source!r:.200}")
     if is_shard_dir(source):
         return ShardDataset(source, transform=transform, on_error=on_error, **kwargs)
     if isinstance(source, (str, os.PathLike)):
@@ -443,7 +452,10 @@ def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory
     kwargs: dict[str, Any] = {}
     prefetch_factor = rest.get("prefetch_factor")
     if num_workers > 0:
-        context = _worker_context(rest.get("multiprocessing_context"), rest.get("spawn_via_forkserver", True))
+        context = rest.get("multiprocessing_context")
+        if context is None and getattr(dataset, "object_store", None) is not None:
+            context = "spawn"  # obstore's runtime threads do not survive fork (a forkserver, below)
+        context = _worker_context(context, rest.get("spawn_via_forkserver", True))
         kwargs.update(persistent_workers=bool(rest.get("persistent_workers", False)),
                       multiprocessing_context=context, worker_init_fn=rest.get("worker_init_fn"))
         if prefetch_factor is not None:

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 import torch
 
-__all__ = ["BatchOutput", "DecodeOptions", "LoaderOptions"]
+__all__ = ["BatchOutput", "DecodeOptions", "LoaderOptions", "StorageOptions"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,37 @@ class BatchOutput:
     channels_last: bool = False
 
 
+@dataclass(frozen=True)
+class StorageOptions:
+    """How ``s3://`` sources are read (docs/storage.md).
+
+    Attributes:
+        max_in_flight: most requests in flight per dataset and process, over all of the loader's reader
+            threads. At a first-byte latency ``L`` (tens of ms for object storage) a rate of
+            ``R`` samples/s needs about ``R * L`` of them (1,600/s at 25 ms: 40); the default
+            64 leaves headroom.
+        timeout_s: each request's limit, from connecting to its last byte (also the time
+            within which its retries must end).
+        retries: how many times a request that failed transiently (5xx, SlowDown, 429, a
+            timeout, a reset connection) is tried again, with exponential backoff and
+            jitter; after that it fails with an ``OSError`` naming the URL.
+    """
+
+    max_in_flight: int = 64
+    timeout_s: float = 30.0
+    retries: int = 5
+
+    def __post_init__(self):
+        if not isinstance(self.max_in_flight, int) or isinstance(self.max_in_flight, bool) \
+                or not 1 <= self.max_in_flight <= 4096:
+            raise ValueError(f"max_in_flight must be an int in [1, 4096], got {self.max_in_flight!r}")
+        if not isinstance(self.timeout_s, (int, float)) or isinstance(self.timeout_s, bool) \
+                or not 0 < self.timeout_s <= 3600:
+            raise ValueError(f"timeout_s must be a number in (0, 3600], got {self.timeout_s!r}")
+        if not isinstance(self.retries, int) or isinstance(self.retries, bool) or not 0 <= self.retries <= 100:
+            raise ValueError(f"retries must be an int in [0, 100], got {self.retries!r}")
+
+
 class LoaderOptions(TypedDict, total=False):
     """The keywords :func:`~fastprep.data.make_loader` passes on (see ``docs/loader.md``)."""
 
@@ -91,6 +122,8 @@ class LoaderOptions(TypedDict, total=False):
     extensions: str | Iterable[str] | None
     jpeg_only: bool
     apply_exif_orientation: bool
+    # how s3:// sources are read
+    storage: StorageOptions | None
     # the flat forms of DecodeOptions and BatchOutput
     max_pixels: int | None
     strict: bool

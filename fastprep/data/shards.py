@@ -28,6 +28,8 @@ import torch
 
 from ._files import NotRegularFileError, file_kind, open_regular
 from .datasets import JpegDataset
+from .objects import ObjectStore, is_object_url
+from .options import StorageOptions
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "IMAGE_EXTENSIONS", "MANIFEST_NAME", "ShardDataset", "index_digest",
            "is_shard_dir", "scan_shard", "split_member_name"]
@@ -92,21 +94,31 @@ def _has_scheme(path: str) -> bool:
     return "://" in path
 
 
-def is_shard_dir(source) -> bool:
+def is_shard_dir(source, storage: StorageOptions | None = None) -> bool:
     """True when ``source`` is a shard directory: a local folder holding
-    :data:`MANIFEST_NAME`, or any URL with a scheme (``file://``, ``s3://``, ...; only shard
-    directories are read from URLs, and :class:`ShardDataset` says so when the manifest
-    is missing)."""
+    :data:`MANIFEST_NAME`, an ``s3://`` URL under which the manifest object exists (one
+    request, with ``storage``'s options; a missing bucket raises ``FileNotFoundError``
+    naming it), or any other URL with a scheme (``file://``, ...; only shard directories
+    are read from those, and :class:`ShardDataset` says so when the manifest is
+    missing)."""
     if not isinstance(source, (str, os.PathLike)):
         return False
     source = os.fspath(source)
     if isinstance(source, bytes):
         return False
+    if is_object_url(source):
+        found = ObjectStore(source, storage).get_many([(MANIFEST_NAME, None, None)])[0]
+        if isinstance(found, FileNotFoundError) and "bucket" not in str(found):
+            return False
+        if isinstance(found, BaseException):
+            raise found
+        return True
     return _has_scheme(source) or os.path.isfile(os.path.join(source, MANIFEST_NAME))
 
 
 class _Storage:
-    """Reads the files of a shard directory by name: a local folder (``os``) or a URL (fsspec).
+    """Reads the files of a shard directory by name: a local folder (``os``), an ``s3://``
+    URL (:class:`~fastprep.data.objects.ObjectStore`) or another URL (fsspec).
 
     Local files -- a plain path, or a ``file://`` URL (fsspec's local filesystem) -- are
     opened only when they are regular files (``fastprep.data._files.open_regular``): a FIFO
@@ -117,17 +129,35 @@ class _Storage:
     worker) and never pickled.
     """
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, storage: StorageOptions | None = None):
         self.root = root
         self.remote = _has_scheme(root)
+        #: the object store of an s3:// directory (None otherwise)
+        self.objects = ObjectStore(root, storage) if is_object_url(root) else None
+        self._sizes: dict[str, int] | None = None  # s3://: object sizes from one listing
+        self._cache: dict[str, bytes | None] = {}  # s3://: prefetched small files, read once
         # (pid, filesystem, root path inside it, whether that filesystem is the local one)
         self._fs: tuple[int, Any, str, bool] | None = None
 
     def __getstate__(self):
-        return {"root": self.root, "remote": self.remote, "_fs": None}
+        return {"root": self.root, "remote": self.remote, "objects": self.objects, "_sizes": self._sizes,
+                "_cache": {}, "_fs": None}
+
+    def prefetch(self, names) -> None:
+        """s3://: fetch these (small) files concurrently, for :meth:`read_all` to take once."""
+        if self.objects is None:
+            return
+        names = list(names)
+        for name, data in zip(names, self.objects.get_many([(n, None, None) for n in names])):
+            if isinstance(data, FileNotFoundError):
+                self._cache[name] = None
+            elif not isinstance(data, BaseException):
+                self._cache[name] = bytes(data)
 
     def path(self, name: str) -> str:
         """The full path or URL of ``name`` (for messages)."""
+        if self.objects is not None:
+            return self.objects.url_of(name)
         return self.root.rstrip("/") + "/" + name if self.remote else os.path.join(self.root, name)
 
     def _fs_path(self, name: str):
@@ -157,6 +187,12 @@ class _Storage:
 
     def size(self, name: str) -> int:
         """Size in bytes of a regular file; ``FileNotFoundError`` naming its path when missing."""
+        if self.objects is not None:
+            if self._sizes is None:
+                self._sizes = dict(self.objects.listing())
+            if name not in self._sizes:
+                raise FileNotFoundError(f"shard missing: {self.path(name)!r}")
+            return self._sizes[name]
         try:
             local = self._local(name)
             if local is not None:
@@ -171,6 +207,13 @@ class _Storage:
 
     def read_all(self, name: str) -> bytes | None:
         """The file's bytes; ``None`` when it does not exist."""
+        if self.objects is not None:
+            if name in self._cache:
+                return self._cache.pop(name)
+            try:
+                return bytes(self.objects.read_all(name))
+            except FileNotFoundError:
+                return None
         try:
             local = self._local(name)
             if local is not None:
@@ -183,6 +226,8 @@ class _Storage:
 
     def read_range(self, name: str, start: int, length: int) -> bytearray:
         """``length`` bytes from ``start`` (fewer only where the file ends first)."""
+        if self.objects is not None:
+            return self.objects.read_range(name, start, length)
         local = self._local(name)
         if local is None:
             fs, path = self._fs_path(name)
@@ -204,6 +249,10 @@ class _Storage:
         return buf
 
     def open(self, name: str):
+        if self.objects is not None:  # a shard without its index: scanned from a copy in memory
+            import io
+
+            return io.BytesIO(bytes(self.objects.read_all(name)))
         local = self._local(name)
         if local is not None:
             return os.fdopen(self._open_fd(local, name), "rb")
@@ -475,10 +524,14 @@ class ShardDataset(JpegDataset):
     one byte-range read located by the shard's member index; shuffling is global.
 
     Args:
-        root: the shard directory: a local path or an fsspec URL (``file://``, ``s3://``,
-            ...; needs fsspec and the filesystem's package).
+        root: the shard directory: a local path, an ``s3://`` URL (read with obstore,
+            ``pip install 'fastprep[s3]'``: a batch's range reads all in flight at once,
+            docs/storage.md) or another fsspec URL (``file://``, ...; needs fsspec and the
+            filesystem's package).
         transform, on_error, **kwargs: as :class:`JpegDataset` (``max_skip_attempts``,
             ``max_pixels``, ``jpeg_only``, ``apply_exif_orientation``, ``seed``).
+        storage: :class:`~fastprep.data.StorageOptions` for an ``s3://`` root (``None``:
+            the defaults).
 
     Attributes:
         classes, class_to_idx: as :class:`JpegFolder` (from the manifest).
@@ -509,10 +562,12 @@ class ShardDataset(JpegDataset):
             names another member) -- at open, or when the sample is read.
     """
 
-    def __init__(self, root, transform=None, on_error: str = "raise", **kwargs):
+    def __init__(self, root, transform=None, on_error: str = "raise", storage: StorageOptions | None = None,
+                 **kwargs):
         self.root = os.fspath(root)
-        self._storage = _Storage(self.root)
+        self._storage = _Storage(self.root, storage)
         manifest = _load_manifest(self._storage)
+        self._storage.prefetch(entry["index"] for entry in manifest["shards"])
         self.classes = list(manifest["classes"])
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         self._shard_names = [entry["name"] for entry in manifest["shards"]]
@@ -553,6 +608,11 @@ class ShardDataset(JpegDataset):
         # Shards the native reader can name (a path torch passes as UTF-8 without a NUL).
         self._native_shard = [_utf8_path(path) for path in self.shards]
         super().__init__(names, targets, transform, on_error, **kwargs)
+
+    @property
+    def object_store(self) -> ObjectStore | None:
+        """The :class:`~fastprep.data.ObjectStore` of an ``s3://`` directory, else ``None``."""
+        return self._storage.objects
 
     def _load_index(self, entry: dict, size: int, unpinned: list[str]) -> dict:
         """The shard's member index, checked against the manifest's entry (its pin too) and
@@ -632,14 +692,24 @@ class ShardDataset(JpegDataset):
                 header is damaged, or the sample has no image member.
             ValueError: the tar header there describes another member (a stale index).
         """
-        name = self.files[index]
-        ext = self._extensions[index]
-        if ext is None:
+        shard_id, start, length = self._member_range(index)
+        return self._checked_member(index, self._storage.read_range(self._shard_names[shard_id], start, length))
+
+    def _member_range(self, index: int) -> tuple[int, int, int]:
+        """``(shard id, start, length)`` of the bytes :meth:`read_encoded` reads: the
+        member's tar header and data. Raises ``OSError`` for a sample without an image."""
+        if self._extensions[index] is None:
             raise OSError(f"sample has no image member (none of .{', .'.join(IMAGE_EXTENSIONS)})")
-        shard_id = int(self._shard_ids[index])
-        member = f"{name.split(':', 1)[1]}.{ext}"
         offset, size = int(self._offsets[index]), int(self._sizes[index])
-        data = self._storage.read_range(self._shard_names[shard_id], offset - _BLOCK, size + _BLOCK)
+        return int(self._shard_ids[index]), offset - _BLOCK, size + _BLOCK
+
+    def _checked_member(self, index: int, data: bytearray) -> tuple[torch.Tensor, str]:
+        """:meth:`read_encoded`'s answer from the bytes of :meth:`_member_range`, the tar
+        header checked against the index."""
+        name = self.files[index]
+        shard_id = int(self._shard_ids[index])
+        member = f"{name.split(':', 1)[1]}.{self._extensions[index]}"
+        offset, size = int(self._offsets[index]), int(self._sizes[index])
         if len(data) < size + _BLOCK:
             raise OSError(f"shard {self.shards[shard_id]!r} ends before the end of member {member!r} (truncated; "
                           f"needs {offset + size} bytes)")
@@ -657,10 +727,15 @@ class ShardDataset(JpegDataset):
         On local shards the members are read and their tar headers checked in one native
         call that releases the GIL (``torch.ops.fastprep.read_tar_members``, each shard
         opened once per call); a sample it does not accept, and every sample of a remote
-        (fsspec) directory, goes through :meth:`read_encoded`, which names the error.
+        (fsspec) directory, goes through :meth:`read_encoded`, which names the error. On an
+        ``s3://`` directory the batch's range reads are all in flight at once.
         """
         indices = list(indices)
-        if self._storage.remote or type(self).read_encoded is not ShardDataset.read_encoded:
+        if type(self).read_encoded is not ShardDataset.read_encoded:
+            return [self._read_or_error(i) for i in indices]
+        if self._storage.objects is not None:
+            return self._read_objects(indices)
+        if self._storage.remote:
             return [self._read_or_error(i) for i in indices]
         native = [j for j, i in enumerate(indices) if self._extensions[i] is not None
                   and self._native_shard[self._shard_ids[i]]]
@@ -679,6 +754,30 @@ class ShardDataset(JpegDataset):
             if code == 0:
                 out[j] = (data, self.files[indices[j]])
         return [entry if entry is not None else self._read_or_error(i) for entry, i in zip(out, indices)]
+
+    def _read_objects(self, indices: list[int]) -> list[tuple[torch.Tensor | Exception, str]]:
+        """:meth:`read_encoded_batch` on an ``s3://`` directory: one range read per sample,
+        all in flight at once; the headers checked as :meth:`read_encoded` does."""
+        out: list = [None] * len(indices)
+        wanted, requests = [], []
+        for j, i in enumerate(indices):
+            try:
+                shard_id, start, length = self._member_range(i)
+            except OSError as e:
+                out[j] = (e, "")
+                continue
+            wanted.append(j)
+            requests.append((self._shard_names[shard_id], start, length))
+        assert self._storage.objects is not None
+        for j, data in zip(wanted, self._storage.objects.get_many(requests)):
+            if isinstance(data, BaseException):
+                out[j] = (data, "")
+                continue
+            try:
+                out[j] = self._checked_member(indices[j], data)
+            except (OSError, ValueError) as e:
+                out[j] = (e, "")
+        return out
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.root!r}, samples={len(self.files)}, shards={len(self.shards)}, "

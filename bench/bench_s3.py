@@ -1,0 +1,164 @@
+"""Training from S3-compatible object storage against the same files on local disk, in one run.
+
+    python bench/bench_s3.py [--data /work/cuts] [--work /tmp/s3/bench] [--latency-ms 25] [--runs 3]
+                             [--epochs 2] [--max-in-flight 64] [--json FILE]
+
+The plain train recipe (``make_loader(SRC, recipe="imagenet-train")``, threads engine, its
+default workers, CPU batches) over ``--data`` (default: the real-photo cuts, 600 JPEGs of 500
+px long side), in three layouts, each read from local disk and from ``s3://``:
+
+* ``folder``: the JPEG files (a copy of ``--data``), one whole-object GET per sample;
+* ``packed``: ``python -m fastprep.pack DATA WORK/packed`` (restart intervals), whole objects;
+* ``shards``: ``python -m fastprep.pack DATA WORK/shards --format wds --shard-size 8MB``, one
+  range GET per sample.
+
+The object store is :class:`fastprep.bench.s3server.LocalS3Server` on 127.0.0.1 in a
+subprocess (its own GIL, but the same 2 cores as the loader), adding ``--latency-ms`` to every
+request: a stand-in for the first-byte latency of object storage. Per row: samples/s (the
+median of ``--runs`` runs of ``--epochs`` epochs, after one warm-up epoch; the rows of a run
+are interleaved), its ratio to the same layout read locally in the same run, and from the
+client's counters per epoch: requests, MB moved, requests in flight (mean, max) and retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import fastprep.data as D
+from fastprep._platform import describe
+
+LAYOUTS = ("folder", "packed", "shards")
+
+
+def _prepare(data: str, work: str) -> None:
+    os.makedirs(work, exist_ok=True)
+    if not os.path.isdir(os.path.join(work, "folder")):
+        shutil.copytree(data, os.path.join(work, "folder"))
+    for layout, extra in (("packed", []), ("shards", ["--format", "wds", "--shard-size", "8MB"])):
+        if not os.path.isdir(os.path.join(work, layout)):
+            subprocess.run([sys.executable, "-m", "fastprep.pack", data, os.path.join(work, layout), "-q", *extra],
+                           check=True)
+
+
+def _server(work: str, latency_ms: float, lifetime_s: float) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "fastprep.bench.s3server", work, "--bucket", "data",
+                             "--latency-ms", str(latency_ms), "--lifetime-s", str(lifetime_s)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    endpoint = proc.stdout.readline().split()[0]
+    return proc, endpoint
+
+
+def _store(dataset):
+    return getattr(dataset, "store", None) or getattr(getattr(dataset, "_storage", None), "objects", None)
+
+
+def _cpu_s(pid: int | None = None) -> float:
+    """CPU seconds of this process (``pid`` None) or of process ``pid`` (from /proc)."""
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _epochs(loader, epochs: int, server_pid: int) -> tuple[float, int, float, float]:
+    """(seconds, samples, loader CPU s, server CPU s) for ``epochs`` epochs of ``loader``."""
+    n = 0
+    cpu, server = _cpu_s(), _cpu_s(server_pid)
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for _, y in loader:
+            n += len(y)
+    return time.perf_counter() - start, n, _cpu_s() - cpu, _cpu_s(server_pid) - server
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="/work/cuts")
+    parser.add_argument("--work", default="/tmp/s3/bench")
+    parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--serial", action=argparse.BooleanOptionalAction, default=True,
+                        help="also one epoch of s3:// shards with one request in flight")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    _prepare(args.data, args.work)
+    proc, endpoint = _server(args.work, args.latency_ms, lifetime_s=1800)
+    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+                      AWS_REGION="us-east-1")
+    storage = D.StorageOptions(max_in_flight=args.max_in_flight)
+    try:
+        loaders = {}
+        for layout in LAYOUTS:
+            for where, source in (("local", os.path.join(args.work, layout)), ("s3", f"s3://data/{layout}/")):
+                kwargs = {"storage": storage} if where == "s3" else {}
+                loader = D.make_loader(source, recipe="imagenet-train", batch_size=args.batch_size, device="cpu",
+                                       seed=0, **kwargs)
+                _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
+                loaders[layout, where] = loader
+        rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
+        cpu: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in loaders}
+        counters: dict[tuple[str, str], dict] = {}
+        runs = [(key, args.epochs) for key in loaders] * args.runs
+        if args.serial:
+            loaders["shards", "s3, 1 in flight"] = D.make_loader(
+                "s3://data/shards/", recipe="imagenet-train", batch_size=args.batch_size, device="cpu", seed=0,
+                storage=D.StorageOptions(max_in_flight=1))
+            rates["shards", "s3, 1 in flight"], cpu["shards", "s3, 1 in flight"] = [], []
+            runs.append((("shards", "s3, 1 in flight"), 1))
+        for key, epochs in runs:
+            loader = loaders[key]
+            store = _store(loader.dataset)
+            if store is not None:
+                store.reset_stats()
+            seconds, n, client_s, server_s = _epochs(loader, epochs, proc.pid)
+            rates[key].append(n / seconds)
+            cpu[key].append((1000 * client_s / n, 1000 * server_s / n))
+            if store is not None:
+                counters[key] = {k: v / epochs if k in ("requests", "bytes", "retries") else v
+                                 for k, v in store.stats.items()}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(describe())
+    print(f"inputs: {args.data} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
+          f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
+          f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
+    print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
+          "| in flight (mean / max) | retries |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for layout, where in rates:
+        local = statistics.median(rates[layout, "local"])
+        rate = statistics.median(rates[layout, where])
+        client_ms = statistics.median(c for c, _ in cpu[layout, where])
+        server_ms = statistics.median(s for _, s in cpu[layout, where])
+        c = counters.get((layout, where))
+        extra = ("| - | - | - | - |" if c is None else
+                 f"| {c['requests']:.0f} | {c['bytes'] / 1e6:.1f} | {c['mean_in_flight']:.1f} / "
+                 f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
+        used = f"{client_ms:.2f}" + (f" + {server_ms:.2f}" if where != "local" else "")
+        print(f"| {layout} | {where} | {rate:,.0f} | {rate / local:.2f}x | {used} " + extra)
+        rows.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
+                     "ratio_vs_local": rate / local, "cpu_ms_per_sample": cpu[layout, where], "counters": c})
+    print(f"load average during the run (1, 5, 15 min): {os.getloadavg()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"platform": describe(), "args": vars(args), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""A small S3-compatible server on localhost that serves a local folder, with injected latency
+and faults: :class:`LocalS3Server` (``python -m fastprep.bench.s3server ROOT``).
+
+It answers the requests a reader of training data makes -- ``ListObjectsV2`` (paginated),
+``HEAD`` and ``GET`` of an object, ``GET`` with a ``Range: bytes=a-b`` header -- for one
+bucket whose objects are the files under ``root`` (key = the path relative to ``root``,
+``/``-separated). Requests are not authenticated (any signature is accepted); nothing is
+ever written. Each request can be delayed (``latency_s``: the first-byte latency of object
+storage) and every ``fail_every``-th answered with ``503 SlowDown``, every ``reset_every``-th
+answered by a reset connection (no response), so the retry paths of a client can be tested
+and its throughput measured against a store that behaves like a remote one.
+
+The server binds 127.0.0.1 only, on a free port unless one is given, runs its own asyncio
+loop in a daemon thread (or in the foreground from the command line), and stops by itself
+after ``lifetime_s`` seconds. It counts requests, bytes sent and requests in flight
+(:attr:`LocalS3Server.stats`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import email.utils
+import hashlib
+import os
+import socket
+import struct
+import threading
+import time
+from urllib.parse import parse_qs, unquote, urlsplit
+from xml.sax.saxutils import escape
+
+__all__ = ["LocalS3Server"]
+
+_REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            416: "Range Not Satisfiable", 503: "Slow Down"}
+_MAX_HEADER_BYTES = 64 << 10
+
+
+def _error_xml(code: str, message: str, resource: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{escape(message)}'
+            f"</Message><Resource>{escape(resource)}</Resource></Error>").encode()
+
+
+class LocalS3Server:
+    """Serve the files under ``root`` as bucket ``bucket`` at ``http://127.0.0.1:<port>``.
+
+    Args:
+        root: the folder whose files are the bucket's objects.
+        bucket: the bucket's name; any other bucket is ``404 NoSuchBucket``.
+        latency_s: seconds every request waits before it is answered.
+        fail_every: every this-many-th request (counted over all requests) gets ``503 SlowDown``;
+            0: none.
+        reset_every: every this-many-th request is answered by a reset connection; 0: none.
+            A request that both would hit is a 503.
+        fail_keys: keys whose every request gets ``503 SlowDown`` (an object that stays
+            unreadable, whatever the retries).
+        lifetime_s: the server stops by itself this many seconds after :meth:`start`.
+        page_size: most keys per ``ListObjectsV2`` page (the client's ``max-keys`` may lower it).
+        port: 0 (default): a free port.
+
+    Use as a context manager, or :meth:`start` / :meth:`stop`. :attr:`endpoint` is the URL to
+    give a client (``AWS_ENDPOINT_URL``).
+    """
+
+    def __init__(self, root: str, bucket: str = "data", *, latency_s: float = 0.0, fail_every: int = 0,
+                 reset_every: int = 0, fail_keys=(), lifetime_s: float = 600.0, page_size: int = 1000, port: int = 0):
+        for name, value in (("latency_s", latency_s), ("lifetime_s", lifetime_s)):
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        for name, value in (("fail_every", fail_every), ("reset_every", reset_every), ("page_size", page_size)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if not os.path.isdir(root):
+            raise ValueError(f"root must be a folder, got {root!r}")
+        self.root = os.path.abspath(root)
+        self.bucket = bucket
+        self.latency_s = float(latency_s)
+        self.fail_every, self.reset_every = fail_every, reset_every
+        self.fail_keys = frozenset(fail_keys)
+        self.lifetime_s = float(lifetime_s)
+        self.page_size = max(1, page_size)
+        self._sock = socket.create_server(("127.0.0.1", port), backlog=512)
+        self.port = self._sock.getsockname()[1]
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self.reset_stats()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reset_stats(self) -> None:
+        """Zero :attr:`stats`."""
+        with self._lock:
+            self._count = 0
+            self._stats = {"requests": 0, "gets": 0, "lists": 0, "heads": 0, "bytes_sent": 0, "failed_503": 0,
+                           "resets": 0, "in_flight": 0, "max_in_flight": 0, "in_flight_sum": 0}
+
+    @property
+    def stats(self) -> dict:
+        """Counts since the last :meth:`reset_stats`: ``requests`` (all), ``gets``, ``lists``,
+        ``heads``, ``bytes_sent`` (response bodies), ``failed_503``, ``resets``,
+        ``max_in_flight`` and ``mean_in_flight`` (requests being served, sampled at each
+        request's arrival)."""
+        with self._lock:
+            out: dict[str, float] = dict(self._stats)
+        out["mean_in_flight"] = out.pop("in_flight_sum") / max(1, out["requests"])
+        del out["in_flight"]
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> LocalS3Server:
+        """Serve in a daemon thread; returns ``self``."""
+        if self._thread is not None:
+            raise RuntimeError("the server is started already")
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="fastprep-s3server", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until :attr:`lifetime_s` has passed (or :meth:`stop`)."""
+        self._run(threading.Event())
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main(ready))
+        finally:
+            loop.close()
+            self._stopped.set()
+
+    async def _main(self, ready: threading.Event) -> None:
+        self._done = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        server = await asyncio.start_server(self._client, sock=self._sock, limit=_MAX_HEADER_BYTES)
+        ready.set()
+        try:
+            await asyncio.wait_for(self._done.wait(), self.lifetime_s)
+        except asyncio.TimeoutError:
+            pass
+        server.close()
+        tasks = list(self._tasks)
+        for task in tasks:  # open keep-alive connections: closed with the server
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+    def stop(self) -> None:
+        """Stop serving (waits up to 10 s); closing an already stopped server does nothing."""
+        loop = self._loop
+        if loop is not None and not self._stopped.is_set():
+            try:
+                loop.call_soon_threadsafe(self._done.set)
+            except RuntimeError:  # the loop closed in between
+                pass
+        if self._thread is not None:
+            self._thread.join(10)
+        else:
+            self._sock.close()
+
+    def __enter__(self) -> LocalS3Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ requests
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while not self._done.is_set():
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, target = (lines[0].split(" ") + ["", ""])[:2]
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                length = int(headers.get("content-length", "0") or 0)
+                if length:
+                    await reader.readexactly(length)
+                if not await self._answer(method, target, headers, writer):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return
+        finally:
+            self._tasks.discard(task)
+            writer.transport.abort()
+
+    def _arrive(self) -> int:
+        with self._lock:
+            self._count += 1
+            s = self._stats
+            s["requests"] += 1
+            s["in_flight"] += 1
+            s["max_in_flight"] = max(s["max_in_flight"], s["in_flight"])
+            s["in_flight_sum"] += s["in_flight"]
+            return self._count
+
+    def _leave(self, **counts) -> None:
+        with self._lock:
+            self._stats["in_flight"] -= 1
+            for k, v in counts.items():
+                self._stats[k] += v
+
+    async def _answer(self, method: str, target: str, headers: dict, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection is to be dropped."""
+        n = self._arrive()
+        try:
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            if (self.fail_every and n % self.fail_every == 0) or self._key(target) in self.fail_keys:
+                self._leave(failed_503=1)
+                body = _error_xml("SlowDown", "Please reduce your request rate.", target)
+                await self._send(writer, 503, {"Content-Type": "application/xml"}, body, method)
+                return True
+            if self.reset_every and n % self.reset_every == 0:
+                self._leave(resets=1)
+                sock = writer.get_extra_info("socket")
+                if sock is not None:  # RST instead of FIN
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                return False
+            status, extra, body, kind = self._route(method, target, headers)
+            self._leave(**{kind: 1}, bytes_sent=len(body) if method != "HEAD" else 0)
+            await self._send(writer, status, extra, body, method)
+            return True
+        except BaseException:
+            self._leave()
+            raise
+
+    async def _send(self, writer, status: int, extra: dict, body: bytes, method: str) -> None:
+        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Length: {len(body)}",
+                "Connection: keep-alive", "x-amz-request-id: fastprep-local"]
+        head += [f"{k}: {v}" for k, v in extra.items()]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        if method != "HEAD":
+            writer.write(body)
+        await writer.drain()
+
+    def _key(self, target: str) -> str:
+        return unquote(urlsplit(target).path).lstrip("/").partition("/")[2]
+
+    def _route(self, method: str, target: str, headers: dict) -> tuple[int, dict, bytes, str]:
+        """``(status, headers, body, stats key)`` of a request (path-style addressing)."""
+        parts = urlsplit(target)
+        path = unquote(parts.path)
+        bucket, _, key = path.lstrip("/").partition("/")
+        xml = {"Content-Type": "application/xml"}
+        if method not in ("GET", "HEAD"):
+            return 405, xml, _error_xml("MethodNotAllowed", "read-only server", path), "gets"
+        if bucket != self.bucket:
+            return 404, xml, _error_xml("NoSuchBucket", "The specified bucket does not exist", bucket), "gets"
+        if not key:
+            if method == "HEAD":
+                return 200, {}, b"", "heads"
+            return 200, xml, self._list(parse_qs(parts.query)), "lists"
+        file = os.path.join(self.root, *key.split("/"))
+        if ".." in key.split("/") or not os.path.isfile(file):
+            return 404, xml, _error_xml("NoSuchKey", "The specified key does not exist.", key), "gets"
+        st = os.stat(file)
+        meta = {"Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
+                "ETag": '"' + hashlib.md5(f"{key}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest() + '"',
+                "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        if method == "HEAD":
+            return 200, meta, b"\0" * 0, "heads"
+        start, end, status = 0, st.st_size, 200
+        rng = headers.get("range")
+        if rng:
+            got = _parse_range(rng, st.st_size)
+            if got is None:
+                return 416, {**xml, "Content-Range": f"bytes */{st.st_size}"}, \
+                    _error_xml("InvalidRange", "The requested range is not satisfiable", key), "gets"
+            start, end, status = got[0], got[1], 206
+            meta["Content-Range"] = f"bytes {start}-{end - 1}/{st.st_size}"
+        with open(file, "rb") as f:
+            f.seek(start)
+            body = f.read(end - start)
+        return status, meta, body, "gets"
+
+    def _list(self, query: dict) -> bytes:
+        prefix = query.get("prefix", [""])[0]
+        token = query.get("continuation-token", [""])[0]
+        start_after = query.get("start-after", [""])[0]
+        max_keys = min(self.page_size, int(query.get("max-keys", [str(self.page_size)])[0] or self.page_size))
+        max_keys = max(1, max_keys)
+        keys = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                key = name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
+                if key.startswith(prefix):
+                    keys.append(key)
+        keys.sort()  # S3 lists in UTF-8 binary order
+        after = token or start_after
+        keys = [k for k in keys if k > after] if after else keys
+        page, more = keys[:max_keys], len(keys) > max_keys
+        items = []
+        for key in page:
+            st = os.stat(os.path.join(self.root, *key.split("/")))
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(st.st_mtime))
+            items.append(f"<Contents><Key>{escape(key)}</Key><LastModified>{stamp}</LastModified>"
+                         f"<ETag>&quot;x&quot;</ETag><Size>{st.st_size}</Size><StorageClass>STANDARD</StorageClass>"
+                         "</Contents>")
+        token_xml = f"<NextContinuationToken>{escape(page[-1])}</NextContinuationToken>" if more else ""
+        return ('<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult '
+                'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+                f"<Name>{escape(self.bucket)}</Name><Prefix>{escape(prefix)}</Prefix><KeyCount>{len(page)}</KeyCount>"
+                f"<MaxKeys>{max_keys}</MaxKeys><IsTruncated>{'true' if more else 'false'}</IsTruncated>{token_xml}"
+                + "".join(items) + "</ListBucketResult>").encode()
+
+
+def _parse_range(value: str, size: int) -> tuple[int, int] | None:
+    """``[start, end)`` of a ``bytes=a-b`` / ``bytes=a-`` / ``bytes=-n`` header, or None."""
+    if not value.startswith("bytes=") or "," in value:
+        return None
+    first, _, last = value[6:].partition("-")
+    try:
+        if not first:
+            n = int(last)
+            return (max(0, size - n), size) if n > 0 and size else None
+        start = int(first)
+        end = int(last) + 1 if last else size
+    except ValueError:
+        return None
+    if start >= size or end <= start:
+        return None
+    return start, min(end, size)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m fastprep.bench.s3server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("root")
+    parser.add_argument("--bucket", default="data")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--fail-every", type=int, default=0)
+    parser.add_argument("--reset-every", type=int, default=0)
+    parser.add_argument("--lifetime-s", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    server = LocalS3Server(args.root, args.bucket, latency_s=args.latency_ms / 1000, fail_every=args.fail_every,
+                           reset_every=args.reset_every, lifetime_s=args.lifetime_s, port=args.port)
+    print(f"{server.endpoint} bucket={args.bucket} (stops after {args.lifetime_s:.0f} s)", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

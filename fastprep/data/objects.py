@@ -1,0 +1,413 @@
+"""Training data in S3-compatible object storage: :class:`ObjectStore` (many requests in
+flight, timeouts, bounded retries) and :class:`ObjectFolder` (a class-folder of images under
+an ``s3://bucket/prefix/`` URL). :class:`~fastprep.data.ShardDataset` reads ``s3://`` shard
+directories through :class:`ObjectStore` too. See docs/storage.md.
+
+The client is obstore (Rust ``object_store``; ``pip install fastprep[s3]``): its requests run
+on its own threads without the GIL, and one asyncio loop per process keeps up to
+``StorageOptions.max_in_flight`` of them in flight. Credentials and the endpoint come from
+the standard AWS environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
+allowed, for S3-compatible servers) and, when the environment has no key and boto3 is
+installed, from boto3's chain (``~/.aws/config``, ``~/.aws/credentials``, SSO, ...). They are
+never printed, never pickled (a worker or a copy of the dataset builds its own client) and
+never part of a loader's ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import random
+import re
+import threading
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from .datasets import JpegDataset, folder_extensions, list_folder_keys
+from .options import StorageOptions
+
+__all__ = ["ObjectFolder", "ObjectStore", "is_object_url", "split_url"]
+
+_SCHEME = "s3://"
+#: the process whose obstore runtime has run (its threads do not survive a fork)
+_runtime_pid: int | None = None
+_PERMANENT_STATUS = re.compile(r"status code: 4(?!08|29)\d\d")
+#: in obstore's message when its own retries of a request are spent
+_CLIENT_RETRIES_SPENT = re.compile(r"max_retries: \d+")
+
+
+def is_object_url(source) -> bool:
+    """True for an ``s3://`` URL (a string)."""
+    return isinstance(source, str) and source.startswith(_SCHEME)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``(bucket, prefix)`` of ``s3://bucket/prefix/`` (prefix without slashes at its ends).
+
+    Raises:
+        ValueError: not an ``s3://`` URL with a bucket.
+    """
+    if not is_object_url(url):
+        raise ValueError(f"an object storage URL must start with {_SCHEME!r}, got {url!r}")
+    bucket, _, prefix = url[len(_SCHEME):].partition("/")
+    if not bucket:
+        raise ValueError(f"the URL names no bucket: {url!r}")
+    return bucket, prefix.strip("/")
+
+
+def _obstore():
+    try:
+        import obstore
+        from obstore.store import S3Store
+    except ImportError as e:
+        raise ImportError("reading s3:// URLs needs obstore: pip install 'fastprep[s3]' (or pip install obstore)") \
+            from e
+    return obstore, S3Store
+
+
+def _endpoint() -> str | None:
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def _credential_kwargs() -> dict[str, Any]:
+    """boto3's credential chain (config files, SSO, ...) when the environment has no key."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_SKIP_SIGNATURE"):
+        return {}
+    if importlib.util.find_spec("boto3") is None:
+        return {}
+    try:
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError:
+        return {}
+    return {"credential_provider": Boto3CredentialProvider()}
+
+
+def _is_permanent(error: BaseException) -> bool:
+    """Errors a retry cannot fix: a missing object or bucket, a refused request (4xx except
+    408 and 429). Everything else (5xx, SlowDown, timeouts, resets) is transient."""
+    import obstore.exceptions as ox
+
+    if isinstance(error, (ox.NotFoundError, ox.PermissionDeniedError, ox.UnauthenticatedError,
+                          ox.InvalidPathError, ox.NotSupportedError, ox.UnknownConfigurationKeyError)):
+        return True
+    return bool(_PERMANENT_STATUS.search(str(error)))
+
+
+def _short(error: BaseException) -> str:
+    """The first line of a client error (obstore appends a multi-line debug dump)."""
+    text = str(error).strip().split("\n", 1)[0]
+    return text[:300] or type(error).__name__
+
+
+_loop_lock = threading.Lock()
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    """The asyncio loop this process's requests run on (one daemon thread, started on first use)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="fastprep-s3", daemon=True).start()
+            _loop = (os.getpid(), loop)
+        return _loop[1]
+
+
+class _Client:
+    """One store's client in one process: the obstore store, the process's loop and the
+    semaphore bounding the store's requests in flight."""
+
+    def __init__(self, bucket: str, prefix: str, options: StorageOptions):
+        obstore, S3Store = _obstore()
+        self.obstore = obstore
+        endpoint = _endpoint()
+        timeout = timedelta(seconds=options.timeout_s)
+        client_options: dict[str, Any] = {"timeout": timeout, "connect_timeout": timedelta(seconds=min(5.0,
+                                                                                                     options.timeout_s)),
+                                          "allow_http": bool(endpoint and endpoint.startswith("http://")),
+                                          "pool_max_idle_per_host": str(max(8, options.max_in_flight))}
+        # obstore retries 5xx (SlowDown is a 503), connection errors, resets and timeouts with
+        # exponential backoff and jitter, at most `retries` times and within `timeout_s` of the first try
+        retry = {"max_retries": options.retries, "retry_timeout": timeout,
+                 "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=2),
+                             "base": 2.0}}
+        kwargs: dict[str, Any] = {"prefix": prefix or None, "client_options": client_options,
+                                  "retry_config": retry, **_credential_kwargs()}
+        if endpoint:
+            kwargs["endpoint"] = endpoint
+        self.store = S3Store(bucket, **kwargs)
+        self.loop = _process_loop()
+        self.semaphore: asyncio.Semaphore | None = None  # created on the loop
+
+
+class ObjectStore:
+    """Reads the objects under one ``s3://bucket/prefix/`` URL, many requests at a time.
+
+    Args:
+        url: ``s3://bucket`` or ``s3://bucket/prefix/``; object names are relative to it.
+        options: :class:`~fastprep.data.StorageOptions` (requests in flight, timeout,
+            retries); ``None``: the defaults.
+
+    Each request has a timeout (``timeout_s``, connection to last byte); transient failures
+    (5xx, SlowDown, 429, timeouts, reset connections) are retried by the client with
+    exponential backoff and jitter, at most ``retries`` times, and a body that fails
+    mid-transfer is requested again, ``retries`` times at most. After that the request
+    fails with an ``OSError`` naming the object's URL. :attr:`stats` counts requests,
+    bytes received and this layer's retries. The client (and its credentials) is created
+    lazily in each process and never pickled.
+    """
+
+    def __init__(self, url: str, options: StorageOptions | None = None):
+        self.bucket, self.prefix = split_url(url)
+        self.url = f"{_SCHEME}{self.bucket}/" + (f"{self.prefix}/" if self.prefix else "")
+        self.options = options if options is not None else StorageOptions()
+        if not isinstance(self.options, StorageOptions):
+            raise TypeError(f"storage must be a StorageOptions or None, got {type(self.options).__name__}")
+        _obstore()  # a missing client fails here, at construction, naming the extra
+        self._client: tuple[int, _Client] | None = None
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
+                        "in_flight_sum": 0}
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def url_of(self, name: str) -> str:
+        """The URL of object ``name`` (for messages)."""
+        return self.url + name
+
+    @property
+    def stats(self) -> dict:
+        """Counts in this process since construction (or :meth:`reset_stats`):
+        ``requests`` (answered), ``bytes`` (received), ``retries`` (this layer's, after the
+        client's own), ``max_in_flight`` and ``mean_in_flight`` (requests in flight, seen
+        by each request as it starts)."""
+        with self._lock:
+            out: dict[str, float] = dict(self._counts)
+        started = out.pop("started", 0) or 1
+        out["mean_in_flight"] = out.pop("in_flight_sum") / started
+        del out["in_flight"]
+        return out
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._counts = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
+                            "in_flight_sum": 0, "started": 0}
+
+    def _track(self, delta: int) -> None:
+        with self._lock:
+            c = self._counts
+            c["in_flight"] += delta
+            if delta > 0:
+                c["started"] = c.get("started", 0) + 1
+                c["in_flight_sum"] += c["in_flight"]
+                c["max_in_flight"] = max(c["max_in_flight"], c["in_flight"])
+
+    def client(self) -> _Client:
+        """This process's client, created on first use.
+
+        Raises:
+            RuntimeError: this process was forked from one whose obstore client had run
+                (obstore's runtime threads do not exist in the child: a request would
+                never return).
+        """
+        global _runtime_pid
+        with self._lock:
+            if self._client is None or self._client[0] != os.getpid():
+                if _runtime_pid is not None and _runtime_pid != os.getpid():
+                    raise RuntimeError(f"cannot read {self.url!r} in a process forked after obstore ran in its "
+                                       "parent (its runtime's threads do not survive fork): use make_loader's "
+                                       "threads engine, or worker processes started by spawn or forkserver "
+                                       "(make_loader picks them for s3:// sources unless multiprocessing_context "
+                                       "says otherwise)")
+                self._client = (os.getpid(), _Client(self.bucket, self.prefix, self.options))
+                _runtime_pid = os.getpid()
+            return self._client[1]
+
+    def _run(self, make_coroutine):
+        client = self.client()  # before the coroutine exists: a refused client leaves none unawaited
+        future = asyncio.run_coroutine_threadsafe(make_coroutine(), client.loop)
+        return future.result()
+
+    def listing(self) -> list[tuple[str, int]]:
+        """``(name, size)`` of every object under the URL, in the store's (byte) order,
+        read page by page (``ListObjectsV2``).
+
+        Raises:
+            FileNotFoundError: the bucket does not exist (the URL is named).
+            OSError: the listing failed after the retries.
+        """
+        client = self.client()
+        out: list[tuple[str, int]] = []
+        try:
+            for page in client.obstore.list(client.store, chunk_size=1000):
+                out += [(meta["path"], int(meta["size"])) for meta in page]
+                with self._lock:
+                    self._counts["requests"] += 1
+        except Exception as e:
+            if "NoSuchBucket" in str(e):
+                raise FileNotFoundError(f"bucket {self.bucket!r} does not exist: cannot list {self.url!r}") from None
+            raise OSError(f"cannot list {self.url!r}: {_short(e)}") from None
+        return out
+
+    def get_many(self, requests) -> list[bytearray | OSError]:
+        """The bytes of each ``(name, start, length)`` request (``start`` ``None``: the
+        whole object), all in flight at once (up to ``max_in_flight`` per store and process), or the
+        ``OSError`` naming the URL when one cannot be read (``FileNotFoundError`` for a
+        missing object). A range that ends past the object's end returns fewer bytes; one
+        that starts past it is an ``OSError``."""
+        requests = list(requests)
+        if not requests:
+            return []
+        return self._run(lambda: self._gather(requests))
+
+    def read_all(self, name: str) -> bytearray:
+        """The bytes of object ``name``; raises the ``OSError`` :meth:`get_many` returns."""
+        return _raise(self.get_many([(name, None, None)])[0])
+
+    def read_range(self, name: str, start: int, length: int) -> bytearray:
+        """``length`` bytes of object ``name`` from ``start`` (fewer where it ends first)."""
+        return _raise(self.get_many([(name, start, length)])[0])
+
+    async def _gather(self, requests):
+        client = self.client()
+        if client.semaphore is None:
+            client.semaphore = asyncio.Semaphore(self.options.max_in_flight)
+        return await asyncio.gather(*(self._get(client, *r) for r in requests))
+
+    async def _get(self, client: _Client, name: str, start: int | None, length: int | None):
+        obstore, store = client.obstore, client.store
+        assert client.semaphore is not None
+        for attempt in range(self.options.retries + 1):
+            try:
+                async with client.semaphore:
+                    self._track(1)
+                    try:
+                        if start is None:
+                            result = await obstore.get_async(store, name)
+                            data = await asyncio.wait_for(result.bytes_async(), self.options.timeout_s)
+                        else:
+                            data = await obstore.get_range_async(store, name, start=start, length=length)
+                    finally:
+                        self._track(-1)
+                out = bytearray(data)
+                with self._lock:
+                    self._counts["requests"] += 1
+                    self._counts["bytes"] += len(out)
+                return out
+            except Exception as e:  # obstore's errors, asyncio's timeout
+                error = e
+                # the client retried the request itself; this layer retries what it does not (a
+                # body that fails mid-transfer), so the attempts stay bounded by `retries`
+                if _is_permanent(e) or _CLIENT_RETRIES_SPENT.search(str(e)) or attempt == self.options.retries:
+                    break
+                with self._lock:
+                    self._counts["retries"] += 1
+                await asyncio.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+        url = self.url_of(name)
+        where = "" if start is None else f" (bytes {start}-{start + (length or 0) - 1})"
+        import obstore.exceptions as ox
+
+        if isinstance(error, ox.NotFoundError) or "NoSuchKey" in str(error):
+            return FileNotFoundError(f"object missing: {url!r}")
+        if "NoSuchBucket" in str(error):
+            return FileNotFoundError(f"bucket {self.bucket!r} does not exist: cannot read {url!r}")
+        tries = "" if _is_permanent(error) else f" after {self.options.retries} retries"
+        return OSError(f"cannot read {url!r}{where}{tries}: {_short(error)}")
+
+
+def _raise(value):
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+class ObjectFolder(JpegDataset):
+    """A class-folder of images in object storage (``s3://bucket/prefix/<class>/**/<file>``),
+    with :class:`~fastprep.data.JpegFolder`'s rules: the same classes, order and samples as
+    the same tree on disk.
+
+    The listing is one paginated ``ListObjectsV2`` walk of the prefix; each sample is one
+    whole-object ``GET``, and :meth:`read_encoded_batch` has all of a batch's ``GET``\\ s in
+    flight at once (up to ``storage.max_in_flight``). A folder of packed files
+    (``fastprep.pack``) is read the same way: whole objects, the packed pixels.
+
+    Args:
+        root: the ``s3://`` URL of the folder.
+        transform, on_error, extensions, **kwargs: as :class:`~fastprep.data.JpegFolder`.
+        storage: :class:`~fastprep.data.StorageOptions` (``None``: the defaults).
+
+    Object storage has no empty folders: a class folder without files, which
+    ``JpegFolder`` lists as a class on disk, does not exist there. ``files`` holds each
+    sample's URL.
+
+    Raises:
+        FileNotFoundError: the bucket does not exist, or no object with one of
+            ``extensions`` is under the URL (the URL is named).
+        ImportError: obstore is not installed (``pip install 'fastprep[s3]'``).
+    """
+
+    def __init__(self, root: str, transform=None, on_error: str = "raise", extensions=None,
+                 storage: StorageOptions | None = None, **kwargs):
+        self.root = root
+        self.store = ObjectStore(root, storage)
+        self.extensions = folder_extensions(extensions, bool(kwargs.get("jpeg_only")))
+        listing = list_folder_keys([name for name, _ in self.store.listing()], self.extensions)
+        self.classes, self.ignored = listing.classes, listing.ignored
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        if self.ignored:
+            import warnings
+
+            listed = ", ".join(f"{n} {ext}" for ext, n in sorted(self.ignored.items()))
+            warnings.warn(f"ObjectFolder({self.store.url!r}) lists objects ending in {' '.join(self.extensions)}; "
+                          f"ignored image files: {listed} (pass extensions= to include them)", UserWarning,
+                          stacklevel=2)
+        if not listing.samples:
+            raise FileNotFoundError(f"no objects ending in {self.extensions} found under {self.store.url!r}")
+        self.names = [name for name, _ in listing.samples]
+        self.samples = [(self.store.url_of(name), t) for name, t in listing.samples]
+        super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform, on_error, **kwargs)
+
+    @property
+    def object_store(self) -> ObjectStore:
+        """The :class:`ObjectStore` the samples are read from."""
+        return self.store
+
+    def read_encoded(self, index: int) -> tuple[torch.Tensor, str]:
+        """``(the object's bytes as a uint8 1-D tensor, its URL)``; one ``GET``."""
+        return _tensor(self.store.read_all(self.names[index])), self.files[index]
+
+    def read_encoded_batch(self, indices) -> list[tuple[torch.Tensor | Exception, str]]:
+        """:meth:`read_encoded` for a batch: every ``GET`` in flight at once; a failed one
+        is ``(OSError naming the URL, "")``."""
+        indices = list(indices)
+        if type(self).read_encoded is not ObjectFolder.read_encoded:
+            return [self._read_or_error(i) for i in indices]
+        datas = self.store.get_many([(self.names[i], None, None) for i in indices])
+        out: list[tuple[torch.Tensor | Exception, str]] = []
+        for i, data in zip(indices, datas):
+            out.append((data, "") if isinstance(data, OSError) else (_tensor(data), self.files[i]))
+        return out
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.store.url!r}, samples={len(self.files)}, "
+                f"classes={len(self.classes)}, transform={self.transform!r}, on_error={self.on_error!r})")
+
+
+def _tensor(data: bytearray) -> torch.Tensor:
+    return torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)

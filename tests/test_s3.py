@@ -1,0 +1,320 @@
+"""``s3://`` sources (docs/storage.md): a class-folder of images (:class:`fastprep.data.ObjectFolder`)
+and WebDataset shards (:class:`fastprep.data.ShardDataset`) read from an S3 API implementation
+started here on a free localhost port (moto's server), and from the project's own local server
+(:class:`fastprep.bench.s3server.LocalS3Server`) injecting 503s and reset connections. The
+reference is the same tree read from disk: the same classes and order as torchvision's
+ImageFolder, the same batches bit for bit; resuming mid-epoch, missing buckets and objects,
+retries and their budget, credentials kept out of pickles and state."""
+
+import io
+import os
+import pickle
+import shutil
+import socket
+import time
+
+import pytest
+import torch
+from PIL import Image
+
+import fastprep.data as D
+import fastprep.io as fio
+from fastprep.bench.s3server import LocalS3Server
+from fastprep.bench.synthetic import encode_jpeg, photo_like
+from fastprep.pack import pack_folder, pack_shards
+from conftest import make_jpeg
+
+obstore = pytest.importorskip("obstore")
+moto_server = pytest.importorskip("moto.server")
+boto3 = pytest.importorskip("boto3")
+
+BUCKET = "train"
+SECRET = "fastprep-test-secret-key-0123456789"
+FALLBACK_WARNING = "ignore:fastprep.*decoded in full:UserWarning"
+pytestmark = pytest.mark.filterwarnings(FALLBACK_WARNING)
+
+
+def _png(h, w, seed):
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+TREE = {
+    "cat/a.jpg": lambda: encode_jpeg(photo_like(40, 56, 1)),
+    "cat/b.v2.JPEG": lambda: make_jpeg("420-progressive", 50, 70, seed=2),
+    "cat/deep/c.jpg": lambda: make_jpeg("gray", 33, 45, seed=3),
+    "cat deep/z.jpg": lambda: encode_jpeg(photo_like(44, 40, 10)),  # sorts between cat/ and cat/deep/
+    "cat/notes.txt": lambda: b"not an image\n",
+    "dog/100%.jpg": lambda: make_jpeg("444", 36, 44, seed=4),
+    "dog/d.png": lambda: _png(30, 41, 5),
+    "dog/e.jpeg": lambda: make_jpeg("422", 48, 37, seed=6),
+    "emu/f.jpg": lambda: make_jpeg("cmyk", 40, 40, seed=7),
+    "emu/g.jpg": lambda: encode_jpeg(photo_like(61, 33, 8)),
+    "emu/h.jpg": lambda: encode_jpeg(photo_like(52, 44, 9)),
+    "emu/i.jpg": lambda: encode_jpeg(photo_like(45, 47, 11)),
+    "README": lambda: b"beside the class folders: not a sample\n",
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A folder holding ``folder/`` (an ImageFolder tree), ``packed/`` (it packed by
+    ``fastprep.pack``: restart intervals and their index) and ``shards/`` (it packed into
+    shards of at most 20 kB)."""
+    base = tmp_path_factory.mktemp("s3data")
+    for rel, make in TREE.items():
+        path = base / "folder" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(make())
+    pack_folder(base / "folder", base / "packed", workers=1, progress=False)
+    pack_shards(base / "folder", base / "shards", shard_size=20_000, workers=1, progress=False)
+    return base
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _use_endpoint(monkeypatch, endpoint):
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+
+@pytest.fixture(scope="module")
+def moto(data):
+    """moto's S3 server on a free localhost port, the data uploaded to bucket ``train``."""
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                              aws_secret_access_key=SECRET)
+        client.create_bucket(Bucket=BUCKET)
+        for path in sorted(data.rglob("*")):
+            if path.is_file():
+                client.put_object(Bucket=BUCKET, Key=path.relative_to(data).as_posix(), Body=path.read_bytes())
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def on_moto(moto, monkeypatch):
+    _use_endpoint(monkeypatch, moto)
+    return moto
+
+
+@pytest.fixture
+def local_server(data, monkeypatch):
+    """Start a LocalS3Server on ``data`` (bucket ``train``) with the given faults."""
+    servers = []
+
+    def start(**kwargs):
+        server = LocalS3Server(str(data), BUCKET, lifetime_s=60, **kwargs).start()
+        servers.append(server)
+        _use_endpoint(monkeypatch, server.endpoint)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _batches(source, **kwargs):
+    kwargs.setdefault("num_workers", 2)
+    kwargs.setdefault("engine", "threads")
+    loader = D.make_loader(source, batch_size=3, crop_size=24, device="cpu", seed=7, shuffle=True, **kwargs)
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def _assert_same(got, ref):
+    assert len(got) == len(ref)
+    for (x, y), (rx, ry) in zip(got, ref):
+        assert torch.equal(y, ry) and torch.equal(x, rx)
+
+
+LAYOUTS = {"folder": ("folder", D.ObjectFolder), "packed": ("packed", D.ObjectFolder),
+           "shards": ("shards", D.ShardDataset)}
+
+
+class TestMoto:
+    def test_listing_is_imagefolders(self, data, on_moto):
+        """Classes, order and targets as torchvision's ImageFolder lists the tree on disk."""
+        from torchvision.datasets import ImageFolder
+
+        ref = ImageFolder(str(data / "folder"))
+        ds = D.ObjectFolder(f"s3://{BUCKET}/folder/")
+        assert ds.classes == ref.classes == ["cat", "cat deep", "dog", "emu"]
+        assert [(os.path.relpath(p, data / "folder").replace(os.sep, "/"), t) for p, t in ref.samples] == \
+            list(zip(ds.names, ds.targets))
+        assert ds.files[0] == f"s3://{BUCKET}/folder/cat/a.jpg"
+
+    @pytest.mark.parametrize("layout", sorted(LAYOUTS))
+    def test_batches_equal_local(self, data, on_moto, layout):
+        folder, cls = LAYOUTS[layout]
+        url = f"s3://{BUCKET}/{folder}"
+        ref = _batches(str(data / folder))
+        loader = D.make_loader(url, batch_size=3, crop_size=24, device="cpu", seed=7, num_workers=2)
+        assert isinstance(loader.dataset, cls)
+        for epoch in range(2):  # each epoch its own order, the local tree's
+            loader.set_epoch(epoch)
+            got = [(x.clone(), y.clone()) for x, y in loader]
+            if epoch == 0:
+                _assert_same(got, ref)
+            else:
+                local = D.make_loader(str(data / folder), batch_size=3, crop_size=24, device="cpu", seed=7,
+                                      num_workers=2)
+                local.set_epoch(1)
+                _assert_same(got, [(x.clone(), y.clone()) for x, y in local])
+
+    @pytest.mark.parametrize("layout", sorted(LAYOUTS))
+    def test_resume_mid_epoch(self, data, on_moto, layout):
+        url = f"s3://{BUCKET}/{LAYOUTS[layout][0]}"
+        full = _batches(url, recipe="imagenet-train")
+        loader = D.make_loader(url, batch_size=3, device="cpu", seed=7, shuffle=True, recipe="imagenet-train",
+                               num_workers=2)
+        it = iter(loader)
+        head = [(x.clone(), y.clone()) for x, y in (next(it), next(it))]
+        state = loader.state_dict()
+        del it
+        assert SECRET not in repr(state) and "testing" not in repr(state)
+        resumed = D.make_loader(url, batch_size=3, device="cpu", seed=7, shuffle=True, recipe="imagenet-train",
+                                num_workers=2)
+        resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+        _assert_same(head + [(x.clone(), y.clone()) for x, y in resumed], full)
+
+    def test_processes_engine(self, data, on_moto):
+        """DataLoader workers: spawned from a forkserver (obstore's threads do not survive
+        fork), each with its own client; the local tree's batches."""
+        ref = _batches(str(data / "shards"), engine="processes")
+        got = _batches(f"s3://{BUCKET}/shards", engine="processes")
+        _assert_same(got, ref)
+
+    def test_forked_client_refused(self, on_moto, monkeypatch):
+        import fastprep.data.objects as objects
+
+        store = D.ObjectStore(f"s3://{BUCKET}/folder")
+        monkeypatch.setattr(objects, "_runtime_pid", os.getpid() + 1)  # as in a child forked after it ran
+        with pytest.raises(RuntimeError, match="forked after obstore ran"):
+            store.read_all("cat/a.jpg")
+
+    def test_missing_bucket_fails_fast_naming_it(self, on_moto):
+        for url in ("s3://no-such-bucket/folder/", "s3://no-such-bucket/shards"):
+            start = time.monotonic()
+            with pytest.raises(FileNotFoundError, match="no-such-bucket"):
+                D.make_loader(url, device="cpu")
+            assert time.monotonic() - start < 15  # no retry loop on a 404
+
+    def test_missing_prefix_and_object(self, on_moto):
+        with pytest.raises(FileNotFoundError, match=f"s3://{BUCKET}/nothing-here/"):
+            D.make_loader(f"s3://{BUCKET}/nothing-here/", device="cpu")
+        store = D.ObjectStore(f"s3://{BUCKET}/folder")
+        with pytest.raises(FileNotFoundError, match=f"object missing: 's3://{BUCKET}/folder/cat/zzz.jpg'"):
+            store.read_all("cat/zzz.jpg")
+        assert bytes(store.read_range("cat/a.jpg", 2, 5)) == bytes(store.read_all("cat/a.jpg"))[2:7]
+
+    def test_pickle_has_no_credentials(self, on_moto):
+        ds = D.ObjectFolder(f"s3://{BUCKET}/folder/")
+        ds.read_encoded(0)  # the client exists now
+        blob = pickle.dumps(ds)
+        assert SECRET.encode() not in blob and SECRET not in repr(ds)
+        again = pickle.loads(blob)
+        assert torch.equal(again.read_encoded(3)[0], ds.read_encoded(3)[0])
+        shards = D.ShardDataset(f"s3://{BUCKET}/shards")
+        shards.read_encoded(0)
+        assert SECRET.encode() not in pickle.dumps(shards)
+
+
+class TestFaults:
+    @pytest.mark.parametrize("layout", sorted(LAYOUTS))
+    def test_503_and_resets_same_batches(self, data, local_server, layout):
+        """A 503 on every 7th request, a reset connection on every 11th: the same batches,
+        no sample lost or served twice."""
+        folder = LAYOUTS[layout][0]
+        ref = _batches(str(data / folder))
+        server = local_server(fail_every=7, reset_every=11, page_size=4)  # the listing takes pages too
+        got = _batches(f"s3://{BUCKET}/{folder}")
+        _assert_same(got, ref)
+        stats = server.stats
+        assert stats["failed_503"] > 0 and stats["resets"] > 0
+
+    def test_paginated_listing(self, data, local_server):
+        server = local_server(page_size=2)
+        ds = D.ObjectFolder(f"s3://{BUCKET}/folder/")
+        assert server.stats["lists"] >= len(ds) // 2
+        assert ds.names == [os.path.relpath(p, data / "folder").replace(os.sep, "/")
+                            for p in D.JpegFolder(data / "folder").files]
+
+    def test_retry_budget_names_the_url(self, data, local_server):
+        local_server(fail_keys={"folder/dog/e.jpeg", "shards/shard-000000.tar"})
+        storage = D.StorageOptions(retries=1, timeout_s=5)
+        with pytest.raises(fio.DecodeError, match=rf"s3://{BUCKET}/folder/dog/e.jpeg.*after 1 retries.*503"):
+            _batches(f"s3://{BUCKET}/folder", storage=storage)
+        with pytest.raises(fio.DecodeError, match=rf"s3://{BUCKET}/shards/shard-000000.tar.*after 1 retries"):
+            _batches(f"s3://{BUCKET}/shards", storage=storage)
+
+    def test_requests_in_flight_bounded(self, data, local_server):
+        """A batch's reads are in flight together, never more than max_in_flight."""
+        server = local_server(latency_s=0.05)
+        ds = D.ObjectFolder(f"s3://{BUCKET}/folder/", storage=D.StorageOptions(max_in_flight=4))
+        server.reset_stats()
+        got = ds.read_encoded_batch(range(len(ds)))
+        assert [bytes(x.numpy()) for x, _ in got] == [(data / "folder" / n).read_bytes() for n in ds.names]
+        assert 2 <= server.stats["max_in_flight"] <= 4 and ds.store.stats["max_in_flight"] == 4
+
+    def test_timeout_names_the_url(self, data, local_server):
+        local_server(latency_s=30)  # a server that does not answer in time
+        store = D.ObjectStore(f"s3://{BUCKET}/folder", D.StorageOptions(timeout_s=0.5, retries=0))
+        start = time.monotonic()
+        with pytest.raises(OSError, match=rf"cannot read 's3://{BUCKET}/folder/cat/a.jpg'"):
+            store.read_all("cat/a.jpg")
+        assert time.monotonic() - start < 10  # bounded: no hang
+
+    def test_skip_names_the_object(self, data, local_server):
+        local_server(fail_keys={"folder/dog/e.jpeg"})
+        loader = D.make_loader(f"s3://{BUCKET}/folder", batch_size=3, crop_size=24, device="cpu", seed=7,
+                               on_error="skip", storage=D.StorageOptions(retries=0))
+        n = sum(len(y) for _, y in loader)
+        assert n == len(loader.dataset)
+        skipped = loader.dataset.skipped_files
+        assert [s.path for s in skipped] == [f"s3://{BUCKET}/folder/dog/e.jpeg"]
+        assert "503" in skipped[0].reason
+
+
+class TestErrors:
+    def test_storage_options(self):
+        for kwargs, match in ((dict(max_in_flight=0), "max_in_flight"), (dict(timeout_s=-1), "timeout_s"),
+                              (dict(retries=1.5), "retries")):
+            with pytest.raises(ValueError, match=match):
+                D.StorageOptions(**kwargs)
+        with pytest.raises(TypeError, match="StorageOptions"):
+            D.ObjectStore("s3://b/p", {"max_in_flight": 4})
+
+    def test_bad_urls(self, tmp_path):
+        with pytest.raises(ValueError, match="names no bucket"):
+            D.ObjectStore("s3:///prefix")
+        with pytest.raises(ValueError, match="storage= configures s3:// sources"):
+            D.make_loader(str(tmp_path), storage=D.StorageOptions(), device="cpu")
+
+    def test_missing_client_names_the_extra(self, monkeypatch):
+        import sys
+
+        monkeypatch.setitem(sys.modules, "obstore", None)
+        with pytest.raises(ImportError, match=r"fastprep\[s3\]"):
+            D.ObjectStore("s3://bucket/prefix")
+
+
+def test_local_server_stops_by_itself(tmp_path):
+    shutil.copy(__file__, tmp_path / "x")
+    server = LocalS3Server(str(tmp_path), lifetime_s=0.5).start()
+    server._thread.join(10)
+    assert not server._thread.is_alive()
