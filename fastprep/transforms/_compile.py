@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+import torchvision.transforms as v1
 from torchvision.transforms import v2
 
 # register the native sides
@@ -40,10 +41,9 @@ from . import (  # noqa: F401
     _native_flip,
     _native_point,
 )
+from ._compile_pad import image_type, padded_geometry
 from ._compose import Compose
 from ._decode import (
-    DecodeCenterCrop,
-    DecodeRandomCrop,
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
@@ -86,7 +86,7 @@ class CompiledPipeline(NamedTuple):
 
 def _steps(transform: Any) -> list[Any]:
     """The pipeline's steps, nested Compose flattened."""
-    if isinstance(transform, (v2.Compose, Compose)) or type(transform) is torch.nn.Sequential:
+    if isinstance(transform, (v2.Compose, v1.Compose, Compose)) or type(transform) is torch.nn.Sequential:
         out: list[Any] = []
         container: Any = transform
         steps: Any = container.transforms if hasattr(container, "transforms") else list(container)
@@ -167,8 +167,12 @@ def _interpolation(value: Any) -> str:
     return str(_check_interpolation(value).value)
 
 
-def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
-    """The decode transform of the pipeline's leading v2 geometry and how many steps it took."""
+def _geometry(steps: list[Any], decode_kwargs: dict, image: type = torch.Tensor) -> tuple[Any, int]:
+    """The decode transform of the pipeline's leading v2 geometry and how many steps it took
+    (``image``: the type of image it receives, which picks a v2 fill dict's entry)."""
+    padded = padded_geometry(steps, decode_kwargs, image)
+    if padded is not None:  # Pad, RandomCrop, CenterCrop (v1 or v2)
+        return padded
     first = steps[0]
     second: Any = steps[1] if len(steps) > 1 else None
     kind = type(first)
@@ -195,20 +199,6 @@ def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
             raise Unsupported(f"Resize({size[0]}) alone gives every image its own size, and a batch needs one: "
                               "add a CenterCrop, or resize to (height, width)")
         return DecodeResize(tuple(size), antialias=first.antialias, dct_scaling=False, **decode_kwargs), 1
-    if kind is v2.CenterCrop:
-        return DecodeCenterCrop(first.size, **decode_kwargs), 1
-    if kind is v2.RandomCrop:
-        if first.padding_mode != "constant" or not isinstance(first.fill, int):
-            raise Unsupported(f"RandomCrop(padding_mode={first.padding_mode!r}, fill={first.fill!r}): only "
-                              "constant padding with one integer fill is native")
-        # v2 keeps its padding parsed as [left, right, top, bottom]; DecodeRandomCrop takes
-        # torchvision's argument form, whose four values are (left, top, right, bottom).
-        padding = None
-        if first.padding is not None:
-            left, right, top, bottom = first.padding
-            padding = (left, top, right, bottom)
-        return DecodeRandomCrop(first.size, padding=padding, pad_if_needed=first.pad_if_needed,
-                                fill=first.fill, **decode_kwargs), 1
     raise Unsupported(f"the pipeline starts with {kind.__name__}: the native engine needs a fixed output size "
                       "first (RandomResizedCrop, Resize + CenterCrop, Resize((h, w)), CenterCrop or RandomCrop)")
 
@@ -250,11 +240,12 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     """
     decode_kwargs = dict(decode_kwargs or {})
     if isinstance(transform, OnDecoded):
-        steps = [s for s in _steps(transform.pipeline) if not isinstance(s, _NO_OPS)]
+        every = _steps(transform.pipeline)
+        steps = [s for s in every if not isinstance(s, _NO_OPS)]
         if not steps:
             raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
         decode_kwargs.setdefault("mode", transform.mode)
-        decode, taken = _geometry(steps, decode_kwargs)
+        decode, taken = _geometry(steps, decode_kwargs, image_type(every[:every.index(steps[0])]))
     else:
         steps = [s for s in _steps(transform) if not isinstance(s, _NO_OPS)]
         if not steps or not is_decode_transform(steps[0]):
