@@ -168,3 +168,46 @@ class TestPad:
     def test_pad_alone_refused(self):
         with pytest.raises(Unsupported, match="Pad alone"):
             NativePipeline.compile(OnDecoded(v2.Compose([v2.Pad(4)])))
+
+
+class TestSpan:
+    def test_span_is_the_maps_extent(self):
+        """The decode window (``axis_span``, O(stages)) is the first and last image pixel that the
+        per-pixel map reads, on random stacks of stages (written out pixel by pixel here)."""
+        import random
+
+        from fastprep.transforms._plan import PadStage, axis_span, pad_error, padded_size
+
+        def reads(length, stages, axis, start, count):
+            out = []
+            for t in range(start, start + count):
+                sizes = [length]
+                for st in stages:
+                    sizes.append(sizes[-1] + st.ltrb[1 - axis] + st.ltrb[3 - axis])
+                u = t
+                for k in range(len(stages) - 1, -1, -1):
+                    st, n = stages[k], sizes[k]
+                    u -= st.ltrb[1 - axis]
+                    if st.mode == "constant" and not 0 <= u < n:
+                        break
+                    u = {"edge": min(max(u, 0), n - 1), "reflect": -u if u < 0 else min(u, 2 * (n - 1) - u),
+                         "symmetric": -u - 1 if u < 0 else min(u, 2 * n - 1 - u)}.get(st.mode, u)
+                else:
+                    out.append(u)
+            return (min(out), max(out)) if out else None
+
+        rng = random.Random(0)
+        checked = 0
+        for _ in range(3000):
+            h, w = rng.randint(1, 9), rng.randint(1, 9)
+            stages = tuple(PadStage(rng.choice(MODES), tuple(rng.randint(0, 5) for _ in range(4)))
+                           for _ in range(rng.randint(1, 4)))
+            if pad_error(h, w, stages):
+                continue
+            axis = rng.randint(0, 1)
+            n, length = padded_size(h, w, stages)[axis], (h, w)[axis]
+            start = rng.randint(0, n - 1)
+            count = rng.randint(1, n - start)
+            assert axis_span(length, stages, axis, start, count) == reads(length, stages, axis, start, count)
+            checked += 1
+        assert checked > 1000

@@ -17,6 +17,7 @@ __all__ = [
     "PadStage",
     "ResizeStep",
     "axis_map",
+    "axis_span",
     "center_crop",
     "centered_ratio_window",
     "mapped_plan",
@@ -296,14 +297,44 @@ def axis_map(length: int, stages: tuple, axis: int, start: int, count: int) -> l
     return out
 
 
+def _folded(u: int, n: int, mode: str) -> int:
+    """Pixel ``u`` of a border of an ``n``-pixel side padded by ``mode`` (not constant)."""
+    if mode == "edge":
+        return 0 if u < 0 else n - 1
+    if mode == "reflect":
+        return -u if u < 0 else 2 * (n - 1) - u
+    return -u - 1 if u < 0 else 2 * n - 1 - u
+
+
+def axis_span(length: int, stages: tuple, axis: int, start: int, count: int) -> tuple[int, int] | None:
+    """``(first, last)`` image index among :func:`axis_map`'s sources (``None``: none), in
+    O(stages): the pixels of an interval stay an interval through each stage (a mirrored or
+    repeated border lands next to the side's pixels), so its two ends and the side's ends
+    are enough."""
+    before = 1 - axis
+    lengths = [length]
+    for st in stages:
+        lengths.append(lengths[-1] + st.ltrb[before] + st.ltrb[before + 2])
+    lo, hi = start, start + count - 1
+    for k in range(len(stages) - 1, -1, -1):
+        st, n = stages[k], lengths[k]
+        lo, hi = lo - st.ltrb[before], hi - st.ltrb[before]
+        ends = [v for v in (max(lo, 0), min(hi, n - 1)) if 0 <= v < n and lo <= v <= hi]
+        if st.mode != "constant":
+            ends += [_folded(v, n, st.mode) for v in (lo, hi, -1, n) if lo <= v <= hi and not 0 <= v < n]
+        if not ends:
+            return None
+        lo, hi = min(ends), max(ends)
+    return lo, hi
+
+
 def mapped_plan(height: int, width: int, stages: tuple, window: tuple[int, int, int, int]) -> DecodePlan:
     """Plan for ``window = (top, left, h, w)`` of an ``height x width`` image padded by
     ``stages`` (:class:`PadStage`, innermost first), each output pixel read by index: only
     the image pixels the window reads are decoded (their bounding box)."""
     top, left, out_h, out_w = window
-    rows = [r for r in axis_map(height, stages, 0, top, out_h) if r >= 0]
-    cols = [c for c in axis_map(width, stages, 1, left, out_w) if c >= 0]
+    rows, cols = axis_span(height, stages, 0, top, out_h), axis_span(width, stages, 1, left, out_w)
     box = (0, 0, 1, 1)  # all padding: decode one pixel only for the channel count
-    if rows and cols:
-        box = (min(rows), min(cols), max(rows) - min(rows) + 1, max(cols) - min(cols) + 1)
+    if rows is not None and cols is not None:
+        box = (rows[0], cols[0], rows[1] - rows[0] + 1, cols[1] - cols[0] + 1)
     return DecodePlan(8, box, None, (out_h, out_w), (0, 0), PadMap((height, width), tuple(stages), (top, left)))
