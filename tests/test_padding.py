@@ -211,3 +211,27 @@ class TestSpan:
             assert axis_span(length, stages, axis, start, count) == reads(length, stages, axis, start, count)
             checked += 1
         assert checked > 1000
+
+
+class TestMultiView:
+    def test_views_share_the_decode(self, paths):
+        """Padded views among others: the batch op decodes the union of the views' windows once
+        and reads each padded view by index from it; torchvision: ``[view(image) for view in views]``."""
+        from fastprep.transforms import MultiView
+
+        views = [v2.Compose([v2.RandomCrop(CROP, padding=4, padding_mode="reflect")]),
+                 v2.Compose([v1.RandomCrop(16, padding=(3, 1), pad_if_needed=True, padding_mode="symmetric")]),
+                 v2.Compose([v2.Pad(2, fill=(1, 2, 3)), v2.RandomCrop(20, padding=1, fill=250)])]
+        good = paths[:3]
+        loader = D.make_loader(good, transform=MultiView(views), engine="threads", seed=SEED, batch_size=len(good),
+                               shuffle=False, num_workers=2, device="cpu")
+        assert loader.engine == "threads"
+        (got, _), = list(loader)
+        for i, path in enumerate(good):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                image = tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB)
+            with keyed_default_rng(sample_key(SEED, 0, i)):
+                want = [view(image).float() / 255 for view in views]
+            for v in range(len(views)):
+                assert torch.equal(got[v][i], want[v]), (i, v)
