@@ -6,8 +6,9 @@ A pipeline the threads engine can run has three parts, in this order:
    pipeline takes the encoded file), or -- for a pipeline on decoded images -- torchvision v2's
    ``RandomResizedCrop`` (with a ``RandomHorizontalFlip`` right after it, the flip is fused into
    the resize), ``Resize`` + ``CenterCrop``, ``Resize`` to ``(h, w)``, ``CenterCrop`` or
-   ``RandomCrop``: the equivalent decode transform with ``dct_scaling=False``, whose draws and
-   pixels are v2's (optionally followed by fastprep's ``RandomMask``).
+   ``RandomCrop`` (v1 or v2, any padding mode, after ``Pad`` steps: :mod:`._compile_pad`): the
+   equivalent decode transform with ``dct_scaling=False``, whose draws and pixels are
+   torchvision's (optionally followed by fastprep's ``RandomMask``).
 2. **Augmentations** on the uint8 image: v2 transforms with a native side
    (:func:`fastprep.transforms._native.to_native`).
 3. **The output**: ``ToDtype(torch.float32, scale=True)`` (+ ``Normalize``), fused into the
