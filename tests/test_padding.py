@@ -164,6 +164,7 @@ class TestPad:
     def test_v1_compose(self, paths):
         """A v1 pipeline (v1 Compose) on the decoded tensor."""
         _check(paths, v1.Compose([v1.Pad(4, padding_mode="reflect"), v1.RandomCrop(CROP)]))
+        assert _check(paths, v1.Compose([v1.CenterCrop(CROP)])) == len(paths)  # zeros around small images
 
     def test_pad_alone_refused(self):
         with pytest.raises(Unsupported, match="Pad alone"):
