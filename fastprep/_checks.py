@@ -31,6 +31,7 @@ __all__ = [
     "fill_values",
     "float_dtype",
     "gray_level",
+    "pad_fill",
     "is_int",
     "max_pixels",
     "max_scans",
@@ -134,6 +135,16 @@ def gray_level(fill: Any) -> int:
     if not is_int(fill) or not 0 <= fill <= 255:
         raise ValueError(f"fill must be an int in [0, 255], got {fill!r}")
     return int(fill)
+
+
+def pad_fill(fill: Any) -> int | tuple[int, ...]:
+    """A decode transform's padding ``fill``: an int in [0, 255], or 1 to 4 of them (one per
+    channel) as a tuple."""
+    if isinstance(fill, (list, tuple)):
+        if not 1 <= len(fill) <= 4 or not all(is_int(v) and 0 <= v <= 255 for v in fill):
+            raise ValueError(f"fill must be an int in [0, 255] or 1 to 4 of them, got {fill!r}")
+        return tuple(int(v) for v in fill)
+    return gray_level(fill)
 
 
 def on_error(value: Any) -> str:

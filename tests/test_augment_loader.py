@@ -149,8 +149,10 @@ class TestRefusals:
          r"ToDtype\(torch.float16, scale=True\): the native output conversion is ToDtype\(torch.float32"),
         (v2.Compose([v2.RandomResizedCrop(SIZE), v2.Normalize(MEAN, STD)]),
          "Normalize must follow ToDtype"),
-        (v2.Compose([v2.RandomCrop(SIZE, padding=4, padding_mode="reflect")]),
-         r"RandomCrop\(padding_mode='reflect'"),
+        (v2.Compose([v2.RandomCrop(SIZE, padding=4, fill=300)]),
+         r"RandomCrop\(fill=300\): natively a uint8 image's fill is in \[0, 256\)"),
+        (v2.Compose([v2.Pad(4, padding_mode="reflect"), v2.RandomResizedCrop(SIZE)]),
+         "Pad followed by RandomResizedCrop: natively a Pad must be followed by RandomCrop or CenterCrop"),
         (v2.Compose([v2.RandomResizedCrop(SIZE), v2.Grayscale(2)]), "num_output_channels must be 1 or 3"),
         (v2.Compose([v2.CenterCrop(10), v2.RandomApply([v2.GaussianBlur((23, 3))], p=0.5)]),
          r"GaussianBlur: kernel_size \(23, 3\) on 10x10 images: the reflection padding \(kernel_size // 2\) must "

@@ -101,6 +101,7 @@ struct Scratch {
   std::vector<uint64_t> bits, dilated;
   std::vector<float> rows, image;
   std::vector<uint16_t> half_rows;
+  std::vector<int32_t> pad_map;
   KernelScratch kernels;
 };
 
@@ -211,6 +212,87 @@ void fill_canvas(const Canvas& cv, const Batch& b) {
         for (int64_t x = 0; x < b.W; x++) p[x * cv.xs] = b.pad[c];
       }
     }
+}
+
+// ------------------------------------------------------------------------------------
+// Padding by index (SamplePlan.pad_stages > 0).
+
+// The sources of `count` pixels from `start` on along one axis (0: rows, 1: columns) of an
+// image `length` pixels long padded by p's stages: the image's index, or -(k + 1) for a pixel
+// of stage k's constant border (fastprep/transforms/_plan.py: axis_map).
+void pad_axis_map(const SamplePlan& p, int axis, int64_t length, int64_t start, int64_t count, int32_t* out) {
+  const int before = 1 - axis;  // pad_ltrb's top (rows) or left (columns); + 2: bottom or right
+  int64_t lengths[kMaxPadStages + 1];
+  lengths[0] = length;
+  for (int64_t k = 0; k < p.pad_stages; k++)
+    lengths[k + 1] = lengths[k] + p.pad_ltrb[k][before] + p.pad_ltrb[k][before + 2];
+  TORCH_CHECK_VALUE(start >= 0 && start + count <= lengths[p.pad_stages], "decode_batch: the padded window [", start,
+                    ", +", count, ") leaves the padded image (", lengths[p.pad_stages], " pixels)");
+  for (int64_t t = 0; t < count; t++) {
+    int64_t u = start + t;
+    for (int64_t k = p.pad_stages - 1; k >= 0; k--) {
+      const int64_t n = lengths[k];
+      u -= p.pad_ltrb[k][before];
+      if (u >= 0 && u < n) continue;
+      const int64_t mode = p.pad_mode[k];
+      if (mode == kPadConstant) {
+        u = -(k + 1);
+        break;
+      }
+      if (mode == kPadEdge) {
+        u = u < 0 ? 0 : n - 1;
+      } else if (mode == kPadReflect) {
+        u = u < 0 ? -u : 2 * (n - 1) - u;
+      } else {  // symmetric
+        u = u < 0 ? -u - 1 : 2 * n - 1 - u;
+      }
+      TORCH_CHECK_VALUE(u >= 0 && u < n, "decode_batch: padding stage ", k, " mirrors past its input of ", n,
+                        " pixels (torch refuses such padding)");
+    }
+    out[t] = (int32_t)u;
+  }
+}
+
+// Sources relative to the decoded window [first, first + size); throws when one is outside.
+void pad_map_to_window(int32_t* map, int64_t count, int64_t first, int64_t size) {
+  for (int64_t t = 0; t < count; t++) {
+    if (map[t] < 0) continue;
+    const int64_t r = map[t] - first;
+    TORCH_CHECK_VALUE(r >= 0 && r < size, "decode_batch: the padding reads pixel ", map[t],
+                      " outside the decoded window [", first, ", +", size, ")");
+    map[t] = (int32_t)r;
+  }
+}
+
+// The whole canvas of a plan with pad_stages > 0, read by index from the decoded window `src`
+// (interleaved, `row_stride` bytes a row).
+void place_mapped(const Batch& b, const SamplePlan& p, const uint8_t* src, int64_t row_stride, const Canvas& cv,
+                  Scratch& s) {
+  const int64_t H = b.H, W = b.W, DC = b.DC;
+  int32_t* rows = grown(s.pad_map, (size_t)(H + W));
+  int32_t* cols = rows + H;
+  pad_axis_map(p, 0, p.pad_image_h, p.pad_origin_top, H, rows);
+  pad_axis_map(p, 1, p.pad_image_w, p.pad_origin_left, W, cols);
+  pad_map_to_window(rows, H, p.top, p.height);
+  pad_map_to_window(cols, W, p.left, p.width);
+  uint8_t fill[kMaxPadStages][4];
+  for (int64_t k = 0; k < kMaxPadStages; k++)
+    for (int64_t c = 0; c < 4; c++) fill[k][c] = (uint8_t)((p.pad_fill[k] >> (8 * c)) & 0xFF);
+  for (int64_t y = 0; y < H; y++) {
+    const int32_t ry = rows[y];
+    const uint8_t* line = src + (ry >= 0 ? ry : 0) * row_stride;
+    for (int64_t x = 0; x < W; x++) {
+      const int32_t rx = cols[x];
+      uint8_t* d = cv.p + y * cv.ys + x * cv.xs;
+      if (ry >= 0 && rx >= 0) {
+        const uint8_t* sp = line + rx * DC;
+        for (int64_t c = 0; c < DC; c++) d[c * cv.cs] = sp[c];
+      } else {  // the outermost constant stage either coordinate lies in
+        const int64_t k = std::max<int64_t>(ry < 0 ? -ry - 1 : -1, rx < 0 ? -rx - 1 : -1);
+        for (int64_t c = 0; c < DC; c++) d[c * cv.cs] = fill[k][c];
+      }
+    }
+  }
 }
 
 // Pixels [h, w] (planar [C, h, w], or interleaved [h, w, C]) onto the canvas at (top, left).
@@ -681,7 +763,8 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
   const Canvas cv = canvas_of(b, i, p, s, in_out);
   const bool placed = p.placed != 0;
   const int64_t rh = p.region_h, rw = p.region_w, top = p.place_top, left = p.place_left;
-  const bool covers = placed && top == 0 && left == 0 && rh == H && rw == W;
+  const bool mapped = p.pad_stages > 0;
+  const bool covers = mapped || (placed && top == 0 && left == 0 && rh == H && rw == W);
   const bool planar_dense = cv.xs == 1 && cv.ys == W && cv.cs == H * W;
   const bool interleaved_dense = cv.cs == 1 && cv.xs == DC && cv.ys == W * DC;
   if (!covers) fill_canvas(cv, b);
@@ -690,7 +773,11 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
     decode_roi_into(dec, info, b.bytes[i], b.sizes[i], b.mode, p.top, p.left, dh, dw, b.max_pixels, num,
                     b.max_scans, channels_last, [dst]() { return dst; });
   };
-  if (!placed) {
+  if (mapped) {
+    uint8_t* d = grown(s.decoded, (size_t)(DC * dh * dw) + kSlack);
+    decode(true, d);
+    place_mapped(b, p, d, dw * DC, cv, s);
+  } else if (!placed) {
     decode(false, grown(s.decoded, (size_t)(DC * dh * dw) + kSlack));
   } else if (!p.resize) {
     if (covers && (planar_dense || interleaved_dense)) {
@@ -748,11 +835,13 @@ void view_from_union(const Batch& b, int64_t i, const SamplePlan& p, const uint8
   bool in_out = false;
   const Canvas cv = canvas_of(b, i, p, s, in_out);
   const int64_t rh = p.region_h, rw = p.region_w, top = p.place_top, left = p.place_left;
-  const bool covers = top == 0 && left == 0 && rh == H && rw == W;
+  const bool covers = p.pad_stages > 0 || (top == 0 && left == 0 && rh == H && rw == W);
   if (!covers) fill_canvas(cv, b);
   const size_t offset = (size_t)(((p.top - uni.top) * uw + (p.left - uni.left)) * DC);
   const uint8_t* src = u + offset;
-  if (!p.resize) {
+  if (p.pad_stages > 0) {
+    place_mapped(b, p, src, uw * DC, cv, s);
+  } else if (!p.resize) {
     uint8_t* d = grown(s.region, (size_t)(DC * p.height * p.width) + kSlack);
     for (int64_t y = 0; y < p.height; y++)
       std::memcpy(d + y * p.width * DC, src + y * uw * DC, (size_t)(p.width * DC));
@@ -828,6 +917,24 @@ std::string run_views(const std::vector<Batch>& views, int64_t i, Scratch& s) {
 // ------------------------------------------------------------------------------------
 // Argument checks (on the calling thread, before any work).
 
+void check_pad_stages(const SamplePlan& p, int64_t i) {
+  TORCH_CHECK_VALUE(p.pad_stages >= 0 && p.pad_stages <= kMaxPadStages, "decode_batch: plan ", i,
+                    ": pad_stages must be in [0, ", kMaxPadStages, "], got ", p.pad_stages);
+  if (p.pad_stages == 0) return;
+  TORCH_CHECK_VALUE(p.placed == 1 && p.resize == 0, "decode_batch: plan ", i,
+                    ": padding by index takes a placed window without a resize");
+  constexpr int64_t kMaxSide = int64_t(1) << 24;  // keeps every padded length far inside int32
+  TORCH_CHECK_VALUE(p.pad_image_h > 0 && p.pad_image_h <= kMaxSide && p.pad_image_w > 0 && p.pad_image_w <= kMaxSide,
+                    "decode_batch: plan ", i, ": bad padded image size ", p.pad_image_h, "x", p.pad_image_w);
+  for (int64_t k = 0; k < p.pad_stages; k++) {
+    TORCH_CHECK_VALUE(p.pad_mode[k] >= kPadConstant && p.pad_mode[k] <= kPadSymmetric, "decode_batch: plan ", i,
+                      ": unknown padding mode ", p.pad_mode[k]);
+    for (int64_t e = 0; e < 4; e++)
+      TORCH_CHECK_VALUE(p.pad_ltrb[k][e] >= 0 && p.pad_ltrb[k][e] <= kMaxSide, "decode_batch: plan ", i,
+                        ": padding must be in [0, ", kMaxSide, "], got ", p.pad_ltrb[k][e]);
+  }
+}
+
 void check_plan(const SamplePlan& p, int64_t i, int64_t C, int64_t H, int64_t W, int64_t num_steps) {
   auto flag = [&](int64_t v, const char* name) {
     TORCH_CHECK_VALUE(v == 0 || v == 1, "decode_batch: plan ", i, ": ", name, " must be 0 or 1, got ", v);
@@ -847,7 +954,8 @@ void check_plan(const SamplePlan& p, int64_t i, int64_t C, int64_t H, int64_t W,
                     "decode_batch: plan ", i, ": steps [", p.first_step, ", +", p.num_steps + p.num_float_steps,
                     ") outside the ", num_steps, " steps given");
   TORCH_CHECK_VALUE(p.mask_m >= 0, "decode_batch: plan ", i, ": the mask numerator must be >= 0, got ", p.mask_m);
-  if (!p.placed) return;
+  check_pad_stages(p, i);
+  if (!p.placed || p.pad_stages > 0) return;
   const int64_t rh = p.region_h, rw = p.region_w;
   if (p.resize) {
     check_resize_args(C, p.height, p.width, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh, rw, p.full_in_h,

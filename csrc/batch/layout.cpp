@@ -74,6 +74,14 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, SamplePlan, first_step, "i8");
     FP_FIELD(d, SamplePlan, num_steps, "i8");
     FP_FIELD(d, SamplePlan, num_float_steps, "i8");
+    FP_FIELD(d, SamplePlan, pad_stages, "i8");
+    FP_FIELD(d, SamplePlan, pad_image_h, "i8");
+    FP_FIELD(d, SamplePlan, pad_image_w, "i8");
+    FP_FIELD(d, SamplePlan, pad_origin_top, "i8");
+    FP_FIELD(d, SamplePlan, pad_origin_left, "i8");
+    FP_FIELD(d, SamplePlan, pad_mode, "i8");
+    FP_FIELD(d, SamplePlan, pad_ltrb, "i8");
+    FP_FIELD(d, SamplePlan, pad_fill, "i8");
     return d.out;
   }
   if (name == "DecodeSpec") {

@@ -27,7 +27,24 @@ struct SamplePlan {
   int64_t first_step = 0;                           // steps[first_step, + num_steps): uint8 stage,
   int64_t num_steps = 0;                            // then num_float_steps on the float image
   int64_t num_float_steps = 0;
+  // Padding by index (edge/reflect/symmetric, or stages with other fills; pad_stages > 0):
+  // the canvas is the window at (pad_origin_top, pad_origin_left) of the pad_image_h x
+  // pad_image_w image padded by pad_stages stages, innermost first, stage k adding
+  // pad_ltrb[k] = (left, top, right, bottom) pixels by pad_mode[k] (kPad*) -- a constant
+  // stage's value in channel c is byte c of pad_fill[k]. Each canvas pixel is read from the
+  // decoded window (top, left, height, width above, which must hold every image pixel the
+  // map reads); region/place fields are unused. (fastprep/transforms/_plan.py: axis_map)
+  int64_t pad_stages = 0;
+  int64_t pad_image_h = 0, pad_image_w = 0;
+  int64_t pad_origin_top = 0, pad_origin_left = 0;
+  int64_t pad_mode[4] = {};
+  int64_t pad_ltrb[4][4] = {};
+  int64_t pad_fill[4] = {};
 };
+
+// SamplePlan.pad_mode: torchvision's padding modes.
+enum PadMode : int64_t { kPadConstant = 0, kPadEdge = 1, kPadReflect = 2, kPadSymmetric = 3 };
+constexpr int64_t kMaxPadStages = 4;
 
 // What plan_batch draws and plans (fastprep/data/native.py fills it from the pipeline).
 enum DecodeKind : int64_t {

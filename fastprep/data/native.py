@@ -51,7 +51,7 @@ from ..transforms import (
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
-from ..transforms._plan import DCT_SCALES, centered_ratio_window
+from ..transforms._plan import DCT_SCALES, PAD_MODES, centered_ratio_window
 from .batch import BatchConvert, channel_values
 from .sample import SampleTransform
 
@@ -153,9 +153,10 @@ def _renumber_extras(steps: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
     return steps
 
 
-def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
+def _plan_record(plan: DecodePlan, mask_seed, mask_m: int, fills=()):
     """A ``SamplePlan`` record from a transform's :class:`~fastprep.transforms.DecodePlan` and
-    the mask's seed (``None``: no mask); no steps."""
+    the mask's seed (``None``: no mask); no steps. ``fills``: per padding stage of the plan's
+    ``pad``, its per-channel value."""
     rec = np.zeros((), dtype=_PLAN)
     top, left, height, width = plan.window
     rec["scale_num"], rec["top"], rec["left"], rec["height"], rec["width"] = plan.num, top, left, height, width
@@ -176,9 +177,23 @@ def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
     if offset is not None:
         rec["placed"] = 1
         rec["place_top"], rec["place_left"] = offset
+    if plan.pad is not None:
+        _pad_fields(rec, plan.pad, fills)
     if mask_seed is not None:
         rec["mask"], rec["mask_seed"], rec["mask_m"] = 1, int(mask_seed), mask_m
     return rec
+
+
+def _pad_fields(rec, pad, fills) -> None:
+    """A ``SamplePlan``'s padding by index (csrc/batch/plan.h) from a
+    :class:`~fastprep.transforms._plan.PadMap` and its stages' per-channel fills."""
+    rec["pad_stages"] = len(pad.stages)
+    rec["pad_image_h"], rec["pad_image_w"] = pad.image
+    rec["pad_origin_top"], rec["pad_origin_left"] = pad.origin
+    for k, (stage, fill) in enumerate(zip(pad.stages, fills)):
+        rec["pad_mode"][k] = PAD_MODES.index(stage.mode)
+        rec["pad_ltrb"][4 * k:4 * k + 4] = stage.ltrb
+        rec["pad_fill"][k] = sum(int(v) << (8 * c) for c, v in enumerate(fill))
 
 
 def _with_steps(record, steps: Steps | None) -> Plan:
@@ -502,7 +517,8 @@ class NativePipeline:
         seed = None
         if self._mask is not None:
             seed = int(torch.randint(0, _MASK_SEED_HIGH, (), dtype=torch.int64, generator=gen))
-        return _with_steps(_plan_record(decode_plan, seed, self._mask_m), self._draw_augment(gen))
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._stage_fills(decode_plan)),
+                           self._draw_augment(gen))
 
     def _draw_augment(self, gen: torch.Generator | None) -> Steps | None:
         """The augmentations' draws on ``gen`` (``None``: the default generator, or what a
@@ -517,12 +533,17 @@ class NativePipeline:
             t.draw(draws, steps)
         return steps
 
+    def _stage_fills(self, plan: DecodePlan) -> list:
+        """Per padding stage of ``plan`` (padding by index), its per-channel value."""
+        return [] if plan.pad is None else self._decode.stage_fills(self.decode_channels, plan.pad.stages)
+
     def _plan_drawn(self, info, gen) -> Plan:
         """The plan of an image with header ``info``, drawn by the transforms themselves
         (from the default generator, or what a torch function mode redirects it to)."""
         decode_plan = self._decode.draw_plan(info)
         seed = self._mask.get_params() if self._mask is not None else None
-        return _with_steps(_plan_record(decode_plan, seed, self._mask_m), self._draw_augment(gen))
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._stage_fills(decode_plan)),
+                           self._draw_augment(gen))
 
     def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
         """:meth:`plan` for a batch in one native call (``torch.ops.fastprep.plan_batch``,

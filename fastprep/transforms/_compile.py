@@ -6,8 +6,9 @@ A pipeline the threads engine can run has three parts, in this order:
    pipeline takes the encoded file), or -- for a pipeline on decoded images -- torchvision v2's
    ``RandomResizedCrop`` (with a ``RandomHorizontalFlip`` right after it, the flip is fused into
    the resize), ``Resize`` + ``CenterCrop``, ``Resize`` to ``(h, w)``, ``CenterCrop`` or
-   ``RandomCrop``: the equivalent decode transform with ``dct_scaling=False``, whose draws and
-   pixels are v2's (optionally followed by fastprep's ``RandomMask``).
+   ``RandomCrop`` (v1 or v2, any padding mode, after ``Pad`` steps: :mod:`._compile_pad`): the
+   equivalent decode transform with ``dct_scaling=False``, whose draws and pixels are
+   torchvision's (optionally followed by fastprep's ``RandomMask``).
 2. **Augmentations** on the uint8 image: v2 transforms with a native side
    (:func:`fastprep.transforms._native.to_native`).
 3. **The output**: ``ToDtype(torch.float32, scale=True)`` or ``ConvertImageDtype(torch.float32)``
@@ -32,7 +33,6 @@ from typing import Any, NamedTuple
 
 import torch
 import torchvision.transforms as v1
-from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 # register the native sides
@@ -44,10 +44,9 @@ from . import (  # noqa: F401
     _native_flip,
     _native_point,
 )
+from ._compile_pad import image_type, image_type_after, padded_geometry
 from ._compose import Compose
 from ._decode import (
-    DecodeCenterCrop,
-    DecodeRandomCrop,
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
@@ -158,19 +157,19 @@ def output_dtype(transform: Any) -> torch.dtype:
         return dtypes.pop()
     steps = _steps(transform.pipeline if isinstance(transform, OnDecoded) else transform)
     dtype = torch.uint8
-    image_type: type = torch.Tensor
+    kind: type = torch.Tensor
     for step in steps:
         target = getattr(step, "dtype", None)
         if type(step) is v2.ToDtype and isinstance(target, dict):
             try:
-                target = _dtype_for(step, image_type)
+                target = _dtype_for(step, kind)
             except Unsupported:  # torchvision raises on the first sample
                 target = None
         if type(step).__name__ in ("ToDtype", "ConvertImageDtype") and isinstance(target, torch.dtype):
             dtype = target if target.is_floating_point else torch.uint8
         elif type(step).__name__ in ("ConvertColor", "Scale", "YUVScale", "MaskYUVScale"):
             dtype = torch.float32
-        image_type = _image_type(step, image_type)
+        kind = image_type_after(step, kind)
     return dtype
 
 
@@ -181,8 +180,12 @@ def _interpolation(value: Any) -> str:
     return str(_check_interpolation(value).value)
 
 
-def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
-    """The decode transform of the pipeline's leading v2 geometry and how many steps it took."""
+def _geometry(steps: list[Any], decode_kwargs: dict, image: type = torch.Tensor) -> tuple[Any, int]:
+    """The decode transform of the pipeline's leading v2 geometry and how many steps it took
+    (``image``: the type of image it receives, which picks a v2 fill dict's entry)."""
+    padded = padded_geometry(steps, decode_kwargs, image)
+    if padded is not None:  # Pad, RandomCrop, CenterCrop (v1 or v2)
+        return padded
     first = steps[0]
     second: Any = steps[1] if len(steps) > 1 else None
     kind = type(first)
@@ -211,20 +214,6 @@ def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
             raise Unsupported(f"Resize({size[0]}) alone gives every image its own size, and a batch needs one: "
                               "add a CenterCrop, or resize to (height, width)")
         return DecodeResize(tuple(size), antialias=first.antialias, dct_scaling=False, **decode_kwargs), 1
-    if kind is v2.CenterCrop:
-        return DecodeCenterCrop(first.size, **decode_kwargs), 1
-    if kind is v2.RandomCrop:
-        if first.padding_mode != "constant" or not isinstance(first.fill, int):
-            raise Unsupported(f"RandomCrop(padding_mode={first.padding_mode!r}, fill={first.fill!r}): only "
-                              "constant padding with one integer fill is native")
-        # v2 keeps its padding parsed as [left, right, top, bottom]; DecodeRandomCrop takes
-        # torchvision's argument form, whose four values are (left, top, right, bottom).
-        padding = None
-        if first.padding is not None:
-            left, right, top, bottom = first.padding
-            padding = (left, top, right, bottom)
-        return DecodeRandomCrop(first.size, padding=padding, pad_if_needed=first.pad_if_needed,
-                                fill=first.fill, **decode_kwargs), 1
     raise Unsupported(f"the pipeline starts with {kind.__name__}: the native engine needs a fixed output size "
                       "first (RandomResizedCrop, Resize + CenterCrop, Resize((h, w)), CenterCrop or RandomCrop)")
 
@@ -236,19 +225,8 @@ def _output_size(decode: Any) -> tuple[int, int]:
     return int(size[0]), int(size[1])
 
 
-def _image_type(step: Any, image_type: type) -> type:
-    """The type of the image after ``step`` (a decoded image is a plain tensor): ``ToImage``
-    makes it a ``tv_tensors.Image``, ``ToPureTensor`` a plain tensor again; every other step
-    keeps the type it was given."""
-    if type(step) is v2.ToImage:
-        return tv_tensors.Image
-    if type(step) is v2.ToPureTensor:
-        return torch.Tensor
-    return image_type
-
-
-def _dtype_for(step: Any, image_type: type) -> torch.dtype | None:
-    """The dtype ``ToDtype`` converts an image of ``image_type`` to (``None``: unchanged), as
+def _dtype_for(step: Any, kind: type) -> torch.dtype | None:
+    """The dtype ``ToDtype`` converts an image of type ``kind`` to (``None``: unchanged), as
     torchvision looks it up: a ``torch.dtype`` applies to images; a dict by the input's exact
     type, else its ``"others"`` entry.
 
@@ -258,11 +236,11 @@ def _dtype_for(step: Any, image_type: type) -> torch.dtype | None:
     dtype = step.dtype
     if not isinstance(dtype, dict):
         return dtype
-    if image_type in dtype:
-        return dtype[image_type]
+    if kind in dtype:
+        return dtype[kind]
     if "others" in dtype:
         return dtype["others"]
-    raise Unsupported(f"ToDtype({dtype!r}) has no entry for {image_type.__name__} images nor 'others' "
+    raise Unsupported(f"ToDtype({dtype!r}) has no entry for {kind.__name__} images nor 'others' "
                       "(torchvision raises ValueError)")
 
 
@@ -270,15 +248,15 @@ def _resolve_dtypes(steps: list[Any]) -> list[Any]:
     """``steps`` with each ``ToDtype`` given a dict replaced by the ``ToDtype`` it is for the
     image at that point (dropped where it leaves the image unchanged); the image's type is
     followed through ``ToImage``/``ToPureTensor``."""
-    image_type: type = torch.Tensor
+    kind: type = torch.Tensor
     out = []
     for step in steps:
         if type(step) is v2.ToDtype and isinstance(step.dtype, dict):
-            dtype = _dtype_for(step, image_type)
+            dtype = _dtype_for(step, kind)
             if dtype is not None:
                 out.append(v2.ToDtype(dtype, scale=step.scale))
             continue
-        image_type = _image_type(step, image_type)
+        kind = image_type_after(step, kind)
         out.append(step)
     return out
 
@@ -331,12 +309,13 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
     """
     decode_kwargs = dict(decode_kwargs or {})
     if isinstance(transform, OnDecoded):
-        steps = [s for s in _resolve_dtypes(_steps(transform.pipeline)) if not isinstance(s, _NO_OPS)]
+        every = _resolve_dtypes(_steps(transform.pipeline))
+        steps = [s for s in every if not isinstance(s, _NO_OPS)]
         if not steps:
             raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
         decode_kwargs.setdefault("mode", transform.mode)
         try:
-            decode, taken = _geometry(steps, decode_kwargs)
+            decode, taken = _geometry(steps, decode_kwargs, image_type(every[:every.index(steps[0])]))
         except Unsupported:
             raise
         except (ValueError, TypeError) as e:  # a value v2 takes that the decode transform refuses

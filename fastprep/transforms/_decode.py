@@ -45,10 +45,15 @@ from .. import io as fio
 from ..resize import resize_window
 from ._plan import (
     DecodePlan,
+    PadStage,
     ResizeStep,
+    axis_map,
     center_crop,
     centered_ratio_window,
+    mapped_plan,
+    pad_error,
     padded_plan,
+    padded_size,
     plan_scaled_window,
     resized_plan,
     resized_size,
@@ -116,12 +121,36 @@ def _file_named(path: str | None) -> Iterator[None]:
         raise fio.DecodeError(f"{path}: {e}") from None
 
 
-def _pad_values(channels: int, mode: Mode, fill: int) -> tuple[int, ...]:
+def _pad_values(channels: int, mode: Mode, fill: int | tuple[int, ...]) -> tuple[int, ...]:
     """Per-channel value of padding pixels: gray level ``fill`` in every channel; in YCbCr
-    mode its YCbCr, ``(fill, 128, 128)``, so padding means the same colour whatever the mode."""
+    mode its YCbCr, ``(fill, 128, 128)``, so padding means the same colour whatever the mode.
+    A tuple ``fill`` is the value of each channel (one value: of every channel), in any mode."""
+    if isinstance(fill, tuple):
+        if len(fill) == 1:
+            return fill * channels
+        if len(fill) != channels:
+            raise ValueError(f"fill {fill} has {len(fill)} values for {channels} channels")
+        return fill
     if _checks.mode_name(mode) == fio.ImageReadMode.YCbCr.name:
         return (fill,) + (128,) * (channels - 1)
     return (fill,) * channels
+
+
+def _read_padded(img: torch.Tensor, plan: DecodePlan, fills: list[tuple[int, ...]]) -> torch.Tensor:
+    """The output of a plan with a :class:`~fastprep.transforms._plan.PadMap`: each pixel read
+    by index from ``img`` (the decoded window) or, in a constant border, that stage's fill."""
+    pad = plan.pad
+    assert pad is not None
+    (h, w), (oy, ox), (out_h, out_w) = pad.image, pad.origin, plan.size
+    rows = torch.tensor(axis_map(h, pad.stages, 0, oy, out_h), dtype=torch.int64)
+    cols = torch.tensor(axis_map(w, pad.stages, 1, ox, out_w), dtype=torch.int64)
+    top, left = plan.window[0], plan.window[1]
+    out = img[:, (rows - top).clamp(min=0)][:, :, (cols - left).clamp(min=0)]
+    # the outermost constant stage either coordinate lies in (-1: none)
+    stage = torch.maximum(torch.where(rows < 0, -rows - 1, -1)[:, None], torch.where(cols < 0, -cols - 1, -1)[None, :])
+    for k, fill in enumerate(fills):
+        out[:, stage == k] = torch.tensor(fill, dtype=torch.uint8)[:, None]
+    return out
 
 
 def _filled(values: tuple[int, ...], height: int, width: int) -> torch.Tensor:
@@ -205,6 +234,11 @@ class _DecodeTransform(v2.Transform):
         """Value of padding pixels in each of the output's ``channels`` channels (0..255)."""
         return _pad_values(channels, self.mode, 0)
 
+    def stage_fills(self, channels: int, stages: Sequence[PadStage]) -> list[tuple[int, ...]]:
+        """Per stage of a :class:`~fastprep.transforms._plan.PadMap`, the value of its constant
+        border in each of ``channels`` channels."""
+        return [_pad_values(channels, self.mode, tuple(st.fill)) if st.fill else (0,) * channels for st in stages]
+
     def _decode(self, data: torch.Tensor, info: fio.JpegInfo, params: dict[str, Any]) -> torch.Tensor:
         return self._run_plan(data, self.decode_plan(info, params))
 
@@ -213,6 +247,9 @@ class _DecodeTransform(v2.Transform):
         kw = self._io_kwargs(plan.num)
         r = plan.resize
         top, left, height, width = plan.window
+        if plan.pad is not None:
+            img = fio.decode_jpeg_roi(data, top, left, height, width, self.mode, **kw)
+            return _read_padded(img, plan, self.stage_fills(img.shape[0], plan.pad.stages))
         if r is None:
             img = fio.decode_jpeg_roi(data, top, left, height, width, self.mode, **kw)
         else:
@@ -264,21 +301,21 @@ class DecodeRandomCrop(_DecodeTransform):
         pad_if_needed: pad an image smaller than ``size`` (as torchvision does) instead of
             raising ``ValueError``.
         fill: gray level of padded pixels (0-255); in ``mode="YCbCr"`` padding is its
-            YCbCr, ``(fill, 128, 128)``.
+            YCbCr, ``(fill, 128, 128)``. A tuple: each channel's value (0-255) in any mode.
         {io}
 
     Output: uint8 tensor ``[C, height, width]``.
     """
 
     def __init__(self, size: Size, padding: int | Sequence[int] | None = None, pad_if_needed: bool = False,
-                 fill: int = 0, mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS, strict: bool = False,
-                 max_scans: int | None = None) -> None:
+                 fill: int | Sequence[int] = 0, mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS,
+                 strict: bool = False, max_scans: int | None = None) -> None:
         super().__init__()
         self.size = _checks.size_pair(size)
         self.padding = padding
         self._pad = _checks.padding_ltrb(padding)
         self.pad_if_needed = bool(pad_if_needed)
-        self.fill = _checks.gray_level(fill)
+        self.fill = _checks.pad_fill(fill)
         self._init_decode(mode, max_pixels, strict, max_scans)
 
     def get_params(self, info: fio.JpegInfo) -> tuple[Window, Window]:
@@ -347,6 +384,115 @@ class DecodeCenterCrop(_DecodeTransform):
 
     def extra_repr(self) -> str:
         return f"size={self.size}, {self._io_repr()}"
+
+
+class PaddedCrop(_DecodeTransform):
+    """torchvision's ``Pad`` steps, then its ``RandomCrop`` or ``CenterCrop`` (v1 or v2), on
+    a decoded image, as one window decode: what the compiler makes of such a geometry
+    (:mod:`fastprep.transforms._compile`). Every padding mode (constant, edge, reflect,
+    symmetric) is read by index from the decoded window; only the image pixels the crop
+    reads are decoded.
+
+    Draws: v2 ``RandomCrop``'s (``crop="v2"``: one padding, then an offset along each side
+    longer than the crop), v1 ``RandomCrop``'s (``"v1"``: its padding, then ``pad_if_needed``'s,
+    then no draw when the padded image is the crop's size, else both offsets) or none
+    (``"center"``, which pads with zeros as ``CenterCrop``). Where torchvision raises for an
+    image's size (a crop larger than the padded image; reflect padding not shorter than the
+    side, symmetric padding longer), ``reference`` -- the torchvision steps -- is called on a
+    blank image of that size, so the error is torchvision's own.
+
+    Args:
+        pads: the ``Pad`` steps, as :class:`~fastprep.transforms._plan.PadStage`, in order.
+        crop: ``"v2"``, ``"v1"`` or ``"center"``.
+        size: the crop's ``(height, width)``.
+        padding: the crop's own ``(left, top, right, bottom)`` padding, or ``None``.
+        pad_if_needed, padding_mode: the crop's.
+        fill: the crop's constant padding, one value per channel.
+        reference: the torchvision steps this replaces.
+        channels: channels of the decoded image.
+        {io}
+    """
+
+    def __init__(self, pads: Sequence[PadStage], crop: str, size: Size, padding: Window | None, pad_if_needed: bool,
+                 padding_mode: str, fill: tuple[int, ...], reference: Any, channels: int, mode: Mode = "RGB", *,
+                 max_pixels: int = fio.DEFAULT_MAX_PIXELS, strict: bool = False, max_scans: int | None = None) -> None:
+        super().__init__()
+        if crop not in ("v1", "v2", "center"):
+            raise ValueError(f"crop must be 'v1', 'v2' or 'center', got {crop!r}")
+        self.pads, self.crop = tuple(pads), crop
+        self.size = _checks.size_pair(size)
+        self.padding = padding
+        self.pad_if_needed, self.padding_mode, self.fill = bool(pad_if_needed), padding_mode, tuple(fill)
+        self.reference, self.channels = reference, int(channels)
+        constants = [st.fill for st in self.pads if st.mode == "constant"]
+        if crop == "center":
+            constants.append((0,) * self.channels)
+        elif padding_mode == "constant":
+            constants.insert(0, self.fill)
+        #: the fill of plain constant padding (plans whose stages all use it need no index map)
+        self._pad_fill = tuple(constants[0]) if constants else (0,) * self.channels
+        self._init_decode(mode, max_pixels, strict, max_scans)
+
+    def _refuse(self, height: int, width: int) -> None:
+        """Raise torchvision's error for an ``height x width`` image."""
+        self.reference(torch.zeros((self.channels, height, width), dtype=torch.uint8))
+        raise RuntimeError(f"fastprep: torchvision did not raise for a {height}x{width} image; please report this")
+
+    def _crop_stage(self, stages: list[PadStage], height: int, width: int) -> tuple[int, int]:
+        """Append the crop's padding to ``stages`` (padded ``height x width`` so far); returns the
+        padded size."""
+        th, tw = self.size
+        if self.crop == "center":
+            pad, _ = center_crop(height, width, self.size)
+            if any(pad):
+                stages.append(PadStage("constant", pad, (0,) * self.channels))
+            return height + pad[1] + pad[3], width + pad[0] + pad[2]
+        left, top, right, bottom = self.padding or (0, 0, 0, 0)
+        if self.crop == "v1" and any((left, top, right, bottom)):  # v1 pads in steps: its padding first
+            stages.append(PadStage(self.padding_mode, (left, top, right, bottom), self.fill))
+            height, width = height + top + bottom, width + left + right
+            left = top = right = bottom = 0
+        else:
+            height, width = height + top + bottom, width + left + right
+        dh = th - height if self.pad_if_needed and height < th else 0
+        dw = tw - width if self.pad_if_needed and width < tw else 0
+        left, top, right, bottom = left + dw, top + dh, right + dw, bottom + dh
+        if any((left, top, right, bottom)):
+            stages.append(PadStage(self.padding_mode, (left, top, right, bottom), self.fill))
+        return height + 2 * dh, width + 2 * dw
+
+    def _draw(self, info: fio.JpegInfo) -> dict[str, Any]:
+        stages = list(self.pads)
+        height, width = self._crop_stage(stages, *padded_size(info.height, info.width, stages))
+        th, tw = self.size
+        if height < th or width < tw or pad_error(info.height, info.width, stages):
+            self._refuse(info.height, info.width)
+        if self.crop == "center":
+            top, left = int(round((height - th) / 2.0)), int(round((width - tw) / 2.0))
+        elif self.crop == "v2":  # an offset only along a side longer than the crop
+            top = int(torch.randint(0, height - th + 1, size=()).item()) if height > th else 0
+            left = int(torch.randint(0, width - tw + 1, size=()).item()) if width > tw else 0
+        elif height == th and width == tw:  # v1: no draw for a crop of the whole image
+            top = left = 0
+        else:
+            top = int(torch.randint(0, height - th + 1, size=(1,)).item())
+            left = int(torch.randint(0, width - tw + 1, size=(1,)).item())
+        return {"stages": tuple(stages), "window": (top, left, th, tw)}
+
+    def decode_plan(self, info: fio.JpegInfo, params: dict[str, Any]) -> DecodePlan:
+        stages, window = params["stages"], params["window"]
+        if all(st.mode == "constant" and tuple(st.fill) == self._pad_fill for st in stages):
+            ltrb = tuple(sum(st.ltrb[e] for st in stages) for e in range(4))
+            return padded_plan(info.height, info.width, window, ltrb)
+        return mapped_plan(info.height, info.width, stages, window)
+
+    def padding_values(self, channels: int) -> tuple[int, ...]:
+        return _pad_values(channels, self.mode, self._pad_fill)
+
+    def extra_repr(self) -> str:
+        return (f"pads={self.pads}, crop={self.crop!r}, size={self.size}, padding={self.padding}, "
+                f"pad_if_needed={self.pad_if_needed}, padding_mode={self.padding_mode!r}, fill={self.fill}, "
+                f"{self._io_repr()}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -608,6 +754,6 @@ def is_decode_transform(transform: Any) -> bool:
     return type(transform) in _DECODE_TYPES
 
 
-for _cls in (*_DECODE_TYPES, OnDecoded):
+for _cls in (*_DECODE_TYPES, OnDecoded, PaddedCrop):
     _cls.__doc__ = (_cls.__doc__ or "").replace("{io}", _IO_ARGS_DOC)
 del _cls

@@ -12,10 +12,18 @@ from typing import NamedTuple
 __all__ = [
     "DCT_SCALES",
     "DecodePlan",
+    "PAD_MODES",
+    "PadMap",
+    "PadStage",
     "ResizeStep",
+    "axis_map",
+    "axis_span",
     "center_crop",
     "centered_ratio_window",
+    "mapped_plan",
+    "pad_error",
     "padded_plan",
+    "padded_size",
     "plan_scaled_window",
     "resized_plan",
     "resized_size",
@@ -44,6 +52,30 @@ class ResizeStep(NamedTuple):
     hflip: bool
 
 
+#: torchvision's padding modes, in the order of their numbers in csrc/batch/plan.h (SamplePlan.pad_mode).
+PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+class PadStage(NamedTuple):
+    """One ``pad`` of torchvision: ``ltrb = (left, top, right, bottom)`` pixels added by
+    ``mode`` (one of :data:`PAD_MODES`); ``fill``: a constant stage's value per channel."""
+
+    mode: str
+    ltrb: tuple
+    fill: tuple = ()
+
+
+class PadMap(NamedTuple):
+    """Where each output pixel of a padded crop comes from: the ``image = (h, w)`` padded by
+    ``stages`` (innermost first, each padding the previous one's output), then cut at
+    ``origin = (top, left)`` of the last stage's output. :func:`axis_map` gives the rows and
+    columns."""
+
+    image: tuple
+    stages: tuple
+    origin: tuple
+
+
 class DecodePlan(NamedTuple):
     """What a decode transform computes for one image once its random parameters are drawn.
 
@@ -56,6 +88,10 @@ class DecodePlan(NamedTuple):
             pixels are padding (:meth:`padding_values` of the transform). ``None``: the
             output is all padding (the decode, of ``window``, only checks the file and
             gives the channel count).
+        pad: ``None``, or the :class:`PadMap` of an output whose every pixel is read by
+            index from the padded image (edge, reflect and symmetric padding, or stages
+            with other fills): then ``window`` covers every image pixel the map reads,
+            ``resize`` is ``None`` and ``offset`` ``(0, 0)``.
     """
 
     num: int
@@ -63,6 +99,7 @@ class DecodePlan(NamedTuple):
     resize: ResizeStep | None
     size: tuple
     offset: tuple | None
+    pad: PadMap | None = None
 
 
 def _scaled(length: int, num: int) -> int:
@@ -206,3 +243,98 @@ def resized_plan(image: tuple[int, int], num: int, out_hw: tuple[int, int], rows
     resize = ResizeStep((hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
                         None if num == 8 else (sh, sw), antialias, False)
     return (y0, x0, y1 - y0, x1 - x0), resize
+
+
+def padded_size(height: int, width: int, stages) -> tuple[int, int]:
+    """``(h, w)`` of an ``height x width`` image after ``stages`` (:class:`PadStage`)."""
+    for st in stages:
+        left, top, right, bottom = st.ltrb
+        height, width = height + top + bottom, width + left + right
+    return height, width
+
+
+def pad_error(height: int, width: int, stages) -> bool:
+    """Whether torch refuses ``stages`` on an ``height x width`` image: reflect padding must
+    be shorter than the side it pads (torch's reflection pad), symmetric padding at most as
+    long (torchvision indexes the mirrored pixels); checked on each stage's input."""
+    for st in stages:
+        left, top, right, bottom = st.ltrb
+        if st.mode == "reflect" and (max(left, right) >= width or max(top, bottom) >= height):
+            return True
+        if st.mode == "symmetric" and (max(left, right) > width or max(top, bottom) > height):
+            return True
+        height, width = height + top + bottom, width + left + right
+    return False
+
+
+def axis_map(length: int, stages: tuple, axis: int, start: int, count: int) -> list[int]:
+    """The source of ``count`` consecutive pixels, from ``start`` on, along ``axis`` (0: rows,
+    1: columns) of an image ``length`` pixels long padded by ``stages``: the image's index,
+    or ``-(k + 1)`` for a pixel of stage ``k``'s constant border. Assumes not
+    :func:`pad_error`."""
+    before = 1 - axis  # ltrb's top (rows) or left (columns); + 2: bottom or right
+    lengths = [length]
+    for st in stages:
+        lengths.append(lengths[-1] + st.ltrb[before] + st.ltrb[before + 2])
+    out = []
+    for t in range(start, start + count):
+        u = t
+        for k in range(len(stages) - 1, -1, -1):
+            st, n = stages[k], lengths[k]
+            u -= st.ltrb[before]
+            if 0 <= u < n:
+                continue
+            if st.mode == "constant":
+                u = -(k + 1)
+                break
+            if st.mode == "edge":
+                u = 0 if u < 0 else n - 1
+            elif st.mode == "reflect":
+                u = -u if u < 0 else 2 * (n - 1) - u
+            else:  # symmetric
+                u = -u - 1 if u < 0 else 2 * n - 1 - u
+        out.append(u)
+    return out
+
+
+def _folded(u: int, n: int, mode: str) -> int:
+    """Pixel ``u`` of a border of an ``n``-pixel side padded by ``mode`` (not constant)."""
+    if mode == "edge":
+        return 0 if u < 0 else n - 1
+    if mode == "reflect":
+        return -u if u < 0 else 2 * (n - 1) - u
+    return -u - 1 if u < 0 else 2 * n - 1 - u
+
+
+def axis_span(length: int, stages: tuple, axis: int, start: int, count: int) -> tuple[int, int] | None:
+    """``(first, last)`` image index among :func:`axis_map`'s sources (``None``: none), in
+    O(stages): the pixels of an interval stay an interval through each stage (a mirrored or
+    repeated border lands next to the side's pixels), so its two ends and the side's ends
+    are enough."""
+    before = 1 - axis
+    lengths = [length]
+    for st in stages:
+        lengths.append(lengths[-1] + st.ltrb[before] + st.ltrb[before + 2])
+    lo, hi = start, start + count - 1
+    for k in range(len(stages) - 1, -1, -1):
+        st, n = stages[k], lengths[k]
+        lo, hi = lo - st.ltrb[before], hi - st.ltrb[before]
+        ends = [v for v in (max(lo, 0), min(hi, n - 1)) if 0 <= v < n and lo <= v <= hi]
+        if st.mode != "constant":
+            ends += [_folded(v, n, st.mode) for v in (lo, hi, -1, n) if lo <= v <= hi and not 0 <= v < n]
+        if not ends:
+            return None
+        lo, hi = min(ends), max(ends)
+    return lo, hi
+
+
+def mapped_plan(height: int, width: int, stages: tuple, window: tuple[int, int, int, int]) -> DecodePlan:
+    """Plan for ``window = (top, left, h, w)`` of an ``height x width`` image padded by
+    ``stages`` (:class:`PadStage`, innermost first), each output pixel read by index: only
+    the image pixels the window reads are decoded (their bounding box)."""
+    top, left, out_h, out_w = window
+    rows, cols = axis_span(height, stages, 0, top, out_h), axis_span(width, stages, 1, left, out_w)
+    box = (0, 0, 1, 1)  # all padding: decode one pixel only for the channel count
+    if rows is not None and cols is not None:
+        box = (rows[0], cols[0], rows[1] - rows[0] + 1, cols[1] - cols[0] + 1)
+    return DecodePlan(8, box, None, (out_h, out_w), (0, 0), PadMap((height, width), tuple(stages), (top, left)))
