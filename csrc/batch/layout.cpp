@@ -74,6 +74,7 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, SamplePlan, first_step, "i8");
     FP_FIELD(d, SamplePlan, num_steps, "i8");
     FP_FIELD(d, SamplePlan, num_float_steps, "i8");
+    FP_FIELD(d, SamplePlan, pil_filter, "i8");
     return d.out;
   }
   if (name == "DecodeSpec") {
@@ -95,6 +96,7 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, DecodeSpec, ratio_hi, "f8");
     FP_FIELD(d, DecodeSpec, flip_p, "f8");
     FP_FIELD(d, DecodeSpec, flip_below, "f8");
+    FP_FIELD(d, DecodeSpec, pil_filter, "i8");
     return d.out;
   }
   if (name == "ConvertSpec") {

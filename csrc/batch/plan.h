@@ -27,6 +27,7 @@ struct SamplePlan {
   int64_t first_step = 0;                           // steps[first_step, + num_steps): uint8 stage,
   int64_t num_steps = 0;                            // then num_float_steps on the float image
   int64_t num_float_steps = 0;
+  int64_t pil_filter = 0;                           // 0: resize_aa; else Pillow's resize (ops/pil_resample.h)
 };
 
 // What plan_batch draws and plans (fastprep/data/native.py fills it from the pipeline).
@@ -46,6 +47,7 @@ struct DecodeSpec {
   double log_ratio_lo = 0, log_ratio_hi = 0;  // log aspect ratio (v2's float32 logs)
   double ratio_lo = 0, ratio_hi = 0;          // aspect ratio (the fallback window)
   double flip_p = 0, flip_below = 0;          // the flip's probability (and as float32)
+  int64_t pil_filter = 0;                     // 0: resize_aa; else Pillow's resize (SamplePlan's)
 };
 
 // The conversion of a float batch, fused into the write.
@@ -58,6 +60,8 @@ enum ConvertKind : int64_t {
   kYuvAffineFma = 5,  // kYuv, then fma(., gain, bias) (one rounding)
   kToFloat = 6,       // v2 ToDtype(float32, scale=True): x * f32(1 / 255)
   kToFloatNormalize = 7,  // kToFloat, then v2 Normalize: (x - mean) / std
+  kDivide = 8,            // v1 ToTensor / ConvertImageDtype(float32): x / 255 (any channel count)
+  kDivideNormalize = 9,   // kDivide, then Normalize: (x / 255 - mean) / std
 };
 
 struct ConvertSpec {

@@ -50,6 +50,7 @@ from ..transforms import (
     OnDecoded,
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
+from ..transforms._pil import OnPIL, open_rgb
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
 from ..transforms._plan import DCT_SCALES, centered_ratio_window
 from .batch import BatchConvert
@@ -67,7 +68,7 @@ _OUT_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 # csrc/batch/plan.h: DecodeKind, ConvertKind
 _KIND_NO_DRAW, _KIND_RESIZED_CROP, _KIND_RANDOM_CROP = range(3)
 (_NO_CONVERT, _DIV255, _AFFINE, _YUV, _YUV_AFFINE, _YUV_AFFINE_FMA, _TO_FLOAT,
- _TO_FLOAT_NORMALIZE) = range(8)
+ _TO_FLOAT_NORMALIZE, _DIVIDE, _DIVIDE_NORMALIZE) = range(10)
 _ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
 
 _PLAN = struct_dtype("SamplePlan")
@@ -153,9 +154,9 @@ def _renumber_extras(steps: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
     return steps
 
 
-def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
+def _plan_record(plan: DecodePlan, mask_seed, mask_m: int, pil_filter: int = 0):
     """A ``SamplePlan`` record from a transform's :class:`~fastprep.transforms.DecodePlan` and
-    the mask's seed (``None``: no mask); no steps."""
+    the mask's seed (``None``: no mask); no steps. ``pil_filter``: the resize is Pillow's."""
     rec = np.zeros((), dtype=_PLAN)
     top, left, height, width = plan.window
     rec["scale_num"], rec["top"], rec["left"], rec["height"], rec["width"] = plan.num, top, left, height, width
@@ -169,6 +170,7 @@ def _plan_record(plan: DecodePlan, mask_seed, mask_m: int):
         rec["full_out_h"], rec["full_out_w"] = r.full_out
         rec["out_top"], rec["out_left"], rec["region_h"], rec["region_w"] = r.out_window
         rec["antialias"], rec["hflip"] = int(r.antialias), int(r.hflip)
+        rec["pil_filter"] = pil_filter
         if r.scale is not None:
             rec["scale_h"], rec["scale_w"] = float(r.scale[0]), float(r.scale[1])
     else:
@@ -401,10 +403,11 @@ class NativePipeline:
         self._num_float = len(compiled.after_float)
         self._program = build_program(self._augment)
         self._keyed_draw = _keyed_draw(decode)
+        self._pil_filter = int(compiled.pil_filter)
         self._spec = self._decode_spec()
         self._size_plans: dict = {}
         #: a v2 pipeline (OnDecoded): its reference decodes the whole file, see _check_whole_file
-        self._whole_file = isinstance(transform, OnDecoded)
+        self._whole_file = isinstance(transform, (OnDecoded, OnPIL))
 
     def _decode_spec(self) -> torch.Tensor | None:
         """The ``DecodeSpec`` record of ``plan_batch`` (as bytes), or ``None`` where the
@@ -423,6 +426,7 @@ class NativePipeline:
             spec["log_ratio_lo"], spec["log_ratio_hi"] = draw.log_lo, draw.log_hi
             spec["ratio_lo"], spec["ratio_hi"] = draw.ratio
             spec["flip_p"], spec["flip_below"] = draw.flip_p, draw.flip_below
+            spec["pil_filter"] = self._pil_filter
         elif isinstance(draw, _RandomCropDraw):
             spec["kind"] = _KIND_RANDOM_CROP
             spec["pad_if_needed"] = int(draw.pad_if_needed)
@@ -502,7 +506,7 @@ class NativePipeline:
         seed = None
         if self._mask is not None:
             seed = int(torch.randint(0, _MASK_SEED_HIGH, (), dtype=torch.int64, generator=gen))
-        return _with_steps(_plan_record(decode_plan, seed, self._mask_m), self._draw_augment(gen))
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._pil_filter), self._draw_augment(gen))
 
     def _draw_augment(self, gen: torch.Generator | None) -> Steps | None:
         """The augmentations' draws on ``gen`` (``None``: the default generator, or what a
@@ -522,7 +526,7 @@ class NativePipeline:
         (from the default generator, or what a torch function mode redirects it to)."""
         decode_plan = self._decode.draw_plan(info)
         seed = self._mask.get_params() if self._mask is not None else None
-        return _with_steps(_plan_record(decode_plan, seed, self._mask_m), self._draw_augment(gen))
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._pil_filter), self._draw_augment(gen))
 
     def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
         """:meth:`plan` for a batch in one native call (``torch.ops.fastprep.plan_batch``,
@@ -556,7 +560,7 @@ class NativePipeline:
         key = (size[0], size[1])
         geometry = self._size_plans.get(key)
         if geometry is None:
-            geometry = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0)
+            geometry = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0, self._pil_filter)
             if len(self._size_plans) < 4096:
                 self._size_plans[key] = geometry
         for name in self._DECODE_FIELDS:
@@ -652,9 +656,9 @@ class NativePipeline:
             c = self.compiled
             rec["scale"] = float(np.float32(1.0 / 255))  # v2 ToDtype: image.to(float32).mul_(1 / 255)
             if c.mean is None:
-                rec["kind"] = _TO_FLOAT
+                rec["kind"] = _DIVIDE if c.divide else _TO_FLOAT
             else:
-                rec["kind"] = _TO_FLOAT_NORMALIZE
+                rec["kind"] = _DIVIDE_NORMALIZE if c.divide else _TO_FLOAT_NORMALIZE
                 k = self.channels
                 rec["mean"][:k] = (c.mean * k)[:k] if len(c.mean) == 1 else c.mean
                 rec["std"][:k] = (c.std * k)[:k] if len(c.std) == 1 else c.std
@@ -910,7 +914,7 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
     return out
 
 
-def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
+def _check_whole_file(data: torch.Tensor, decode: OnDecoded | OnPIL) -> None:
     """A v2 pipeline's reference (``OnDecoded``) decodes the whole file, which fails on a
     truncated file even where the window the native decode reads is intact. A file that ends
     in EOI (``FF D9``) is not truncated; one that does not is decoded whole once here, which
@@ -918,6 +922,9 @@ def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
     to this path)."""
     n = data.numel()
     if n >= 2 and int(data[n - 2]) == 0xFF and int(data[n - 1]) == 0xD9:
+        return
+    if isinstance(decode, OnPIL):  # its reference is Pillow's decode
+        open_rgb(data.numpy().tobytes(), decode.max_pixels)
         return
     max_scans = fio.DEFAULT_MAX_SCANS if decode.max_scans is None else decode.max_scans  # as OnDecoded's call
     fio.decode_jpeg(data, decode.mode, max_pixels=decode.max_pixels, strict=decode.strict, max_scans=max_scans)
