@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 
 import numpy as np
 import PIL.Image
@@ -67,6 +68,18 @@ class TestPilResize:
             want = np.asarray(_pil_of(arr).resize((ow, oh), flt)).reshape(oh, ow, c)
             got = _resize(arr, (oh, ow), PIL_FILTERS[flt])
             assert np.array_equal(got, want), f"{name} {h}x{w}x{c} -> {oh}x{ow}: {(got != want).sum()} values differ"
+
+    @pytest.mark.parametrize("name", ["BILINEAR", "BICUBIC", "LANCZOS"])
+    def test_random_sizes(self, name):
+        """Many scale factors, up and down in each dimension (Pillow 13 orders its passes by
+        the sizes: both orders are met)."""
+        flt = PIL.Image.Resampling[name]
+        rng = np.random.default_rng(7)
+        for k in range(40):
+            h, w, oh, ow = (int(v) for v in rng.integers(1, 160, 4))
+            arr = _image(h, w, 3, k, "random" if k % 2 else "photo")
+            want = np.asarray(_pil_of(arr).resize((ow, oh), flt))
+            assert np.array_equal(_resize(arr, (oh, ow), PIL_FILTERS[flt]), want), f"{h}x{w} -> {oh}x{ow}"
 
     @pytest.mark.parametrize("name", [f.name for f in PIL_FILTERS])
     def test_window_of_full_resize(self, name):
@@ -158,7 +171,8 @@ def _literal(folder, transform, seed=SEED):
 def _loaded(folder, transform, engine):
     loader = D.make_loader(folder, transform=transform, engine=engine, seed=SEED, batch_size=len(FILES),
                            shuffle=False, num_workers=2, device="cpu")
-    with pytest.warns(UserWarning, match="PNG"):  # the PNG behind a .jpg name, decoded by Pillow
+    with warnings.catch_warnings():  # the PNG behind a .jpg name, decoded by Pillow (warned once)
+        warnings.filterwarnings("ignore", message=".*decoded in full by Pillow", category=UserWarning)
         (images, _), = list(loader)
     return loader, images
 

@@ -527,15 +527,17 @@ class _EpochRun:
             if s.image is not None:
                 images = s.image if isinstance(s.image, list) else [s.image]
                 outs = out if isinstance(out, list) else [out]
+                # a pipeline that converts to float itself (ToDtype, ToTensor) gives float32
+                want = torch.float32 if getattr(self.pipeline, "float_output", False) else torch.uint8
                 wrong = [(tuple(x.shape), x.dtype) for x, o in zip(images, outs)
-                         if tuple(x.shape) != tuple(o.shape[1:]) or x.dtype != torch.uint8]
+                         if tuple(x.shape) != tuple(o.shape[1:]) or x.dtype != want]
                 if wrong or len(images) != len(outs):
                     s.error = ValueError(f"{s.name!r} (index {s.index}): the full-decode fallback gave "
-                                         f"{[(tuple(x.shape), x.dtype) for x in images]}, the batch needs uint8 "
+                                         f"{[(tuple(x.shape), x.dtype) for x in images]}, the batch needs {want} "
                                          f"{[tuple(o.shape[1:]) for o in outs]}")
                     continue
                 # the conversion is elementwise: a row converted alone equals its row in a batch
-                convert = self.loader.convert
+                convert = self.loader.convert if want == torch.uint8 else None
                 for x, o in zip(images, outs):
                     o[j].copy_(x if convert is None else convert(x[None])[0])
                 batch.fallbacks.append((s.name, s.reason))

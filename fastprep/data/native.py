@@ -552,7 +552,7 @@ class NativePipeline:
 
     _DECODE_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
                       "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w",
-                      "antialias", "hflip", "placed", "place_top", "place_left", "scale_h", "scale_w")
+                      "antialias", "hflip", "placed", "place_top", "place_left", "scale_h", "scale_w", "pil_filter")
 
     def _fill_no_draw(self, record, size) -> None:
         """Write the geometry of a no-draw decode transform on an image of ``size`` into

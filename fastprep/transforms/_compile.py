@@ -94,7 +94,7 @@ class CompiledPipeline(NamedTuple):
 
 def _steps(transform: Any) -> list[Any]:
     """The pipeline's steps, nested Compose flattened."""
-    if isinstance(transform, (v2.Compose, Compose)) or type(transform) is torch.nn.Sequential:
+    if isinstance(transform, (v2.Compose, T1.Compose, Compose)) or type(transform) is torch.nn.Sequential:
         out: list[Any] = []
         container: Any = transform
         steps: Any = container.transforms if hasattr(container, "transforms") else list(container)

@@ -156,6 +156,11 @@ def pil_filter_id(interpolation: Any) -> int | None:
     ``InterpolationMode`` or a Pillow filter) on PIL images, ``None`` where it has none."""
     from torchvision.transforms.functional import InterpolationMode, pil_modes_mapping
 
+    if isinstance(interpolation, str):  # v2 keeps the mode's value
+        try:
+            interpolation = InterpolationMode(interpolation)
+        except ValueError:
+            return None
     if isinstance(interpolation, InterpolationMode):
         interpolation = pil_modes_mapping.get(interpolation)
     try:
@@ -180,7 +185,7 @@ def _probe_image(h: int, w: int, c: int, seed: int) -> np.ndarray:
 
 #: (input h, w) -> (output h, w): down, up, mixed, identity in one dimension, tiny, very wide
 _PROBE_SIZES = (((37, 53), (20, 31)), ((11, 7), (29, 16)), ((40, 9), (40, 23)), ((3, 200), (5, 17)),
-                ((64, 48), (64, 48)), ((1, 5), (2, 3)))
+                ((64, 48), (64, 48)), ((1, 5), (2, 3)), ((40, 30), (20, 60)), ((60, 20), (15, 19)))
 
 
 def _resample_mismatch() -> str | None:
