@@ -344,13 +344,16 @@ def _pil_geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int, int]
     """``(decode transform, steps taken, pil_filter)`` of the leading geometry of a pipeline on
     PIL images: Pillow resizes the crop itself (``F_pil.resized_crop``: crop, then resize),
     and ``Resize`` the whole image."""
-    first, second = steps[0], (steps[1] if len(steps) > 1 else None)
+    first: Any = steps[0]
+    second: Any = steps[1] if len(steps) > 1 else None
     name = type(first).__name__
+    fid = 0
     if isinstance(first, _RESIZED_CROP + _RESIZE):
-        fid = pil_filter_id(first.interpolation)
-        if fid is None:
+        found = pil_filter_id(first.interpolation)
+        if found is None:
             raise Unsupported(f"{name}(interpolation={first.interpolation!r}) on PIL images is not native (Pillow's "
                               "box, bilinear, hamming, bicubic and lanczos are)")
+        fid = found
     if type(first) in _RESIZED_CROP:
         flip, taken = 0.0, 1
         if type(second) in _HFLIP and second.p > 0:  # fused; with p=0 the flip still draws, so not then
@@ -366,15 +369,15 @@ def _pil_geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int, int]
                               "and hamming resizes of the whole image are native")
         if getattr(first, "max_size", None) is not None:
             raise Unsupported(f"{name}(max_size=...) on PIL images is not native")
-        size = [first.size] if isinstance(first.size, int) else list(first.size)
+        sizes = [first.size] if isinstance(first.size, int) else list(first.size)
         if type(second) in _CENTER_CROP:
             crop = tuple(second.size) if isinstance(second.size, (tuple, list)) else (second.size, second.size)
-            resize = size[0] if len(size) == 1 else tuple(size)
+            resize = sizes[0] if len(sizes) == 1 else tuple(sizes)
             return DecodeResizeCenterCrop(resize, crop, antialias=True, dct_scaling=False, **decode_kwargs), 2, fid
-        if len(size) != 2:
-            raise Unsupported(f"{name}({size[0]}) alone gives every image its own size, and a batch needs one: "
+        if len(sizes) != 2:
+            raise Unsupported(f"{name}({sizes[0]}) alone gives every image its own size, and a batch needs one: "
                               "add a CenterCrop, or resize to (height, width)")
-        return DecodeResize(tuple(size), antialias=True, dct_scaling=False, **decode_kwargs), 1, fid
+        return DecodeResize(tuple(sizes), antialias=True, dct_scaling=False, **decode_kwargs), 1, fid
     if type(first) in _CENTER_CROP:
         crop = tuple(first.size) if isinstance(first.size, (tuple, list)) else (first.size, first.size)
         return DecodeCenterCrop(crop, **decode_kwargs), 1, 0

@@ -204,7 +204,8 @@ def _resample_mismatch() -> str | None:
 
 def _decode_mismatch() -> str | None:
     arr = _probe_image(21, 34, 3, 7)
-    cases = (("RGB", {"subsampling": 2}), ("RGB", {"progressive": True}), ("L", {}), ("CMYK", {}))
+    cases: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("RGB", {"subsampling": 2}), ("RGB", {"progressive": True}), ("L", {}), ("CMYK", {}))
     for mode, kwargs in cases:
         im = PIL.Image.fromarray(arr, "RGB").convert(mode)
         buf = _io.BytesIO()
