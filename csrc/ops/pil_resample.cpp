@@ -146,23 +146,47 @@ inline uint8_t clip8(int32_t v) {
   return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// Horizontal pass of `rows` rows: out[r][j] = taps of in[r] (in columns relative to `in`).
-template <int C>
-void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, const Taps& t, int64_t col0, uint8_t* out,
-            int64_t n, bool reverse) {
+// One output pixel of the horizontal pass: `count` taps (or, with K > 0, exactly K taps, the
+// weights past `count` being 0: a loop the compiler unrolls; integer sums, so the same bytes).
+template <int C, int K>
+inline void h_pixel(const uint8_t* p, const int32_t* w, int count, uint8_t* d) {
+  int32_t s[C];
+  for (int c = 0; c < C; c++) s[c] = 1 << (kPrecisionBits - 1);
+  const int n = K > 0 ? K : count;
+  for (int x = 0; x < n; x++)
+    for (int c = 0; c < C; c++) s[c] += (int32_t)p[x * C + c] * w[x];
+  for (int c = 0; c < C; c++) d[c] = clip8(s[c]);
+}
+
+// Horizontal pass of `rows` rows of `width` pixels: out[r][j] = taps of in[r] (in columns
+// relative to `in`, which starts at column col0).
+template <int C, int K>
+void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t, int64_t col0,
+              uint8_t* out, int64_t n, bool reverse) {
   for (int64_t r = 0; r < rows; r++) {
     const uint8_t* line = in + r * in_stride;
     uint8_t* o = out + r * n * C;
     for (int64_t j = 0; j < n; j++) {
-      const uint8_t* p = line + (t.first[(size_t)j] - col0) * C;
+      const int64_t at = t.first[(size_t)j] - col0;
+      const uint8_t* p = line + at * C;
       const int32_t* w = &t.w[(size_t)(j * t.K)];
-      int32_t s[C];
-      for (int c = 0; c < C; c++) s[c] = 1 << (kPrecisionBits - 1);
-      for (int x = 0; x < t.count[(size_t)j]; x++)
-        for (int c = 0; c < C; c++) s[c] += (int32_t)p[x * C + c] * w[x];
       uint8_t* d = o + (reverse ? n - 1 - j : j) * C;
-      for (int c = 0; c < C; c++) d[c] = clip8(s[c]);
+      if (K > 0 && at + K <= width)  // all K taps inside the row
+        h_pixel<C, K>(p, w, t.count[(size_t)j], d);
+      else
+        h_pixel<C, 0>(p, w, t.count[(size_t)j], d);
     }
+  }
+}
+
+template <int C>
+void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t, int64_t col0,
+            uint8_t* out, int64_t n, bool reverse) {
+  switch (t.K) {
+    case 3: return h_pass_k<C, 3>(in, in_stride, rows, width, t, col0, out, n, reverse);
+    case 5: return h_pass_k<C, 5>(in, in_stride, rows, width, t, col0, out, n, reverse);
+    case 7: return h_pass_k<C, 7>(in, in_stride, rows, width, t, col0, out, n, reverse);
+    default: return h_pass_k<C, 0>(in, in_stride, rows, width, t, col0, out, n, reverse);
   }
 }
 
@@ -184,12 +208,12 @@ void v_pass(const uint8_t* in, int64_t in_stride, int64_t row0, const Taps& t, i
   }
 }
 
-void h_pass_any(int64_t C, const uint8_t* in, int64_t in_stride, int64_t rows, const Taps& t, int64_t col0,
-                uint8_t* out, int64_t n, bool reverse) {
+void h_pass_any(int64_t C, const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t,
+                int64_t col0, uint8_t* out, int64_t n, bool reverse) {
   switch (C) {
-    case 1: return h_pass<1>(in, in_stride, rows, t, col0, out, n, reverse);
-    case 3: return h_pass<3>(in, in_stride, rows, t, col0, out, n, reverse);
-    default: return h_pass<4>(in, in_stride, rows, t, col0, out, n, reverse);
+    case 1: return h_pass<1>(in, in_stride, rows, width, t, col0, out, n, reverse);
+    case 3: return h_pass<3>(in, in_stride, rows, width, t, col0, out, n, reverse);
+    default: return h_pass<4>(in, in_stride, rows, width, t, col0, out, n, reverse);
   }
 }
 
@@ -253,13 +277,13 @@ void pil_resample_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64
     const int64_t c0 = th.lo, cols = th.hi - th.lo;
     std::unique_ptr<uint8_t[]> tmp(new uint8_t[(size_t)(out_h * cols * C)]);
     v_pass(ip + (tv.lo - in_top) * rs + (c0 - in_left) * C, rs, tv.lo, tv, out_h, cols * C, tmp.get(), acc);
-    h_pass_any(C, tmp.get(), cols * C, out_h, th, c0, op, out_w, hflip);
+    h_pass_any(C, tmp.get(), cols * C, out_h, cols, th, c0, op, out_w, hflip);
     return;
   }
   const int64_t r0 = tv.lo, rows = tv.hi - tv.lo;
   // The horizontal pass (identity taps copy) over the rows the vertical pass reads.
   std::unique_ptr<uint8_t[]> tmp(new uint8_t[(size_t)(rows * orow)]);
-  h_pass_any(C, ip + (r0 - in_top) * rs, rs, rows, th, in_left, tmp.get(), out_w, hflip);
+  h_pass_any(C, ip + (r0 - in_top) * rs, rs, rows, W, th, in_left, tmp.get(), out_w, hflip);
   if (!need_v) {
     std::memcpy(op, tmp.get(), (size_t)(rows * orow));
     return;
