@@ -326,10 +326,12 @@ def _default_output(recipe: str | None, transform, output: BatchOutput) -> Batch
 def _check_transform_input(transform) -> None:
     """Refuse, before any worker starts, a dataset transform that needs a decoded image (a
     dataset hands its transform the encoded file)."""
-    if input_kind(transform) not in ("decoded", "pil"):
+    kind = input_kind(transform)
+    if kind not in ("decoded", "pil"):
         return
+    wrapper = "OnPIL" if kind == "pil" else "OnDecoded"
     raise ValueError(f"{ENCODED_INPUT_HELP}; this dataset's transform {transform!r:.200} needs a decoded image: "
-                     "wrap it as fastprep.transforms.OnDecoded(transform), or pass it to make_loader(transform=...), "
+                     f"wrap it as fastprep.transforms.{wrapper}(transform), or pass it to make_loader(transform=...), "
                      "which does that")
 
 
