@@ -97,6 +97,11 @@ class TestPilResize:
                       origin=(y0, x0), full_in=(120, 90), hflip=True)
         assert np.array_equal(got, full[top:top + wh, left:left + ww][:, ::-1])
 
+    def test_opcheck(self):
+        arr = torch.from_numpy(_image(13, 17, 3, 2)).permute(2, 0, 1)
+        torch.library.opcheck(torch.ops.fastprep.pil_resize.default,
+                              (arr, [7, 9], [1, 2, 5, 6], [13, 17], [0, 0], 4, True))
+
     def test_reads_outside_the_window_raise(self):
         arr = _image(30, 30, 3, 1)
         with pytest.raises(ValueError, match="reads rows"):
@@ -239,6 +244,25 @@ class TestLoader:
         loader, got = _loaded(folder, transform, None)
         assert loader.engine == "processes" and why in loader.engine_reason
         assert torch.equal(got, _literal(folder, transform))
+
+
+class TestBadFiles:
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_truncated_file_named_and_skipped(self, tmp_path, engine):
+        """Pillow refuses a truncated file (the reference); both engines name it, and
+        on_error="skip" replaces it."""
+        for k in range(3):
+            data = _jpeg(photo_like(100, 120, seed=k))
+            (tmp_path / f"{k}.jpg").write_bytes(data[: len(data) // 2] if k == 1 else data)
+        transform = T.Compose([T.RandomResizedCrop(32), T.ToTensor()])
+        kw = dict(transform=transform, engine=engine, seed=0, batch_size=3, shuffle=False, num_workers=2,
+                  device="cpu")
+        with pytest.raises(fio.DecodeError, match=r"1\.jpg.*truncated"):
+            list(D.make_loader(str(tmp_path), **kw))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            (images, _), = list(D.make_loader(str(tmp_path), on_error="skip", **kw))
+        assert images.shape == (3, 3, 32, 32)
 
 
 class TestRecognition:
