@@ -182,6 +182,11 @@ void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
 template <int C>
 void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t, int64_t col0,
             uint8_t* out, int64_t n, bool reverse) {
+  if (t.K == 1 && !reverse) {  // identity: the columns copied
+    for (int64_t r = 0; r < rows; r++)
+      std::memcpy(out + r * n * C, in + r * in_stride + (t.first[0] - col0) * C, (size_t)(n * C));
+    return;
+  }
   switch (t.K) {
     case 3: return h_pass_k<C, 3>(in, in_stride, rows, width, t, col0, out, n, reverse);
     case 5: return h_pass_k<C, 5>(in, in_stride, rows, width, t, col0, out, n, reverse);
@@ -195,15 +200,15 @@ void v_pass(const uint8_t* in, int64_t in_stride, int64_t row0, const Taps& t, i
             uint8_t* out, std::vector<int32_t>& acc) {
   acc.resize((size_t)len);
   for (int64_t j = 0; j < rows_out; j++) {
-    int32_t* a = acc.data();
+    int32_t* __restrict a = acc.data();  // (uint8_t may alias anything: say it does not)
     for (int64_t x = 0; x < len; x++) a[x] = 1 << (kPrecisionBits - 1);
     const int32_t* w = &t.w[(size_t)(j * t.K)];
     for (int y = 0; y < t.count[(size_t)j]; y++) {
-      const uint8_t* line = in + (t.first[(size_t)j] + y - row0) * in_stride;
+      const uint8_t* __restrict line = in + (t.first[(size_t)j] + y - row0) * in_stride;
       const int32_t wy = w[y];
       for (int64_t x = 0; x < len; x++) a[x] += (int32_t)line[x] * wy;
     }
-    uint8_t* o = out + j * len;
+    uint8_t* __restrict o = out + j * len;
     for (int64_t x = 0; x < len; x++) o[x] = clip8(a[x]);
   }
 }
