@@ -246,6 +246,34 @@ class TestLoader:
         assert torch.equal(got, _literal(folder, transform))
 
 
+class TestMultiView:
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_views_equal_literal(self, folder, engine):
+        """DINO-style views on PIL images: the views drawn one after the other on the same
+        PIL image, under the sample's key."""
+        from fastprep.transforms import MultiView
+
+        views = [_train(), T.Compose([T.RandomResizedCrop(32, scale=(0.05, 0.4)), T.RandomHorizontalFlip(),
+                                      T.ToTensor(), T.Normalize(MEAN, STD)])]
+        loader = D.make_loader(folder, transform=MultiView(views), engine=engine, seed=SEED, batch_size=len(FILES),
+                               shuffle=False, num_workers=2, device="cpu")
+        if engine == "threads":
+            assert loader.engine == "threads", loader.engine_reason
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*decoded in full by Pillow", category=UserWarning)
+            (got, _), = list(loader)
+        from torchvision.datasets.folder import default_loader
+
+        want: list[list[torch.Tensor]] = [[], []]
+        for i, name in enumerate(sorted(os.listdir(folder))):
+            image = default_loader(os.path.join(folder, name))
+            with keyed_default_rng(sample_key(SEED, 0, i)):
+                for k, view in enumerate(views):
+                    want[k].append(view(image))
+        for k in range(2):
+            assert torch.equal(got[k], torch.stack(want[k]))
+
+
 class TestBadFiles:
     @pytest.mark.parametrize("engine", ["threads", "processes"])
     def test_truncated_file_named_and_skipped(self, tmp_path, engine):
