@@ -42,6 +42,12 @@ TORCH_LIBRARY(fastprep, m) {
   m.def(
       "resize_aa(Tensor image, int[2] full_out, int[4] out_window, int[2] full_in, int[2] in_origin, "
       "float[2] scale, bool antialias, bool hflip) -> Tensor");
+  // Pillow's Image.resize (filter 1..5: box, bilinear, hamming, bicubic, lanczos), bit for
+  // bit, of a uint8 [C, H, W] image (C = 1, 3, 4): the same windows as resize_aa (no scale
+  // argument: Pillow's is full_in / full_out). Result channels-last.
+  m.def(
+      "pil_resize(Tensor image, int[2] full_out, int[4] out_window, int[2] full_in, int[2] in_origin, int filter, "
+      "bool hflip) -> Tensor");
   // The native pipelines for a batch (decode_batch.cpp): per sample and view (plans: SamplePlan
   // records, batch/plan.h; sample-major, one per view), decode + resize + pad + mask, the pixel
   // steps of steps (PixelStep records, ops/pixel_kernel.h; extras: tensors they refer to) into

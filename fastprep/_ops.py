@@ -94,6 +94,14 @@ def _resize_aa_fake(image, full_out, out_window, full_in, in_origin, scale, anti
     return image.new_empty((out_window[2], out_window[3], image.shape[0])).permute(2, 0, 1)
 
 
+@torch.library.register_fake("fastprep::pil_resize")
+def _pil_resize_fake(image, full_out, out_window, full_in, in_origin, filter, hflip):
+    torch._check(image.dtype == torch.uint8)
+    torch._check(image.dim() == 3)
+    torch._check(len(out_window) == 4)
+    return image.new_empty((out_window[2], out_window[3], image.shape[0])).permute(2, 0, 1)
+
+
 @torch.library.register_fake("fastprep::decode_batch")
 def _decode_batch_fake(data, plans, steps, extras, fills, outs, decode_channels, decode_mode, max_pixels, strict,
                        max_scans, converts, num_threads):

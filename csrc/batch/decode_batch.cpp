@@ -47,6 +47,7 @@
 #include "jpeg/jpeg_ops.h"
 #include "ops/pixel_kernel.h"
 #include "ops/resize_aa.h"
+#include "ops/pil_resample.h"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -748,6 +749,21 @@ fp_info checked_header(const Batch& b, const Decoder& dec, int64_t i) {
   return info;
 }
 
+// The plan's resize of a decoded window (`h` x `w` pixels of `C` channels, interleaved rows
+// `row_stride` bytes apart, `readable` bytes from `d` on) into `r`: torch's (resize_aa) or
+// Pillow's (pil_filter).
+void resize_window(const SamplePlan& p, int64_t C, const uint8_t* d, int64_t h, int64_t w, int64_t row_stride,
+                   int64_t readable, uint8_t* r) {
+  if (p.pil_filter) {
+    pil_resample_into(d, C, h, w, row_stride, p.full_out_h, p.full_out_w, p.out_top, p.out_left, p.region_h,
+                      p.region_w, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.pil_filter, p.hflip != 0, r);
+    return;
+  }
+  resize_aa_into(d, C, h, w, row_stride, readable, p.full_out_h, p.full_out_w, p.out_top, p.out_left, p.region_h,
+                 p.region_w, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w, p.antialias != 0,
+                 p.hflip != 0, r);
+}
+
 // Decodes, resizes, places, masks, augments and writes sample i (one view). Returns its
 // libjpeg warning ("" for none); raises (c10::Error) on errors.
 std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
@@ -794,9 +810,7 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
     decode(true, d);
     const bool direct = covers && interleaved_dense;
     uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(DC * rh * rw) + kSlack);
-    resize_aa_into(d, DC, dh, dw, dw * DC, (int64_t)in_bytes, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh,
-                   rw, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w, p.antialias != 0,
-                   p.hflip != 0, r);
+    resize_window(p, DC, d, dh, dw, dw * DC, (int64_t)in_bytes, r);
     if (!direct) place_region(DC, r, true, rh, rw, cv, top, left);
   }
   std::string warning = std::move(thread_warning());
@@ -850,9 +864,7 @@ void view_from_union(const Batch& b, int64_t i, const SamplePlan& p, const uint8
     const bool interleaved_dense = cv.cs == 1 && cv.xs == DC && cv.ys == W * DC;
     const bool direct = covers && interleaved_dense;
     uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(DC * rh * rw) + kSlack);
-    resize_aa_into(src, DC, p.height, p.width, uw * DC, (int64_t)(readable - offset), p.full_out_h, p.full_out_w,
-                   p.out_top, p.out_left, rh, rw, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w,
-                   p.antialias != 0, p.hflip != 0, r);
+    resize_window(p, DC, src, p.height, p.width, uw * DC, (int64_t)(readable - offset), r);
     if (!direct) place_region(DC, r, true, rh, rw, cv, top, left);
   }
   finish_sample(b, i, p, cv, in_out, s);
@@ -957,7 +969,12 @@ void check_plan(const SamplePlan& p, int64_t i, int64_t C, int64_t H, int64_t W,
   check_pad_stages(p, i);
   if (!p.placed || p.pad_stages > 0) return;
   const int64_t rh = p.region_h, rw = p.region_w;
-  if (p.resize) {
+  TORCH_CHECK_VALUE(p.pil_filter >= 0 && p.pil_filter <= kPilLanczos, "decode_batch: plan ", i,
+                    ": pil_filter must be in [0, ", (int64_t)kPilLanczos, "], got ", p.pil_filter);
+  if (p.resize && p.pil_filter) {
+    check_pil_resample_args(C, p.height, p.width, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh, rw,
+                            p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.pil_filter);
+  } else if (p.resize) {
     check_resize_args(C, p.height, p.width, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh, rw, p.full_in_h,
                       p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w);
   } else {

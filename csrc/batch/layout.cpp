@@ -82,6 +82,7 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, SamplePlan, pad_mode, "i8");
     FP_FIELD(d, SamplePlan, pad_ltrb, "i8");
     FP_FIELD(d, SamplePlan, pad_fill, "i8");
+    FP_FIELD(d, SamplePlan, pil_filter, "i8");
     return d.out;
   }
   if (name == "DecodeSpec") {
@@ -103,6 +104,7 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, DecodeSpec, ratio_hi, "f8");
     FP_FIELD(d, DecodeSpec, flip_p, "f8");
     FP_FIELD(d, DecodeSpec, flip_below, "f8");
+    FP_FIELD(d, DecodeSpec, pil_filter, "i8");
     return d.out;
   }
   if (name == "ConvertSpec") {

@@ -40,6 +40,7 @@ struct SamplePlan {
   int64_t pad_mode[4] = {};
   int64_t pad_ltrb[4][4] = {};
   int64_t pad_fill[4] = {};
+  int64_t pil_filter = 0;                           // 0: resize_aa; else Pillow's resize (ops/pil_resample.h)
 };
 
 // SamplePlan.pad_mode: torchvision's padding modes.
@@ -63,6 +64,7 @@ struct DecodeSpec {
   double log_ratio_lo = 0, log_ratio_hi = 0;  // log aspect ratio (v2's float32 logs)
   double ratio_lo = 0, ratio_hi = 0;          // aspect ratio (the fallback window)
   double flip_p = 0, flip_below = 0;          // the flip's probability (and as float32)
+  int64_t pil_filter = 0;                     // 0: resize_aa; else Pillow's resize (SamplePlan's)
 };
 
 // The conversion of a float batch, fused into the write.

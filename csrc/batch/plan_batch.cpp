@@ -153,6 +153,7 @@ void resized_crop_plan(SamplePlan& p, int64_t height, int64_t width, Draws& g, c
   p.full_in_h = win.h, p.full_in_w = win.w, p.in_top = 0, p.in_left = 0;
   p.full_out_h = oh, p.full_out_w = ow, p.out_top = 0, p.out_left = 0, p.region_h = oh, p.region_w = ow;
   p.antialias = d.antialias ? 1 : 0;
+  p.pil_filter = d.pil_filter;
   p.hflip = flip ? 1 : 0;
   p.placed = 1, p.place_top = 0, p.place_left = 0;
 }

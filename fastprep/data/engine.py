@@ -538,7 +538,7 @@ class _EpochRun:
                                          f"{[tuple(o.shape[1:]) for o in outs]}")
                     continue
                 # the conversion is elementwise: a row converted alone equals its row in a batch
-                convert = self.loader.convert
+                convert = self.loader.convert if dtype == torch.uint8 else None
                 for x, o in zip(images, outs):
                     o[j].copy_(x if convert is None else convert(x[None])[0])
                 batch.fallbacks.append((s.name, s.reason))

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 from .. import functional as F
 from .._seeding import check_seed
 from .._threads import usable_cpus
-from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop, OnDecoded
+from ..transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop, OnDecoded, OnPIL
 from ..transforms._compile import input_kind, output_dtype
 from .batch import BatchCast, BatchConvert
 from .collate import PooledCollate
@@ -91,6 +91,9 @@ def dataset_transform(transform=None, *, recipe: str | None = None, crop_size=25
     * a ``transform`` on decoded images (an unchanged torchvision v2 pipeline, or one starting
       with fastprep's kernel transforms): wrapped in :class:`fastprep.transforms.OnDecoded`,
       which decodes each file with :func:`fastprep.io.decode_jpeg` first;
+    * a ``transform`` on PIL images (v1 ops then ``ToTensor``, v2 ops then ``PILToTensor``:
+      what ``ImageFolder`` gives): wrapped in :class:`fastprep.transforms.OnPIL`, which opens
+      each file as ``Image.open(f).convert("RGB")`` first;
     * any other ``transform`` (on the encoded file: a pipeline starting with a fastprep decode
       transform, a :class:`~fastprep.transforms.MultiView`, your own callable): as it is.
 
@@ -111,7 +114,11 @@ def dataset_transform(transform=None, *, recipe: str | None = None, crop_size=25
         return RECIPES[recipe](transform_kwargs)
     if transform is None:
         return default_transform(crop_size, mask_ratio, **transform_kwargs)
-    if input_kind(transform) == "decoded":
+    kind = input_kind(transform)
+    if kind == "pil":
+        # written for ImageFolder's PIL images: opened as its default loader does
+        return OnPIL(transform, **{k: v for k, v in transform_kwargs.items() if k == "max_pixels"})
+    if kind == "decoded":
         # a pipeline on decoded images: the loader decodes each file (DecodeOptions apply)
         return OnDecoded(transform, **transform_kwargs)
     if decode.strict or decode.max_scans is not None:
@@ -320,10 +327,12 @@ def _default_output(recipe: str | None, transform, output: BatchOutput) -> Batch
 def _check_transform_input(transform) -> None:
     """Refuse, before any worker starts, a dataset transform that needs a decoded image (a
     dataset hands its transform the encoded file)."""
-    if input_kind(transform) != "decoded":
+    kind = input_kind(transform)
+    if kind not in ("decoded", "pil"):
         return
+    wrapper = "OnPIL" if kind == "pil" else "OnDecoded"
     raise ValueError(f"{ENCODED_INPUT_HELP}; this dataset's transform {transform!r:.200} needs a decoded image: "
-                     "wrap it as fastprep.transforms.OnDecoded(transform), or pass it to make_loader(transform=...), "
+                     f"wrap it as fastprep.transforms.{wrapper}(transform), or pass it to make_loader(transform=...), "
                      "which does that")
 
 

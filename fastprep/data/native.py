@@ -50,6 +50,7 @@ from ..transforms import (
     OnDecoded,
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
+from ..transforms._pil import OnPIL, open_rgb
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
 from ..transforms._plan import DCT_SCALES, PAD_MODES, centered_ratio_window
 from .batch import BatchConvert, channel_values
@@ -153,10 +154,10 @@ def _renumber_extras(steps: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
     return steps
 
 
-def _plan_record(plan: DecodePlan, mask_seed, mask_m: int, fills=()):
+def _plan_record(plan: DecodePlan, mask_seed, mask_m: int, fills=(), pil_filter: int = 0):
     """A ``SamplePlan`` record from a transform's :class:`~fastprep.transforms.DecodePlan` and
     the mask's seed (``None``: no mask); no steps. ``fills``: per padding stage of the plan's
-    ``pad``, its per-channel value."""
+    ``pad``, its per-channel value; ``pil_filter``: the resize is Pillow's."""
     rec = np.zeros((), dtype=_PLAN)
     top, left, height, width = plan.window
     rec["scale_num"], rec["top"], rec["left"], rec["height"], rec["width"] = plan.num, top, left, height, width
@@ -170,6 +171,7 @@ def _plan_record(plan: DecodePlan, mask_seed, mask_m: int, fills=()):
         rec["full_out_h"], rec["full_out_w"] = r.full_out
         rec["out_top"], rec["out_left"], rec["region_h"], rec["region_w"] = r.out_window
         rec["antialias"], rec["hflip"] = int(r.antialias), int(r.hflip)
+        rec["pil_filter"] = pil_filter
         if r.scale is not None:
             rec["scale_h"], rec["scale_w"] = float(r.scale[0]), float(r.scale[1])
     else:
@@ -416,10 +418,11 @@ class NativePipeline:
         self._num_float = len(compiled.after_float)
         self._program = build_program(self._augment)
         self._keyed_draw = _keyed_draw(decode)
+        self._pil_filter = int(compiled.pil_filter)
         self._spec = self._decode_spec()
         self._size_plans: dict = {}
         #: a v2 pipeline (OnDecoded): its reference decodes the whole file, see _check_whole_file
-        self._whole_file = isinstance(transform, OnDecoded)
+        self._whole_file = isinstance(transform, (OnDecoded, OnPIL))
 
     def _decode_spec(self) -> torch.Tensor | None:
         """The ``DecodeSpec`` record of ``plan_batch`` (as bytes), or ``None`` where the
@@ -438,6 +441,7 @@ class NativePipeline:
             spec["log_ratio_lo"], spec["log_ratio_hi"] = draw.log_lo, draw.log_hi
             spec["ratio_lo"], spec["ratio_hi"] = draw.ratio
             spec["flip_p"], spec["flip_below"] = draw.flip_p, draw.flip_below
+            spec["pil_filter"] = self._pil_filter
         elif isinstance(draw, _RandomCropDraw):
             spec["kind"] = _KIND_RANDOM_CROP
             spec["pad_if_needed"] = int(draw.pad_if_needed)
@@ -517,8 +521,8 @@ class NativePipeline:
         seed = None
         if self._mask is not None:
             seed = int(torch.randint(0, _MASK_SEED_HIGH, (), dtype=torch.int64, generator=gen))
-        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._stage_fills(decode_plan)),
-                           self._draw_augment(gen))
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._stage_fills(decode_plan),
+                                        self._pil_filter), self._draw_augment(gen))
 
     def _draw_augment(self, gen: torch.Generator | None) -> Steps | None:
         """The augmentations' draws on ``gen`` (``None``: the default generator, or what a
@@ -542,8 +546,8 @@ class NativePipeline:
         (from the default generator, or what a torch function mode redirects it to)."""
         decode_plan = self._decode.draw_plan(info)
         seed = self._mask.get_params() if self._mask is not None else None
-        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._stage_fills(decode_plan)),
-                           self._draw_augment(gen))
+        return _with_steps(_plan_record(decode_plan, seed, self._mask_m, self._stage_fills(decode_plan),
+                                        self._pil_filter), self._draw_augment(gen))
 
     def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
         """:meth:`plan` for a batch in one native call (``torch.ops.fastprep.plan_batch``,
@@ -569,7 +573,7 @@ class NativePipeline:
 
     _DECODE_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
                       "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w",
-                      "antialias", "hflip", "placed", "place_top", "place_left", "scale_h", "scale_w")
+                      "antialias", "hflip", "placed", "place_top", "place_left", "scale_h", "scale_w", "pil_filter")
 
     def _fill_no_draw(self, record, size) -> None:
         """Write the geometry of a no-draw decode transform on an image of ``size`` into
@@ -577,7 +581,7 @@ class NativePipeline:
         key = (size[0], size[1])
         geometry = self._size_plans.get(key)
         if geometry is None:
-            geometry = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0)
+            geometry = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0, pil_filter=self._pil_filter)
             if len(self._size_plans) < 4096:
                 self._size_plans[key] = geometry
         for name in self._DECODE_FIELDS:
@@ -935,7 +939,7 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
     return out
 
 
-def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
+def _check_whole_file(data: torch.Tensor, decode: OnDecoded | OnPIL) -> None:
     """A v2 pipeline's reference (``OnDecoded``) decodes the whole file, which fails on a
     truncated file even where the window the native decode reads is intact. A file that ends
     in EOI (``FF D9``) is not truncated; one that does not is decoded whole once here, which
@@ -943,6 +947,9 @@ def _check_whole_file(data: torch.Tensor, decode: OnDecoded) -> None:
     to this path)."""
     n = data.numel()
     if n >= 2 and int(data[n - 2]) == 0xFF and int(data[n - 1]) == 0xD9:
+        return
+    if isinstance(decode, OnPIL):  # its reference is Pillow's decode
+        open_rgb(data.numpy().tobytes(), decode.max_pixels)
         return
     max_scans = fio.DEFAULT_MAX_SCANS if decode.max_scans is None else decode.max_scans  # as OnDecoded's call
     fio.decode_jpeg(data, decode.mode, max_pixels=decode.max_pixels, strict=decode.strict, max_scans=max_scans)

@@ -24,12 +24,14 @@ transform it replaces, and decodes only what the output needs (a :class:`DecodeP
 :func:`plan_scaled_window` chooses the DCT scale of a window).
 
 :class:`OnDecoded` decodes the whole JPEG and applies a pipeline on decoded images (an
-unchanged torchvision v2 recipe); the threads engine compiles such pipelines into native
+unchanged torchvision v2 recipe), :class:`OnPIL` opens it as ``ImageFolder`` does
+(``Image.open(f).convert("RGB")``) for a pipeline on PIL images; the threads engine compiles such pipelines into native
 steps that give the same bits (``_compile``, ``_native``, ``_native_*``: the native side of
 each supported torchvision transform; ``docs/augment.md``).
 
 Layout: ``_kernel_transforms`` (kernel transforms), ``_compose`` (the fusing Compose),
-``_decode`` (decode transforms, OnDecoded), ``_plan`` (their integer geometry, no
+``_decode`` (decode transforms, OnDecoded), ``_pil`` (OnPIL, the proof of the PIL-exact
+kernels against the installed Pillow), ``_plan`` (their integer geometry, no
 randomness and no torch), ``_compile`` and ``_native*`` (the native engine's side of a
 pipeline). This module only hands their public names on.
 """
@@ -46,6 +48,7 @@ from ._decode import (
 from ._kernel_transforms import ConvertColor, MaskYUVScale, RandomMask, Scale, YUVScale
 from ._fast import SeparableGaussianBlur, fast_ops
 from ._multiview import MultiView
+from ._pil import OnPIL
 from ._plan import DCT_SCALES, DecodePlan, ResizeStep, plan_scaled_window
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "MaskYUVScale",
     "MultiView",
     "OnDecoded",
+    "OnPIL",
     "RandomMask",
     "ResizeStep",
     "Scale",

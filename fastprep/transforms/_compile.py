@@ -47,6 +47,7 @@ from . import (  # noqa: F401
 from ._compile_pad import image_type, image_type_after, padded_geometry
 from ._compose import Compose
 from ._decode import (
+    DecodeCenterCrop,
     DecodeRandomResizedCrop,
     DecodeResize,
     DecodeResizeCenterCrop,
@@ -55,8 +56,10 @@ from ._decode import (
 )
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, to_native
+from ._pil import OnPIL, needs_pil, pil_exact_reason, pil_filter_id
 
-__all__ = ["CompiledPipeline", "compile_pipeline", "input_kind", "output_dtype", "takes_pil_as_tensor"]
+__all__ = ["CompiledPipeline", "compile_pil", "compile_pipeline", "input_kind", "output_dtype",
+           "takes_pil_as_tensor"]
 
 #: Steps that change nothing on a decoded uint8 tensor.
 _NO_OPS = (v2.ToImage, v2.ToPureTensor, v2.PILToTensor, torch.nn.Identity, v2.Identity)
@@ -74,8 +77,10 @@ class CompiledPipeline(NamedTuple):
         after_float: native sides of the transforms on the float image, in order.
         channels: channels of the output.
         size: ``(height, width)`` of the output.
-        divide: the float conversion is v1 ``ConvertImageDtype``'s ``x / 255`` (``False``:
-            v2's ``x * (1 / 255)``).
+        pil_filter: a pipeline on PIL images (:class:`~fastprep.transforms._pil.OnPIL`): the
+            resize is Pillow's, with this ``torch.ops.fastprep.pil_resize`` filter id (0: torch's).
+        divide: the float conversion is v1's ``ToTensor`` (``x / 255``) rather than v2's
+            ``ToDtype`` (``x * (1 / 255)``).
     """
 
     decode: Any
@@ -87,6 +92,7 @@ class CompiledPipeline(NamedTuple):
     after_float: tuple[NativeTransform, ...]
     channels: int
     size: tuple[int, int]
+    pil_filter: int = 0
     divide: bool = False
 
 
@@ -124,10 +130,14 @@ def input_kind(transform: Any) -> str:
 
     * ``"encoded"``: a file's bytes (fastprep's decode transforms, :class:`OnDecoded`,
       ``make_loader``'s default transform, and pipelines starting with one);
+    * ``"pil"``: a PIL image, as ``ImageFolder`` gives it (:func:`~fastprep.transforms._pil.needs_pil`:
+      a pipeline with v1's ``ToTensor``, or v2's ``PILToTensor`` after other steps);
     * ``"decoded"``: an image (torchvision's transforms, v1 and v2, and fastprep's kernel
       transforms ``RandomMask``/``ConvertColor``/``Scale``, and pipelines starting with one);
     * ``"unknown"``: a function, a ``Lambda``, an empty pipeline, anything else.
     """
+    if needs_pil(transform):
+        return "pil"
     steps = _first_steps(transform)
     if steps is not None:
         kinds = {input_kind(step) for step in steps}
@@ -146,7 +156,7 @@ def input_kind(transform: Any) -> str:
 
 def output_dtype(transform: Any) -> torch.dtype:
     """The dtype of the images a pipeline returns, read from its steps: float32 after its last
-    float conversion (``ToDtype``/``ConvertImageDtype`` to a float type, fastprep's
+    float conversion (``ToDtype``/``ConvertImageDtype`` to a float type, ``ToTensor``, fastprep's
     ``ConvertColor``/``Scale``), uint8 otherwise (the decoded image's)."""
     views = getattr(transform, "view_transforms", None)
     if callable(views):  # MultiView: every view's, which must agree
@@ -155,10 +165,13 @@ def output_dtype(transform: Any) -> torch.dtype:
             raise ValueError(f"MultiView's views must all return one dtype (the loader converts every view alike), "
                              f"got {sorted(str(d) for d in dtypes)}")
         return dtypes.pop()
-    steps = _steps(transform.pipeline if isinstance(transform, OnDecoded) else transform)
+    steps = _steps(transform.pipeline if isinstance(transform, (OnDecoded, OnPIL)) else transform)
     dtype = torch.uint8
     kind: type = torch.Tensor
     for step in steps:
+        if type(step) in _DIVIDE:
+            dtype = torch.float32
+            continue
         target = getattr(step, "dtype", None)
         if type(step) is v2.ToDtype and isinstance(target, dict):
             try:
@@ -308,6 +321,8 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
         Unsupported: a step has no exact native implementation; the message names it.
     """
     decode_kwargs = dict(decode_kwargs or {})
+    if isinstance(transform, OnPIL):
+        return compile_pil(transform, decode_kwargs)
     if isinstance(transform, OnDecoded):
         every = _resolve_dtypes(_steps(transform.pipeline))
         steps = [s for s in every if not isinstance(s, _NO_OPS)]
@@ -391,3 +406,116 @@ def _descendants(native: NativeTransform) -> list[NativeTransform]:
         out.append(child)
         out.extend(_descendants(child))
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# Pipelines on PIL images
+
+#: v1 and v2 classes of one role on PIL images (their draws are the same torch calls)
+_RESIZED_CROP = (v1.RandomResizedCrop, v2.RandomResizedCrop)
+_RESIZE = (v1.Resize, v2.Resize)
+_CENTER_CROP = (v1.CenterCrop, v2.CenterCrop)
+_HFLIP = (v1.RandomHorizontalFlip, v2.RandomHorizontalFlip)
+#: make the PIL image a uint8 tensor (no change to the pixels)
+_PIL_NO_OPS = (v1.PILToTensor, v2.PILToTensor, v2.ToImage, v2.ToPureTensor, torch.nn.Identity, v2.Identity)
+#: x / 255 in float32: v1 ToTensor (``img.to(float32).div(255)``), v2's deprecated ToTensor
+_DIVIDE = (v1.ToTensor, v2.ToTensor)
+
+
+def _pil_geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int, int]:
+    """``(decode transform, steps taken, pil_filter)`` of the leading geometry of a pipeline on
+    PIL images: Pillow resizes the crop itself (``F_pil.resized_crop``: crop, then resize),
+    and ``Resize`` the whole image."""
+    first: Any = steps[0]
+    second: Any = steps[1] if len(steps) > 1 else None
+    name = type(first).__name__
+    fid = 0
+    if isinstance(first, _RESIZED_CROP + _RESIZE):
+        found = pil_filter_id(first.interpolation)
+        if found is None:
+            raise Unsupported(f"{name}(interpolation={first.interpolation!r}) on PIL images is not native (Pillow's "
+                              "box, bilinear, hamming, bicubic and lanczos are)")
+        fid = found
+    if type(first) in _RESIZED_CROP:
+        flip, taken = 0.0, 1
+        if type(second) in _HFLIP and second.p > 0:  # fused; with p=0 the flip still draws, so not then
+            flip, taken = float(second.p), 2
+        size = tuple(first.size) if isinstance(first.size, (tuple, list)) else (first.size, first.size)
+        return DecodeRandomResizedCrop(size, scale=tuple(first.scale), ratio=tuple(first.ratio), antialias=True,
+                                       dct_scaling=False, flip_p=flip, **decode_kwargs), taken, fid
+    if type(first) in _RESIZE:
+        # the window decode reads bilinear's support around the output window: enough for
+        # filters of support <= 1 (box, bilinear, hamming)
+        if fid not in (1, 2, 3):
+            raise Unsupported(f"{name}(interpolation={first.interpolation!r}) on PIL images: only box, bilinear "
+                              "and hamming resizes of the whole image are native")
+        if getattr(first, "max_size", None) is not None:
+            raise Unsupported(f"{name}(max_size=...) on PIL images is not native")
+        sizes = [first.size] if isinstance(first.size, int) else list(first.size)
+        if type(second) in _CENTER_CROP:
+            crop = tuple(second.size) if isinstance(second.size, (tuple, list)) else (second.size, second.size)
+            resize = sizes[0] if len(sizes) == 1 else tuple(sizes)
+            return DecodeResizeCenterCrop(resize, crop, antialias=True, dct_scaling=False, **decode_kwargs), 2, fid
+        if len(sizes) != 2:
+            raise Unsupported(f"{name}({sizes[0]}) alone gives every image its own size, and a batch needs one: "
+                              "add a CenterCrop, or resize to (height, width)")
+        return DecodeResize(tuple(sizes), antialias=True, dct_scaling=False, **decode_kwargs), 1, fid
+    if type(first) in _CENTER_CROP:
+        crop = tuple(first.size) if isinstance(first.size, (tuple, list)) else (first.size, first.size)
+        return DecodeCenterCrop(crop, **decode_kwargs), 1, 0
+    raise Unsupported(f"the PIL pipeline starts with {name}: natively it needs RandomResizedCrop, Resize + "
+                      "CenterCrop, Resize((h, w)) or CenterCrop first")
+
+
+def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None]:
+    """``(to_float, divide, mean, std)`` of the steps after the geometry: the conversion to a
+    tensor, to float and ``Normalize``; Unsupported for anything else."""
+    to_float, divide, mean, std = False, False, None, None
+    for step in rest:
+        kind = type(step)
+        if kind in _PIL_NO_OPS and not to_float:
+            continue
+        if kind in _DIVIDE or (kind is v1.ConvertImageDtype and step.dtype == torch.float32):
+            if to_float:
+                raise Unsupported(f"{kind.__name__} after the float conversion is not native")
+            to_float = divide = True
+            continue
+        if kind is v2.ToDtype and not to_float and _to_float(step):
+            to_float = True
+            continue
+        if kind in (v1.Normalize, v2.Normalize) and to_float and mean is None:
+            mean, std = tuple(float(m) for m in step.mean), tuple(float(s) for s in step.std)
+            continue
+        raise Unsupported(f"{kind.__name__} on PIL images is not native: the PIL-exact steps are the geometry "
+                          "(RandomResizedCrop + RandomHorizontalFlip, Resize + CenterCrop, CenterCrop), ToTensor "
+                          "or PILToTensor + ToDtype/ConvertImageDtype, and Normalize")
+    return to_float, divide, mean, std
+
+
+def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> CompiledPipeline:
+    """The native form of a pipeline on PIL images (:class:`OnPIL`): Pillow's resampling over
+    fastprep's decode (Pillow's bits), fused with ``ToTensor`` and ``Normalize``.
+
+    Raises:
+        Unsupported: a step has no PIL-exact native side, or the installed Pillow does not
+            give the kernels' bits (:func:`~fastprep.transforms._pil.pil_exact_reason`).
+    """
+    reason = pil_exact_reason()
+    if reason is not None:
+        raise Unsupported(reason)
+    kwargs = {k: v for k, v in (decode_kwargs or {}).items() if k in ("max_pixels", "strict", "max_scans")}
+    kwargs.setdefault("max_pixels", transform.max_pixels)
+    # the geometry must see the PIL image: a conversion to a tensor before it would make it torch's
+    steps = _steps(transform.pipeline)
+    if not steps:
+        raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
+    decode, taken, fid = _pil_geometry(steps, kwargs)
+    to_float, divide, mean, std = _pil_output(steps[taken:])
+    if not to_float:
+        raise Unsupported("the PIL pipeline ends on a PIL image or a uint8 tensor: natively it must end with "
+                          "ToTensor (or PILToTensor + ToDtype(torch.float32, scale=True))")
+    size = _output_size(decode)
+    if mean is not None and std is not None and not (len(mean) in (1, 3) and len(std) in (1, 3)):
+        raise Unsupported(f"Normalize has {len(mean)} means for 3 channels")
+    return CompiledPipeline(decode, None, (), True, mean, std, (), 3, size, fid, divide)
+

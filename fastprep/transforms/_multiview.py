@@ -11,6 +11,7 @@ import torch
 from .. import io as fio
 from ._compile import input_kind
 from ._decode import Mode, OnDecoded, _encoded, _file_named, is_decode_transform
+from ._pil import OnPIL
 
 __all__ = ["MultiView"]
 
@@ -21,7 +22,8 @@ class MultiView(torch.nn.Module):
     Each view is a pipeline on the encoded file (a fastprep decode transform first, such as
     ``DecodeRandomResizedCrop``) or an unchanged torchvision v2 pipeline on decoded images
     (which sees the file decoded by :func:`fastprep.io.decode_jpeg`, as :class:`OnDecoded`
-    would give it). The views draw their random parameters one after the other, in list order,
+    would give it), or a pipeline on PIL images (wrapped in :class:`OnPIL`: it sees
+    ``Image.open(f).convert("RGB")``). The views draw their random parameters one after the other, in list order,
     exactly as the list comprehension would; the v2 views share one decode of the file (the
     same pixels as decoding it again per view).
 
@@ -49,8 +51,9 @@ class MultiView(torch.nn.Module):
         for k, view in enumerate(views):
             if not callable(view):
                 raise TypeError(f"views[{k}] must be callable, got {type(view).__name__}")
-        self.views = views
-        self._decoded = [input_kind(v) == "decoded" for v in views]
+        # a view written for PIL images opens the file as ImageFolder does (OnPIL)
+        self.views = [OnPIL(v, max_pixels=max_pixels) if input_kind(v) == "pil" else v for v in views]
+        self._decoded = [input_kind(v) == "decoded" for v in self.views]
         self.decode = OnDecoded(_Identity(), mode, max_pixels=max_pixels, strict=strict, max_scans=max_scans)
 
     @property
