@@ -36,6 +36,14 @@ the same random windows for every input type, the methods in turns.
     python bench/bench_decode.py [--runs 300] [--json out.json] [--packed-only]
     python bench/bench_decode.py --real PHOTOS_DIR [--real-sizes 1MB,4MB,16MB] [--runs 300]
     python bench/bench_decode.py --inputs PHOTO [--runs 300]
+    python bench/bench_decode.py --full CUTS_DIR [--files 200] [--rounds 15]
+
+Whole-image decode against torchvision (``--full DIR``): ``fastprep.io.decode_jpeg`` (its
+default, interleaved output, and ``channels_last=False``, planar) and
+``torchvision.io.decode_jpeg`` on the same files of DIR (e.g. ``bench/make_photo_cuts.py``'s
+cuts), one thread. Each round decodes every file once per method, the methods in a rotating
+order; the table gives the median over the rounds of the mean time per file, and its ratio
+to torchvision's in the same run. Every file's values are checked equal first.
 """
 
 import argparse
@@ -351,6 +359,51 @@ def bench_inputs(path: str, runs: int, block: int, window: int = 224, seed: int 
             "window": window, "runs": runs, "block": block, "rows": rows}
 
 
+def bench_full(folder: str, files: int, rounds: int) -> dict:
+    """``fastprep.io.decode_jpeg`` vs ``torchvision.io.decode_jpeg`` on the JPEGs of ``folder``."""
+    import os
+    import warnings
+
+    import torchvision.io as tvio
+
+    names = sorted(n for n in os.listdir(folder) if n.lower().endswith((".jpg", ".jpeg")))[:files]
+    if not names:
+        raise SystemExit(f"no JPEG files in {folder!r}")
+    datas = [fio.read_file(os.path.join(folder, n)) for n in names]
+
+    def tv(d):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
+            return tvio.decode_jpeg(d, mode=tvio.ImageReadMode.RGB)
+
+    methods = {"torchvision.io.decode_jpeg": tv,
+               "fastprep.io.decode_jpeg (default: [H, W, C] memory)": fio.decode_jpeg,
+               "fastprep.io.decode_jpeg(channels_last=False) (planar)": functools.partial(
+                   fio.decode_jpeg, channels_last=False)}
+    for d, name in zip(datas, names):  # equal values (and torchvision's layout) on every file
+        want = tv(d)
+        for label, fn in methods.items():
+            got = fn(d)
+            if not torch.equal(got, want):
+                raise AssertionError(f"{label} differs from torchvision on {name}")
+    got = fio.decode_jpeg(datas[0])
+    same_layout = got.stride() == tv(datas[0]).stride()
+    names_order = list(methods)
+    times: dict = {label: [] for label in methods}
+    for r in range(rounds):
+        for label in names_order[r % 3:] + names_order[:r % 3]:
+            fn = methods[label]
+            t0 = time.perf_counter()
+            for d in datas:
+                fn(d)
+            times[label].append((time.perf_counter() - t0) / len(datas))
+    base = statistics.median(times["torchvision.io.decode_jpeg"])
+    rows = [{"method": label, "median_ms": statistics.median(ts) * 1e3,
+             "time_vs_torchvision": statistics.median(ts) / base} for label, ts in times.items()]
+    return {"folder": folder, "files": len(datas), "rounds": rounds, "same_strides_as_torchvision": same_layout,
+            "rows": rows}
+
+
 def bench_pack_size_and_speed(workers: int):
     """Packed vs original size over photo-like images of several sizes, qualities and
     subsamplings; pack throughput of fastprep.pack on `workers` processes."""
@@ -401,12 +454,31 @@ def main(argv=None):
     ap.add_argument("--inputs", metavar="PHOTO", help="only the input-type table, on PHOTO packed")
     ap.add_argument("--real-sizes", default="1MB,4MB,16MB",
                     help="with --real: packed sizes to pick files by, comma-separated (default 1MB,4MB,16MB)")
+    ap.add_argument("--full", metavar="DIR", help="only the whole-image decode vs torchvision, on the JPEGs of DIR")
+    ap.add_argument("--files", type=int, default=200, help="with --full: files of DIR (default 200)")
+    ap.add_argument("--rounds", type=int, default=15, help="with --full: rounds (default 15)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(_platform.describe())
     results = {"machine": {"cpu": platform.processor() or platform.machine(), "describe": _platform.describe(),
                            "torch": torch.__version__, "libjpeg_turbo": _ops.libjpeg_turbo_version},
                "tables": [], "packed": []}
+    if args.full:
+        import os
+
+        load = os.getloadavg()[0]
+        res = results["full"] = bench_full(args.full, args.files, args.rounds)
+        print(f"\nwhole-image RGB decode, {res['files']} files of {args.full}, 1 thread, median of {res['rounds']} "
+              f"rounds (methods in turns), equal values on every file, same strides as torchvision: "
+              f"{res['same_strides_as_torchvision']}; load average {load:.2f} -> {os.getloadavg()[0]:.2f}")
+        print("| method | ms/file | time vs torchvision |")
+        print("|---|---:|---:|")
+        for r in res["rows"]:
+            print(f"| {r['method']} | {r['median_ms']:.3f} | {r['time_vs_torchvision']:.3f}x |")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=2)
+        return
     if args.inputs:
         res = results["inputs"] = bench_inputs(args.inputs, args.runs, args.block)
         print(f"\n{res['file']} packed ({res['shape'][0]}x{res['shape'][1]}, {res['bytes_packed'] / 1e6:.2f} MB), "

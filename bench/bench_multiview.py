@@ -9,7 +9,11 @@ of --batch images):
   views, planned and run as the threads engine does (``MultiViewPipeline.plan_batch`` +
   ``run``, one native thread): default settings (DCT scaling) and exact (``dct_scaling=False``);
 * ``fastprep, one decode per view``: the same views called one by one on the file (what a
-  pipeline of separate decode transforms costs: a decode per view);
+  pipeline of separate decode transforms costs: a decode per view; also what
+  ``MultiView(decode views)(data)`` per sample does today);
+* ``fastprep MultiView(v2 views)(data), per sample``: the torchvision views unchanged in a
+  ``MultiView``, called per sample (one ``fastprep.io.decode_jpeg``, then each v2 view: the
+  processes engine's path);
 * ``DALI CPU``: one ``fn.decoders.image`` per file, then per view ``fn.random_resized_crop`` and
   ``fn.flip`` (DALI's documented multi-crop recipe), one CPU thread, when DALI is installed.
 
@@ -84,6 +88,16 @@ def per_view_method(spec, datas):
     return run
 
 
+def per_sample_v2_method(spec, datas):
+    views = [v2.Compose([v2.RandomResizedCrop(size, scale=scale), v2.RandomHorizontalFlip()]) for size, scale in spec]
+    mv = MultiView(views)
+
+    def run():
+        for data in datas:
+            mv(data)
+    return run
+
+
 def dali_method(spec, raw: list[bytes]):
     try:
         import nvidia.dali.fn as fn
@@ -138,7 +152,8 @@ def main(argv=None) -> int:
     methods = {"torchvision decode_jpeg + v2 per view": torchvision_method(spec, datas),
                "fastprep MultiView, default (DCT scaling)": multiview_method(spec, datas, True),
                "fastprep MultiView, exact (dct_scaling=False)": multiview_method(spec, datas, False),
-               "fastprep, one decode per view": per_view_method(spec, datas)}
+               "fastprep, one decode per view": per_view_method(spec, datas),
+               "fastprep MultiView(v2 views)(data), per sample": per_sample_v2_method(spec, datas)}
     dali = dali_method(spec, raw)
     if dali is not None:
         methods["DALI CPU: one decode + random_resized_crop per view"] = dali

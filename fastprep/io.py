@@ -217,7 +217,7 @@ def jpeg_info(data: Buffer) -> JpegInfo:
 
 def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: int = DEFAULT_MAX_PIXELS,
                 strict: bool = False, max_scans: int = DEFAULT_MAX_SCANS, scale: Scale = None,
-                channels_last: bool = False) -> torch.Tensor:
+                channels_last: bool = True) -> torch.Tensor:
     """Decode a whole JPEG image, optionally at reduced size (DCT scaling).
 
     Args:
@@ -234,14 +234,18 @@ def decode_jpeg(data: Buffer, mode: str | ImageReadMode = "RGB", *, max_pixels: 
             than a full decode plus a resize: ``None`` (full size), ``(num, 8)`` with
             ``1 <= num <= 8``, an equal fraction such as ``(1, 2)``, or the int ``num``.
             The output is :func:`scaled_size` (libjpeg's rounding up).
-        channels_last: return the ``[C, H, W]`` tensor in interleaved ``[H, W, C]`` memory
-            (``torch.channels_last`` for 3 and 4 channels), libjpeg's own scanline layout,
-            which the decoder then copies instead of splitting into planes. Same values;
-            torch's uint8 resize and most image consumers read this layout fastest.
+        channels_last: (default) return the ``[C, H, W]`` tensor in interleaved
+            ``[H, W, C]`` memory (``torch.channels_last`` for 3 and 4 channels): libjpeg's
+            own scanline layout, which the decoder writes straight into the output, as
+            ``torchvision.io.decode_jpeg`` does. ``False`` splits the rows into planes (a
+            contiguous ``[C, H, W]`` tensor) at the cost of one more pass over the pixels.
+            Same values either way; torch's uint8 resize reads the interleaved layout fastest.
 
     Returns:
-        uint8 tensor ``[C, H, W]``; ``(H, W) = scaled_size(height, width, scale)``. Contiguous,
-        or with ``channels_last`` a permuted view of a contiguous ``[H, W, C]`` tensor.
+        uint8 tensor ``[C, H, W]``; ``(H, W) = scaled_size(height, width, scale)``. By default
+        a permuted view of a contiguous ``[H, W, C]`` tensor (strides ``(1, W*C, C)``, the
+        layout torchvision's decode returns; call ``.contiguous()`` where planar memory is
+        needed); with ``channels_last=False`` contiguous (planar).
     """
     return _call_op(torch.ops.fastprep.decode_jpeg, _checks.encoded_view(data), _mode(mode),
                     _checks.max_pixels(max_pixels), bool(strict), _checks.dct_scale_num(scale),
@@ -294,7 +298,9 @@ def decode_jpeg_roi(data: Buffer, top: int, left: int, height: int, width: int,
         top, left: window origin in pixels of the scaled image, ``>= 0``.
         height, width: window size, ``>= 1``; the window must lie inside the scaled image,
             whose size is :func:`scaled_size` ``(info.height, info.width, scale)``.
-        mode, max_pixels, strict, max_scans, scale, channels_last: as in :func:`decode_jpeg`.
+        mode, max_pixels, strict, max_scans, scale: as in :func:`decode_jpeg`.
+        channels_last: return the window in interleaved ``[H, W, C]`` memory (as
+            :func:`decode_jpeg` does by default); default ``False``: planar.
 
     Returns:
         uint8 tensor ``[C, height, width]``, contiguous (planar), or with ``channels_last``

@@ -1,8 +1,9 @@
 """Fuzz target: ``fastprep.io.decode_jpeg`` in every mode, strict on and off.
 
 The parameters pick the mode, ``strict``, ``max_pixels`` (the target's limit, or a small
-one to exercise the refusal) and the buffer type. Checks: the output is a contiguous uint8
-``[C, H, W]`` with the header's size and the mode's channel count; with ``strict=True`` no
+one to exercise the refusal) and the buffer type. Checks: the output is a uint8
+``[C, H, W]`` view of contiguous ``[H, W, C]`` memory (torchvision's layout) with
+the header's size and the mode's channel count; with ``strict=True`` no
 DecodeWarning is emitted (strict turns warnings into DecodeError); a strict decode that
 succeeds equals the non-strict decode.
 
@@ -43,8 +44,9 @@ def test_one_input(data: bytes) -> None:
     if info is None:
         raise Finding("decode_jpeg succeeded but jpeg_info raised")
     expected = (h.channels(mode, info), info.height, info.width)
-    if out.dtype != torch.uint8 or tuple(out.shape) != expected or not out.is_contiguous():
-        raise Finding(f"output {out.dtype} {tuple(out.shape)} (contiguous={out.is_contiguous()}), "
+    interleaved = out.permute(1, 2, 0).is_contiguous()
+    if out.dtype != torch.uint8 or tuple(out.shape) != expected or not interleaved:
+        raise Finding(f"output {out.dtype} {tuple(out.shape)} (strides {out.stride()}, HWC memory={interleaved}), "
                       f"expected uint8 {expected} for {info} in mode {mode!r}")
     if info.height * info.width > max_pixels:
         raise Finding(f"{info.height}x{info.width} decoded although max_pixels={max_pixels}")

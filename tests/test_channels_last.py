@@ -1,5 +1,8 @@
-"""decode_jpeg / decode_jpeg_roi with channels_last=True: the same values as the planar
-output (and as a full planar decode sliced to the window), in [H, W, C] memory."""
+"""decode_jpeg / decode_jpeg_roi with channels_last=True (decode_jpeg's default): the same
+values as the planar output (and as a full planar decode sliced to the window), in [H, W, C]
+memory; decode_jpeg's default equals torchvision.io.decode_jpeg in values and layout."""
+
+import warnings
 
 import pytest
 import torch
@@ -12,7 +15,9 @@ from conftest import ENCODINGS, make_jpeg
 H, W = 67, 101  # odd sizes: partial MCUs at the right and bottom edges
 MODES = ["RGB", "GRAY", "YCbCr", "UNCHANGED"]
 # (top, left, height, width) in pixels of the decoded (possibly scaled) image, as fractions
-WINDOWS = [(0.0, 0.0, 1.0, 1.0), (0.3, 0.2, 0.5, 0.6), (0.5, 0.7, 0.5, 0.3), (0.0, 0.9, 0.1, 0.1)]
+# (the full-width ones are written by the decoder straight into the output, rows above skipped)
+WINDOWS = [(0.0, 0.0, 1.0, 1.0), (0.3, 0.2, 0.5, 0.6), (0.5, 0.7, 0.5, 0.3), (0.0, 0.9, 0.1, 0.1),
+           (0.4, 0.0, 0.5, 1.0)]
 
 
 def _decodable(encoding, mode):
@@ -40,11 +45,14 @@ def test_full_decode_equals_planar(encoding, mode):
     if not _decodable(encoding, mode):
         pytest.skip("mode not available for this colour space")
     for num in (8, 4, 3, 1):
-        planar = fio.decode_jpeg(data, mode, scale=(num, 8))
+        planar = fio.decode_jpeg(data, mode, scale=(num, 8), channels_last=False)
         hwc = fio.decode_jpeg(data, mode, scale=(num, 8), channels_last=True)
         assert planar.is_contiguous()
         _check_layout(hwc)
         assert torch.equal(hwc, planar), (encoding, mode, num)
+        default = fio.decode_jpeg(data, mode, scale=(num, 8))
+        _check_layout(default)
+        assert torch.equal(default, planar), (encoding, mode, num)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -54,7 +62,7 @@ def test_roi_equals_planar_and_sliced_full_decode(encoding, mode):
     if not _decodable(encoding, mode):
         pytest.skip("mode not available for this colour space")
     for num in (8, 5, 2):
-        full = fio.decode_jpeg(data, mode, scale=(num, 8))
+        full = fio.decode_jpeg(data, mode, scale=(num, 8), channels_last=False)
         h, w = full.shape[1:]
         for frac in WINDOWS:
             top, left, hh, ww = _window(h, w, frac)
@@ -98,9 +106,12 @@ def test_restart_fast_path_is_exercised():
     assert fio.jpeg_info(packed).restart_roi
 
 
-def test_default_is_planar_and_old_op_calls_work():
+def test_defaults_and_old_op_calls_work():
+    """decode_jpeg returns interleaved memory by default (as torchvision), decode_jpeg_roi
+    planar; the op called without the argument stays planar."""
     data = make_jpeg("420", H, W)
-    assert fio.decode_jpeg(data).is_contiguous()
+    _check_layout(fio.decode_jpeg(data))
+    assert fio.decode_jpeg(data, channels_last=False).is_contiguous()
     assert fio.decode_jpeg_roi(data, 1, 2, 3, 4).is_contiguous()
     t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     old = torch.ops.fastprep.decode_jpeg(t, 3, 0, False)  # calls without the new argument
@@ -118,3 +129,21 @@ def test_opcheck_channels_last(photo_420):
     torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 64, 48, 3, 0, False), cl)
     torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 0, 0, 5, 5, 1, 0, True), cl)
     torch.library.opcheck(torch.ops.fastprep.decode_jpeg_roi.default, (data, 10, 20, 30, 40, 3, 0, False, 2), cl)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "GRAY", "UNCHANGED"])
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_default_equals_torchvision(encoding, mode):
+    """decode_jpeg's default output: torchvision.io.decode_jpeg's values, shape and strides."""
+    tvio = pytest.importorskip("torchvision.io")
+    data = make_jpeg(encoding, H, W)
+    tv_mode = getattr(tvio.ImageReadMode, mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
+        try:
+            want = tvio.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=tv_mode)
+        except RuntimeError:
+            pytest.skip("torchvision does not decode this colour space in this mode")
+    got = fio.decode_jpeg(data, mode)
+    assert got.shape == want.shape and got.stride() == want.stride(), (got.stride(), want.stride())
+    assert torch.equal(got, want), (encoding, mode)

@@ -83,6 +83,33 @@ def test_per_sample_call_is_the_views_in_order(files, name):
         assert len(got) == len(views) and all(torch.equal(a, b) for a, b in zip(got, want)), (name, i)
 
 
+def test_per_sample_call_equals_torchvision(files):
+    """Oracle: torchvision itself. DINO's geometry as unchanged v2 views: the per-sample call
+    equals torchvision's decode_jpeg followed by each view's v2 pipeline, under the same seed,
+    bit for bit (values, and the decode's layout that the v2 ops see)."""
+    import warnings
+
+    import torchvision.io as tvio
+
+    def crop(size, scale):
+        return v2.Compose([v2.RandomResizedCrop(size, scale=scale), v2.RandomHorizontalFlip()])
+
+    views = [crop(G, (0.4, 1))] * 2 + [crop(L, (0.05, 0.4))] * 8
+    mv = MultiView(views)
+    for i, path in enumerate(files[:12]):
+        data = fio.read_file(path)
+        torch.manual_seed(100 + i)
+        got = mv(data)
+        torch.manual_seed(100 + i)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
+            image = tvio.decode_jpeg(data, mode=tvio.ImageReadMode.RGB)
+        want = [view(image) for view in views]
+        assert len(got) == len(want)
+        for v, (a, b) in enumerate(zip(got, want)):
+            assert a.shape == b.shape and torch.equal(a, b), (i, v)
+
+
 @pytest.mark.parametrize("name", sorted(VIEWS))
 def test_native_run_equals_the_per_sample_call(files, name):
     mv = MultiView(VIEWS[name]())

@@ -526,19 +526,28 @@ int fp_decode_window(fp_decoder* dec, int mode, int64_t top, int64_t left, int64
                                                (JDIMENSION)buffer_rows);
   const int64_t end = top + height;
   const int64_t row_bytes = width * fp_output_channels(&dec->info, mode);
+  // Rows the decoder can write straight into the output (no copy): interleaved output of
+  // the channels the decoder makes, over the decoder's whole (cropped) width -- a whole-image
+  // channels-last decode, as torchvision's.
+  const int direct = channels_last && col == 0 && width == (int64_t)cinfo->output_width &&
+                     !(nc == 1 && mode == FP_MODE_YCBCR) && (nc == 1 || nc == 3 || mode == FP_MODE_UNCHANGED);
+  JSAMPARRAY rows = (JSAMPARRAY)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE,
+                                                           (size_t)buffer_rows * sizeof(JSAMPROW));
   while ((int64_t)cinfo->output_scanline < end) {
     int64_t first = cinfo->output_scanline;
     const int64_t left_rows = end - first;
     const JDIMENSION wanted = (JDIMENSION)(left_rows < buffer_rows ? left_rows : buffer_rows);
+    for (JDIMENSION r = 0; r < wanted; r++)
+      rows[r] = direct && first + r >= top ? out + (first + r - top) * row_bytes : buf[r];
     JDIMENSION got = 0;
     while (got < wanted) {
-      JDIMENSION n = jpeg_read_scanlines(cinfo, buf + got, wanted - got);
+      JDIMENSION n = jpeg_read_scanlines(cinfo, rows + got, wanted - got);
       if (n == 0) fp_fail(dec, "JPEG decoder returned no rows (corrupt data)");
       got += n;
     }
     for (JDIMENSION r = 0; r < got; r++) {
       int64_t y = first + r;
-      if (y < top || y >= end) continue;
+      if (y < top || y >= end || rows[r] != buf[r]) continue;
       if (channels_last)
         copy_row(buf[r] + col * nc, nc, mode, dec->info.adobe, width, out + (y - top) * row_bytes);
       else
