@@ -24,6 +24,7 @@ import pytest
 import torch
 import torchvision.io as tvio
 from torchvision import tv_tensors
+from torchvision.datasets.folder import default_loader
 from torchvision.transforms import v2
 
 import fastprep.data as D
@@ -31,7 +32,8 @@ import fastprep.io as fio
 from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.data.native import NativePipeline
-from fastprep.transforms import OnDecoded
+from fastprep.data.loader import dataset_transform
+from fastprep.transforms import OnPIL
 from fastprep.transforms._compile import input_kind
 from fastprep.transforms._native import Unsupported
 
@@ -254,13 +256,22 @@ def _quiet():
     return ctx
 
 
+def _input(path, transform):
+    """What the loader gives ``transform``: a PIL image as ``ImageFolder``'s default loader
+    opens it for a pipeline written for PIL images (``make_loader`` wraps it in ``OnPIL``), else
+    torchvision's decode."""
+    if isinstance(dataset_transform(transform), OnPIL):
+        return default_loader(path)
+    return tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB)
+
+
 def _torchvision(folder, transform):
     """Each sample's output, or the exception torchvision raised on the first failing one."""
     out = []
     for i, name in enumerate(sorted(os.listdir(folder))):
         ctx = _quiet()
         try:
-            image = tvio.decode_jpeg(tvio.read_file(os.path.join(folder, name)), mode=tvio.ImageReadMode.RGB)
+            image = _input(os.path.join(folder, name), transform)
             with keyed_default_rng(sample_key(SEED, 0, i)):
                 out.append(transform(image))
         except Exception as e:  # torchvision refuses this pipeline
@@ -279,7 +290,7 @@ def _batchable(outputs) -> bool:
 def _compiles(transform) -> bool:
     """Whether the compiler takes ``transform``; a refusal must be Unsupported with a reason."""
     try:
-        NativePipeline.compile(OnDecoded(transform))
+        NativePipeline.compile(dataset_transform(transform))  # as make_loader wraps it
     except Unsupported as e:
         assert str(e).strip(), "Unsupported without a reason"
         return False
@@ -329,7 +340,7 @@ def _pipeline(name, where):
     t = CASES[name]
     if where != "alone":
         return v2.Compose([v2.RandomResizedCrop(32), t])
-    if input_kind(t) != "decoded":
+    if input_kind(t) not in ("decoded", "pil"):
         pytest.skip(f"{name} alone takes the encoded file (docs/augment.md): torchvision's output is no reference")
     if name in _LAYOUT_DRAWS and _decode_layout_differs():
         pytest.xfail("fastprep.io.decode_jpeg returns other strides than torchvision's decode, and "
@@ -369,7 +380,7 @@ def test_former_crashes_fall_back_with_reasons():
     """``Resize(None, max_size=...)`` raised TypeError from the compiler."""
     for transform in (v2.Resize(None, max_size=180), v2.Compose([v2.Resize(None, max_size=40), v2.CenterCrop(20)])):
         with pytest.raises(Unsupported, match="max_size"):
-            NativePipeline.compile(OnDecoded(transform))
+            NativePipeline.compile(dataset_transform(transform))  # as make_loader wraps it
 
 
 class TestOneChannel:

@@ -135,10 +135,26 @@ class TestImageFolder:
         assert "PILToTensor" in loader.engine_reason
         assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 5))
 
-    def test_pil_pipeline_runs_literally(self, root):
-        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
+    def test_pil_pipeline_runs_natively(self, root):
+        """pytorch/examples' ImageNet train pipeline on PIL images: Pillow-exact kernels on the
+        threads engine, the dataset's own samples bit for bit."""
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(),
+                                          T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]))
+        loader = DataLoader(ds, batch_size=6, seed=SEED, num_workers=2)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
+
+    def test_pil_val_pipeline_runs_natively(self, root):
+        ds = ImageFolder(root, T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(),
+                                          T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]))
+        loader = DataLoader(ds, batch_size=6, seed=SEED, num_workers=2)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
+
+    def test_pil_op_without_native_side_runs_literally(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4), T.ToTensor()]))
         loader = DataLoader(ds, batch_size=6, seed=SEED)
-        assert loader.engine == "processes" and "PIL image" in loader.engine_reason
+        assert loader.engine == "processes" and "ColorJitter" in loader.engine_reason
         assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
 
     def test_callable_object_runs_literally(self, root):

@@ -318,3 +318,14 @@ def test_local_server_stops_by_itself(tmp_path):
     server = LocalS3Server(str(tmp_path), lifetime_s=0.5).start()
     server._thread.join(10)
     assert not server._thread.is_alive()
+
+
+def test_a_forkserver_older_than_the_store_variables_is_not_used(monkeypatch):
+    """Workers forked from fastprep's forkserver inherit the environment it started with: once
+    the AWS_* variables differ from those, s3:// sources spawn their workers afresh (they would
+    otherwise read another endpoint or no credentials)."""
+    from fastprep.data import loader as L
+
+    L._worker_context("spawn", True)  # starts (or reuses) the preloaded forkserver
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9/changed-after-the-server-started")
+    assert not L._server_sees_store_env()

@@ -26,11 +26,11 @@ from torch.utils.data import Dataset, IterableDataset, default_collate, get_work
 
 from .. import _checks
 from .._seeding import check_seed, sample_rng
+from ..transforms import OnDecoded, OnPIL
 from ..transforms._compile import input_kind, output_dtype, takes_pil_as_tensor
 from .batch import BatchCast
 from .datasets import JpegDataset, substitute_index
 from .engine import ThreadLoader
-from .loader import dataset_transform
 from .native import Unsupported, native_pipeline
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
@@ -151,7 +151,7 @@ class DataLoader:
             reason = _not_native(source, args, engine)
         pipeline = None
         if source is not None and reason is None:
-            files = JpegDataset(source.files, source.targets, transform=dataset_transform(source.transform),
+            files = JpegDataset(source.files, source.targets, transform=_file_transform(source.transform),
                                 on_error=self.on_error, seed=self.seed)
             try:
                 pipeline = native_pipeline(files.transform)
@@ -277,15 +277,19 @@ def _not_native(source: FileSource, args: dict, engine: str | None) -> str | Non
         return "batch_size=None: unbatched samples"
     if source.transform is None:
         return "the dataset has no transform: its samples are PIL images"
-    if input_kind(source.transform) != "decoded":
+    if input_kind(source.transform) not in ("decoded", "pil"):
         return (f"the transform is a {type(source.transform).__name__}, a callable fastprep does not compile (it "
                 "compiles torchvision's transforms and Compose of them)")
-    if not takes_pil_as_tensor(source.transform):
-        steps = getattr(source.transform, "transforms", None)
-        name = type(steps[0] if steps else source.transform).__name__
-        return (f"the transform works on the PIL image (its first step is {name}, not v2.ToImage() or "
-                "v2.PILToTensor()): Pillow's own operations run it")
     return None
+
+
+def _file_transform(transform: Any) -> Any:
+    """The per-file transform that gives ``transform`` what the dataset gives it, a PIL image as
+    ``Image.open(f).convert("RGB")`` makes it: a pipeline whose first step makes that image a
+    uint8 tensor (v2 ``ToImage``/``PILToTensor``) runs on fastprep's decode (the same pixels);
+    any other on the PIL image itself, natively where its steps are PIL-exact
+    (:class:`~fastprep.transforms.OnPIL`)."""
+    return OnDecoded(transform) if takes_pil_as_tensor(transform) else OnPIL(transform)
 
 
 class _Epochs(EpochControl):

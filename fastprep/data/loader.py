@@ -128,6 +128,24 @@ def dataset_transform(transform=None, *, recipe: str | None = None, crop_size=25
 
 
 _PRELOAD = "fastprep.data._preload"
+#: the object-store variables of the environment fastprep's forkserver started with (its
+#: workers inherit that environment, not the caller's current one); None: not started here
+_SERVER_ENV: dict[str, str] | None = None
+
+
+def _store_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+
+
+def _server_sees_store_env() -> bool:
+    """Whether workers forked from the forkserver read the object-store settings (endpoint,
+    credentials) this process has now: true when the server is not running yet (it starts
+    with them) or started here with the same ones."""
+    from multiprocessing import forkserver
+
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+        return True
+    return _SERVER_ENV is not None and _SERVER_ENV == _store_env()
 
 
 def _worker_context(multiprocessing_context, spawn_via_forkserver: bool):
@@ -163,7 +181,11 @@ def _worker_context(multiprocessing_context, spawn_via_forkserver: bool):
     if _PRELOAD not in preload:
         # The list is read when the server starts; a server already running keeps its own.
         server.set_forkserver_preload(preload + [_PRELOAD])
+    global _SERVER_ENV
+    started = getattr(server, "_forkserver_pid", None) is not None
     forkserver.ensure_running()  # start it now: its imports overlap the caller's own setup
+    if not started:
+        _SERVER_ENV = _store_env()
     return multiprocessing.get_context("forkserver")
 
 
@@ -462,9 +484,12 @@ def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory
     prefetch_factor = rest.get("prefetch_factor")
     if num_workers > 0:
         context = rest.get("multiprocessing_context")
+        via_server = rest.get("spawn_via_forkserver", True)
         if context is None and getattr(dataset, "object_store", None) is not None:
             context = "spawn"  # obstore's runtime threads do not survive fork (a forkserver, below)
-        context = _worker_context(context, rest.get("spawn_via_forkserver", True))
+            # a forkserver started before the AWS_* variables changed would give its workers the old ones
+            via_server = via_server and _server_sees_store_env()
+        context = _worker_context(context, via_server)
         kwargs.update(persistent_workers=bool(rest.get("persistent_workers", False)),
                       multiprocessing_context=context, worker_init_fn=rest.get("worker_init_fn"))
         if prefetch_factor is not None:

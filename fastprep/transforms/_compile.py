@@ -379,7 +379,8 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
         native.check_channels(channels)
     if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
         raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")
-    return CompiledPipeline(decode, mask, tuple(augment), to_float, mean, std, tuple(after), channels, size, divide)
+    return CompiledPipeline(decode, mask, tuple(augment), to_float, mean, std, tuple(after), channels, size,
+                            divide=divide)
 
 
 def _channels(decode: Any, augment: Sequence[NativeTransform]) -> int:
@@ -517,5 +518,5 @@ def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> Compiled
     size = _output_size(decode)
     if mean is not None and std is not None and not (len(mean) in (1, 3) and len(std) in (1, 3)):
         raise Unsupported(f"Normalize has {len(mean)} means for 3 channels")
-    return CompiledPipeline(decode, None, (), True, mean, std, (), 3, size, fid, divide)
+    return CompiledPipeline(decode, None, (), True, mean, std, (), 3, size, pil_filter=fid, divide=divide)
 
