@@ -699,7 +699,7 @@ std::string run_sample(const Batch& b, int64_t i, Scratch& s) {
     uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(DC * rh * rw) + kSlack);
     resize_aa_into(d, DC, dh, dw, dw * DC, (int64_t)in_bytes, p.full_out_h, p.full_out_w, p.out_top, p.out_left, rh,
                    rw, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w, p.antialias != 0,
-                   p.hflip != 0, r);
+                   p.hflip != 0, r, p.filter);
     if (!direct) place_region(DC, r, true, rh, rw, cv, top, left);
   }
   std::string warning = std::move(thread_warning());
@@ -753,7 +753,7 @@ void view_from_union(const Batch& b, int64_t i, const SamplePlan& p, const uint8
     uint8_t* r = direct ? cv.p : grown(s.region, (size_t)(DC * rh * rw) + kSlack);
     resize_aa_into(src, DC, p.height, p.width, uw * DC, (int64_t)(readable - offset), p.full_out_h, p.full_out_w,
                    p.out_top, p.out_left, rh, rw, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w,
-                   p.antialias != 0, p.hflip != 0, r);
+                   p.antialias != 0, p.hflip != 0, r, p.filter);
     if (!direct) place_region(DC, r, true, rh, rw, cv, top, left);
   }
   finish_sample(b, i, p, cv, in_out, s);
@@ -824,6 +824,8 @@ void check_plan(const SamplePlan& p, int64_t i, int64_t C, int64_t H, int64_t W,
   };
   flag(p.resize, "resize");
   flag(p.antialias, "antialias");
+  TORCH_CHECK_VALUE(p.filter >= kResizeBilinear && p.filter <= kResizeNearestExact, "decode_batch: plan ", i,
+                    ": filter must be in [0, 3], got ", p.filter);
   flag(p.hflip, "hflip");
   flag(p.placed, "placed");
   flag(p.mask, "mask");
