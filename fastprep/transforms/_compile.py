@@ -52,6 +52,7 @@ from ._decode import (
 )
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, to_native
+from ._plan import INTERPOLATIONS
 
 __all__ = ["CompiledPipeline", "compile_pipeline", "input_kind", "output_dtype"]
 
@@ -172,9 +173,13 @@ def _geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int]:
     first = steps[0]
     second: Any = steps[1] if len(steps) > 1 else None
     kind = type(first)
-    if kind in (v2.RandomResizedCrop, v2.Resize) and _interpolation(first.interpolation) != "bilinear":
-        raise Unsupported(f"{kind.__name__}(interpolation={_interpolation(first.interpolation)!r}): only bilinear "
-                          "resizing is native")
+    interpolation = "bilinear"
+    if kind in (v2.RandomResizedCrop, v2.Resize):
+        interpolation = _interpolation(first.interpolation)
+        if interpolation not in INTERPOLATIONS:
+            raise Unsupported(f"{kind.__name__}(interpolation={interpolation!r}): only {', '.join(INTERPOLATIONS)} "
+                              "resizing is native")
+        decode_kwargs = dict(decode_kwargs, interpolation=interpolation)
     if kind is v2.RandomResizedCrop:
         flip = 0.0
         taken = 1
