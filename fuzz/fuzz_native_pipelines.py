@@ -90,13 +90,20 @@ def _augment(rng, depth=0):
     return v2.RandomOrder(children)
 
 
+def _resample(rng):
+    """A resize's interpolation (each mode in one of its accepted forms) and antialias."""
+    mode = rng.choice([v2.InterpolationMode.BILINEAR, v2.InterpolationMode.BICUBIC, "bicubic", 3,
+                       v2.InterpolationMode.NEAREST, v2.InterpolationMode.NEAREST_EXACT, "nearest-exact"])
+    return {"interpolation": mode, "antialias": rng.choice([True, False, None])}
+
+
 def _pipeline(rng):
     size = rng.randint(8, 96)
     kind = rng.randint(0, 3)
     if kind == 0:
-        steps = [v2.RandomResizedCrop(size, scale=_range(rng, 0.05, 1.0, 0.01))]
+        steps = [v2.RandomResizedCrop(size, scale=_range(rng, 0.05, 1.0, 0.01), **_resample(rng))]
     elif kind == 1:
-        steps = [v2.Resize(size + rng.randint(0, 32)), v2.CenterCrop(size)]
+        steps = [v2.Resize(max(size + rng.randint(-8, 32), 2), **_resample(rng)), v2.CenterCrop(size)]
     elif kind == 2:
         steps = [v2.CenterCrop(size)]
     else:
