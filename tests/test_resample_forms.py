@@ -176,3 +176,22 @@ class TestPipelines:
         loader = D.make_loader(folder, transform=v2.Compose([v2.RandomResizedCrop(32, interpolation=IM.LANCZOS)]),
                                seed=SEED, batch_size=2, num_workers=1, device="cpu")
         assert loader.engine != "threads"
+
+
+class TestAffinePipelines:
+    """v2.RandomAffine / RandomRotation after the geometry, through the threads engine."""
+
+    @pytest.mark.parametrize("step", [
+        v2.RandomAffine(25, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=(-8, 8, -3, 3), fill=(10, 128, 250)),
+        v2.RandomAffine((-5, 5), interpolation=v2.InterpolationMode.BILINEAR, center=(7, 3.5)),
+        v2.RandomRotation(30, interpolation="bilinear", fill=99),
+        v2.RandomRotation((-180, 180), center=[20, 10]),
+    ], ids=repr)
+    def test_against_torchvision(self, folder, step):
+        _check(folder, v2.Compose([v2.RandomResizedCrop((40, 36), interpolation=IM.BICUBIC), step,
+                                   v2.RandomHorizontalFlip()]))
+
+    def test_expand_falls_back_with_its_reason(self, folder):
+        loader = D.make_loader(folder, transform=v2.Compose([v2.CenterCrop(8), v2.RandomRotation(10, expand=True)]),
+                               seed=SEED, batch_size=2, num_workers=1, device="cpu")
+        assert loader.engine != "threads" and "expand=True" in loader.engine_reason

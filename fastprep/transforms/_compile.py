@@ -38,6 +38,7 @@ from . import (  # noqa: F401
     _native_color,
     _native_erasing,
     _native_flip,
+    _native_geometry,
     _native_point,
 )
 from ._compose import Compose
