@@ -3,7 +3,7 @@
 The parameter bytes seed a random pipeline built from the supported v2 classes with random
 parameters -- a geometry (RandomResizedCrop, Resize + CenterCrop, CenterCrop, RandomCrop),
 then zero to four augmentations (colour, point ops, blur, sharpness, flips, grayscale, the
-auto-augment policies, RandomApply / RandomChoice / RandomOrder around some of them),
+auto-augment policies, RandomAffine, RandomRotation, RandomApply / RandomChoice / RandomOrder around some of them),
 optionally ``ToDtype(torch.float32, scale=True)`` + ``Normalize`` and ``RandomErasing`` -- and
 a 64-bit sample key. Oracle: what the processes engine runs, ``OnDecoded(pipeline)`` (the
 file decoded by ``fastprep.io.decode_jpeg``, then torchvision's own code) under
@@ -44,9 +44,13 @@ def _fill(rng):
     return rng.choice([None, rng.randint(0, 255), [rng.randint(0, 255) for _ in range(3)]])
 
 
+def _center(rng):
+    return rng.choice([None, [rng.randint(-5, 40), rng.uniform(-5, 40)]])
+
+
 def _augment(rng, depth=0):
     """One augmentation with random parameters."""
-    k = rng.randint(0, 17 if depth == 0 else 14)
+    k = rng.randint(0, 19 if depth == 0 else 16)
     p = rng.choice([0.0, 0.3, 0.5, 1.0, rng.random()])
     if k == 0:
         return v2.ColorJitter(*[rng.choice([None, rng.uniform(0, 0.9)]) for _ in range(3)],
@@ -82,10 +86,19 @@ def _augment(rng, depth=0):
     if k == 14:
         policy = rng.choice(list(v2.AutoAugmentPolicy))
         return v2.AutoAugment(policy, interpolation=_interp(rng), fill=_fill(rng))
-    children = [_augment(rng, depth + 1) for _ in range(rng.randint(1, 3))]
     if k == 15:
-        return v2.RandomApply(children, p=p)
+        return v2.RandomAffine(_range(rng, -180, 180), translate=rng.choice([None, _range(rng, 0, 1)]),
+                               scale=rng.choice([None, _range(rng, 0.3, 2.0, 0.05)]),
+                               shear=rng.choice([None, rng.uniform(0, 40), _range(rng, -40, 40),
+                                                 [*_range(rng, -40, 40), *_range(rng, -40, 40)]]),
+                               interpolation=_interp(rng), fill=_fill(rng), center=_center(rng))
     if k == 16:
+        return v2.RandomRotation(rng.choice([rng.uniform(0, 360), _range(rng, -360, 360), (90, 90), (180, 180)]),
+                                 interpolation=_interp(rng), fill=_fill(rng), center=_center(rng))
+    children = [_augment(rng, depth + 1) for _ in range(rng.randint(1, 3))]
+    if k == 17:
+        return v2.RandomApply(children, p=p)
+    if k == 18:
         return v2.RandomChoice(children, p=[rng.uniform(0.1, 1) for _ in children])
     return v2.RandomOrder(children)
 
