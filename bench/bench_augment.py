@@ -132,6 +132,8 @@ def _affine_cases(size: int) -> list[KernelCase]:
     shift = int(150 / 331 * size * 0.5)  # half of auto-augment's largest translation
     trans_m = _get_inverse_affine_matrix([0.0, 0.0], 0.0, [float(shift), 0.0], 1.0, [0.0, 0.0])
     rot_m = _get_inverse_affine_matrix([0.0, 0.0], -13.5, [0.0, 0.0], 1.0, [0.0, 0.0])
+    # a RandomAffine(20, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=10) draw
+    full_m = _get_inverse_affine_matrix([0.0, 0.0], 12.5, [float(shift // 3), -3.0], 1.07, [-6.0, 0.0])
     bil, near = F.InterpolationMode.BILINEAR, F.InterpolationMode.NEAREST
     out = []
     for mode, code in ((near, 0), (bil, 1)):
@@ -145,6 +147,9 @@ def _affine_cases(size: int) -> list[KernelCase]:
                        [code, 1, 1], list(trans_m) + [128.0]),
             KernelCase(f"rotate(13.5) {name}", "affine", lambda x, m=mode: F.rotate(x, 13.5, interpolation=m),
                        [code, 0, 0], list(rot_m)),
+            KernelCase(f"affine RandomAffine draw {name}", "affine",
+                       lambda x, m=mode: F.affine(x, 12.5, [shift // 3, -3], 1.07, [-6.0, 0.0], interpolation=m),
+                       [code, 0, 0], list(full_m)),
         ]
     return out
 
@@ -325,6 +330,9 @@ def transforms() -> dict[str, tuple[Any, str]]:
         "RandAugment(2, 9)": (v2.RandAugment(2, 9), "uint8"),
         "AutoAugment(IMAGENET)": (v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET), "uint8"),
         "RandomErasing(p=1) on float32": (v2.RandomErasing(p=1.0), "float"),
+        "RandomAffine(20, (0.1, 0.1), (0.9, 1.1), 10)": (v2.RandomAffine(20, (0.1, 0.1), (0.9, 1.1), 10), "uint8"),
+        "RandomRotation(30, bilinear)": (v2.RandomRotation(30, interpolation=v2.InterpolationMode.BILINEAR),
+                                         "uint8"),
     }
 
 

@@ -1,6 +1,7 @@
 """fastprep::resize_aa against torch's uint8 antialiased bilinear kernel
-(aten._upsample_bilinear2d_aa, what v2.Resize runs), one thread, same channels-last input,
-median of many calls, each compiled variant of resize_aa (baseline, AVX2).
+(aten._upsample_bilinear2d_aa, what v2.Resize runs), and against its bicubic one
+(aten._upsample_bicubic2d_aa, v2.Resize(interpolation=BICUBIC)), one thread, same
+channels-last input, median of many calls, each compiled variant of resize_aa (baseline, AVX2).
 
     python bench/bench_resize.py [--calls N]
 """
@@ -15,6 +16,12 @@ import torch
 import fastprep._ops  # noqa: F401
 from fastprep import _C
 from fastprep._platform import describe
+
+BICUBIC_CASES = [
+    ("bicubic 300x320 -> 224x224, RGB", 300, 320, 3, 224, 224),
+    ("bicubic 500x375 -> 96x96, RGB", 500, 375, 3, 96, 96),
+    ("bicubic 150x160 -> 224x224, RGB (up)", 150, 160, 3, 224, 224),
+]
 
 CASES = [
     ("300x320 -> 224x224, RGB", 300, 320, 3, 224, 224),
@@ -50,9 +57,9 @@ def main():
     print(describe())
     print(f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), 1 thread, "
           f"median of {args.calls} calls, microseconds")
-    best = _C.resize_isa(-1)
+    best = _C.native_isa(-1)
     for level in range(best + 1):
-        _C.resize_isa(level)
+        _C.native_isa(level)
         name = ("baseline", "avx2")[level]
         for label, h, w, c, oh, ow in CASES:
             img, x = _image(h, w, c)
@@ -60,6 +67,13 @@ def main():
                             args.calls)
             to = _median_us(functools.partial(op, img, (oh, ow), (0, 0, oh, ow), (h, w), (0, 0), (0.0, 0.0), True,
                                               False), args.calls)
+            print(f"{name:8s} {label:36s} torch {tt:7.1f}  resize_aa {to:7.1f}  torch/ours {tt / to:5.2f}")
+        for label, h, w, c, oh, ow in BICUBIC_CASES:
+            img, x = _image(h, w, c)
+            tt = _median_us(functools.partial(torch.ops.aten._upsample_bicubic2d_aa, x, [oh, ow], False, None, None),
+                            args.calls)
+            to = _median_us(functools.partial(op, img, (oh, ow), (0, 0, oh, ow), (h, w), (0, 0), (0.0, 0.0), True,
+                                              False, 1), args.calls)
             print(f"{name:8s} {label:36s} torch {tt:7.1f}  resize_aa {to:7.1f}  torch/ours {tt / to:5.2f}")
         # eval: a 375x500 image resized to 256x341, centre 224x224 crop. torch resizes the
         # whole image and crops; resize_aa computes the crop from the window its filter reads.
@@ -71,7 +85,7 @@ def main():
                                           True, False), args.calls)
         print(f"{name:8s} {'eval 375x500 -> 256x341, crop 224':36s} torch {tt:7.1f}  resize_aa {to:7.1f}  "
               f"torch/ours {tt / to:5.2f}")
-    _C.resize_isa(best)
+    _C.native_isa(best)
 
 
 if __name__ == "__main__":

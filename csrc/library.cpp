@@ -33,15 +33,16 @@ TORCH_LIBRARY(fastprep, m) {
   m.def(
       "transcode_jpeg(Tensor data, int restart_interval, bool optimize, bool keep_metadata, "
       "int max_pixels, bool interval_index=True) -> Tensor");
-  // Bilinear resize of a uint8 channels-last [C, H, W] image (C = 1, 3, 4), bit-identical to
-  // aten::_upsample_bilinear2d_aa (antialias) / aten::upsample_bilinear2d (uint8 kernels):
+  // Bilinear (filter 0), bicubic (1), nearest (2) or nearest-exact (3) resize of a uint8
+  // channels-last [C, H, W] image (C = 1, 3, 4), bit-identical to torch's uint8 kernels
+  // (aten::_upsample_bilinear2d_aa / upsample_bilinear2d and the bicubic and nearest ones):
   // output pixels out_window = [top, left, height, width] of resizing a virtual
   // full_in = [height, width] image to full_out = [height, width], of which `image` holds the
   // H x W pixels from in_origin = [top, left] on. scale = [h, w]: output px per input px
   // (<= 0: full_out/full_in). hflip: the output mirrored. Result channels-last.
   m.def(
       "resize_aa(Tensor image, int[2] full_out, int[4] out_window, int[2] full_in, int[2] in_origin, "
-      "float[2] scale, bool antialias, bool hflip) -> Tensor");
+      "float[2] scale, bool antialias, bool hflip, int filter=0) -> Tensor");
   // Pillow's Image.resize (filter 1..5: box, bilinear, hamming, bicubic, lanczos), bit for
   // bit, of a uint8 [C, H, W] image (C = 1, 3, 4): the same windows as resize_aa (no scale
   // argument: Pillow's is full_in / full_out). Result channels-last.

@@ -87,7 +87,7 @@ def _transcode_jpeg_fake(data, restart_interval, optimize, keep_metadata, max_pi
 
 
 @torch.library.register_fake("fastprep::resize_aa")
-def _resize_aa_fake(image, full_out, out_window, full_in, in_origin, scale, antialias, hflip):
+def _resize_aa_fake(image, full_out, out_window, full_in, in_origin, scale, antialias, hflip, filter=0):
     torch._check(image.dtype == torch.uint8)
     torch._check(image.dim() == 3)
     torch._check(len(out_window) == 4)

@@ -1,8 +1,9 @@
-"""Bilinear resize of uint8 images for the decode recipes.
+"""Bilinear, bicubic and nearest resize of uint8 images for the decode recipes.
 
 uint8 images of 1, 3 or 4 channels go through ``torch.ops.fastprep.resize_aa`` (csrc/
-resize_aa.cpp), which is bit-identical to torch's uint8 bilinear kernel (antialiased or not;
-the one ``torchvision.transforms.v2.Resize`` uses on an AVX2/AVX-512 CPU) and faster; other
+resize_aa.cpp), which is bit-identical to torch's uint8 kernels (bilinear and bicubic,
+antialiased or not, nearest and nearest-exact: the ones ``torchvision.transforms.v2.Resize``
+uses on uint8 images, bilinear on an AVX2/AVX-512 CPU) and faster; other
 inputs use torch's kernel directly. Two additions that v2 cannot make:
 
 * an explicit scale, so that a window of a larger image, or a DCT-scaled decode, is
@@ -24,6 +25,9 @@ from . import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from ._kernels._interleave import planar3_to_interleaved
 
 __all__ = ["resize", "resize_window"]
+
+#: ``torchvision.transforms.v2.InterpolationMode`` values, by ``fastprep::resize_aa`` filter number.
+_INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact")
 
 
 def _op_input(image: torch.Tensor) -> torch.Tensor | None:
@@ -66,8 +70,15 @@ def _torch_resample(image: torch.Tensor, out_hw: Sequence[int], scales: tuple[fl
     return y[0]
 
 
+def _filter(interpolation: str) -> int:
+    """``fastprep::resize_aa``'s filter number of a torchvision interpolation mode's value."""
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}")
+    return _INTERPOLATIONS.index(interpolation)
+
+
 def resize(image: torch.Tensor, size: Sequence[int], *, antialias: bool = True, hflip: bool = False,
-           scale: Sequence[float] | None = None) -> torch.Tensor:
+           scale: Sequence[float] | None = None, interpolation: str = "bilinear") -> torch.Tensor:
     """Bilinear resize of a uint8 image (``align_corners=False``, as torchvision).
 
     Args:
@@ -81,13 +92,19 @@ def resize(image: torch.Tensor, size: Sequence[int], *, antialias: bool = True, 
             ``(i + 0.5) / sh - 0.5``: with ``sh = h_full / H_full`` of a larger image,
             rows ``0..h-1`` of the result are rows ``0..h-1`` of resizing the whole image,
             given that ``image`` holds the rows their filter reads.
+        interpolation: ``"bilinear"``, ``"bicubic"`` (torch's uint8 bicubic: Keys' cubic
+            convolution, a = -0.5 antialiased, -0.75 not, clamped to [0, 255]),
+            ``"nearest"`` or ``"nearest-exact"`` (``antialias`` ignored, as v2 does);
+            the values of ``torchvision.transforms.v2.InterpolationMode``.
 
     Returns:
         uint8 tensor ``[C, h, w]``. Without ``scale`` it equals
-        ``torchvision.transforms.v2.functional.resize(image, [h, w], antialias=antialias)``
-        bit for bit.
+        ``torchvision.transforms.v2.functional.resize(image, [h, w], interpolation=interpolation,
+        antialias=antialias)`` bit for bit (1, 3 or 4 channels; other channel counts take
+        torch's own bilinear kernel, the only filter they accept here).
     """
     image = _check_image(image)
+    code = _filter(interpolation)
     if (not isinstance(size, (tuple, list)) or len(size) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)):
         raise ValueError(f"size must be a pair of positive ints (h, w), got {size!r}")
@@ -104,19 +121,22 @@ def resize(image: torch.Tensor, size: Sequence[int], *, antialias: bool = True, 
             h, w = size
             sh, sw = scale if scale is not None else (0.0, 0.0)
             return torch.ops.fastprep.resize_aa(src, (h, w), (0, 0, h, w), tuple(src.shape[1:]), (0, 0),
-                                                (sh, sw), bool(antialias), bool(hflip))
+                                                (sh, sw), bool(antialias), bool(hflip), code)
+        if code != 0:
+            raise ValueError(f"interpolation={interpolation!r} takes 1, 3 or 4 channels, got {image.shape[0]}")
         out = _torch_resample(image, size, scale, bool(antialias))
     return out.flip(-1) if hflip else out
 
 
 def resize_window(image: torch.Tensor, full_in: Sequence[int], in_offset: Sequence[int], full_out: Sequence[int],
                   out_window: Sequence[int], *, scale: Sequence[float] | None = None, antialias: bool = True,
-                  hflip: bool = False) -> torch.Tensor:
+                  hflip: bool = False, interpolation: str = "bilinear") -> torch.Tensor:
     """Pixels ``out_window = (top, left, h, w)`` of resizing a virtual ``full_in = (H, W)``
     image to ``full_out = (h_full, w_full)``, given only ``image``: the virtual image's
     pixels from ``in_offset = (top, left)`` on (they must cover what the window's filter
     reads). ``scale``: ``(sh, sw)`` output pixels per input pixel, default ``full_out /
-    full_in``. Equal to ``resize`` of the whole virtual image followed by the crop.
+    full_in``; ``interpolation`` as :func:`resize`. Equal to ``resize`` of the whole virtual
+    image followed by the crop.
 
     Raises:
         TypeError: ``image`` is not a uint8 ``[C, H, W]`` tensor.
@@ -124,9 +144,10 @@ def resize_window(image: torch.Tensor, full_in: Sequence[int], in_offset: Sequen
             window's filter reads.
     """
     src = _op_input(_check_image(image))
+    code = _filter(interpolation)
     if src is None:
         raise ValueError(f"resize_window takes 1, 3 or 4 channels, got {image.shape[0]}")
     sh, sw = scale if scale is not None else (0.0, 0.0)
     top, left, h, w = out_window
     return torch.ops.fastprep.resize_aa(src, tuple(full_out), (top, left, h, w), tuple(full_in), tuple(in_offset),
-                                        (float(sh), float(sw)), bool(antialias), bool(hflip))
+                                        (float(sh), float(sw)), bool(antialias), bool(hflip), code)

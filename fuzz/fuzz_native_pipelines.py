@@ -1,14 +1,15 @@
-"""Fuzz target: random torchvision v2 pipelines on the threads engine's native path.
-
-The parameter bytes seed a random pipeline built from the supported v2 classes with random
-parameters, each drawn in every form torchvision accepts for it (ints and floats, scalars and
-(min, max) pairs, lists and tuples, interpolation as the enum, Pillow's int or the string,
-fills as None, a number, one value, three values or a dict, ``p`` as an int or a float) -- a
-geometry (RandomResizedCrop [+ RandomHorizontalFlip], Resize + CenterCrop, Resize((h, w)),
-CenterCrop, RandomCrop), then zero to four augmentations (colour, point ops, blur, sharpness,
-flips, grayscale, the auto-augment policies, RandomApply / RandomChoice / RandomOrder around
-some of them), optionally ``Grayscale(1)``, ``ToDtype`` (float32 with ``scale=True``, as a
-dtype or a dict) + ``Normalize`` and ``RandomErasing`` -- and a 64-bit sample key.
+"""Fuzz target: random torchvision v2 pipelines on the threads engine's native path. The parameter
+bytes seed a random pipeline built from the supported v2 classes with random parameters, each
+drawn in every form torchvision accepts for it (ints and floats, scalars and (min, max) pairs,
+lists and tuples, interpolation as the enum, Pillow's int or the string, fills as None, a
+number, one value, three values or a dict, ``p`` as an int or a float) -- a geometry
+(RandomResizedCrop [+ RandomHorizontalFlip], Resize + CenterCrop, Resize((h, w)), CenterCrop,
+RandomCrop), then zero to four augmentations (colour, point ops, blur, sharpness, flips,
+grayscale, the auto-augment policies, RandomAffine, RandomRotation, RandomApply / RandomChoice
+/ RandomOrder around some of them), the resizes in every interpolation the engine runs
+(bilinear, bicubic, nearest, nearest-exact; antialias True, False or None), optionally
+``Grayscale(1)``, ``ToDtype`` (float32 with ``scale=True``, as a dtype or a dict) +
+``Normalize`` and ``RandomErasing`` -- and a 64-bit sample key.
 
 Oracle: torchvision itself, the pipeline applied to ``torchvision.io.decode_jpeg(data,
 mode=RGB)`` under ``keyed_default_rng(key)``, against the native path, planned both ways
@@ -73,6 +74,10 @@ def _fill(rng):
                        {tv_tensors.Image: v, torch.Tensor: v}, {"others": _seq(rng, (v, 255 - v, 7))}])
 
 
+def _center(rng):
+    return rng.choice([None, [rng.randint(-5, 40), rng.uniform(-5, 40)]])
+
+
 def _jitter(rng, center, spread, low=0.0):
     """A ColorJitter factor: None, 0, a scalar, or a (min, max) pair."""
     kind = rng.randint(0, 3)
@@ -129,9 +134,22 @@ def _point(rng, k, p):
     return v2.RandomAdjustSharpness(rng.choice([rng.uniform(0, 3), rng.randint(0, 3)]), p)
 
 
+def _geometric(rng, k):
+    """RandomAffine or RandomRotation, every parameter in one of its forms."""
+    if k == 0:
+        return v2.RandomAffine(rng.choice([rng.uniform(0, 180), _range(rng, -180, 180)]),
+                               translate=rng.choice([None, _range(rng, 0, 1)]),
+                               scale=rng.choice([None, _range(rng, 0.3, 2.0, 0.05)]),
+                               shear=rng.choice([None, rng.uniform(0, 40), _range(rng, -40, 40),
+                                                 _seq(rng, [*_range(rng, -40, 40), *_range(rng, -40, 40)])]),
+                               interpolation=_interp(rng), fill=_fill(rng), center=_center(rng))
+    return v2.RandomRotation(rng.choice([rng.uniform(0, 360), _range(rng, -360, 360), (90, 90), (180, 180)]),
+                             interpolation=_interp(rng), fill=_fill(rng), center=_center(rng))
+
+
 def _augment(rng, depth=0):
     """One augmentation with random parameters."""
-    k = rng.randint(0, 16 if depth == 0 else 13)
+    k = rng.randint(0, 18 if depth == 0 else 15)
     if k == 0:
         return _color_jitter(rng)
     if k <= 9:
@@ -140,13 +158,22 @@ def _augment(rng, depth=0):
         return _blur(rng)
     if k <= 13:
         return _auto(rng, k - 11)
+    if k <= 15:
+        return _geometric(rng, k - 14)
     children = [_augment(rng, depth + 1) for _ in range(rng.randint(1, 3))]
-    if k == 14:
+    if k == 16:
         container = rng.choice([list, torch.nn.ModuleList])
         return v2.RandomApply(container(children), p=_p(rng))
-    if k == 15:
+    if k == 17:
         return v2.RandomChoice(children, p=rng.choice([None, [rng.uniform(0.1, 1) for _ in children]]))
     return v2.RandomOrder(children)
+
+
+def _resample(rng):
+    """A resize's interpolation (each mode in one of its accepted forms) and antialias."""
+    mode = rng.choice([IM.BILINEAR, 2, "bilinear", IM.BICUBIC, "bicubic", 3, IM.NEAREST, "nearest",
+                       IM.NEAREST_EXACT, "nearest-exact"])
+    return {"interpolation": mode, "antialias": rng.choice([True, False, None])}
 
 
 def _geometry(rng):
@@ -155,16 +182,15 @@ def _geometry(rng):
     if kind == 0:
         steps = [v2.RandomResizedCrop(_size(rng, size), scale=_range(rng, 0.05, 1.0, 0.01),
                                       ratio=rng.choice([(3 / 4, 4 / 3), _range(rng, 0.3, 3.0, 0.1)]),
-                                      interpolation=rng.choice([IM.BILINEAR, 2, "bilinear"]),
-                                      antialias=rng.choice([True, False]))]
+                                      **_resample(rng))]
         if rng.random() < 0.3:
             steps.append(v2.RandomHorizontalFlip(_p(rng)))
         return steps
     if kind == 1:
-        return [v2.Resize(rng.choice([size + rng.randint(0, 32), [size + rng.randint(0, 32)]]),
-                          antialias=rng.choice([True, False])), v2.CenterCrop(_size(rng, size))]
-    if kind == 2:
-        return [v2.Resize(_seq(rng, (size, max(1, size + rng.randint(-8, 8)))))]
+        return [v2.Resize(rng.choice([size + rng.randint(0, 32), [size + rng.randint(0, 32)]]), **_resample(rng)),
+                v2.CenterCrop(_size(rng, size))]
+    if kind == 2:  # torch's resize asserts on 1-pixel 3-channel outputs: at least 2 (the reference's bug)
+        return [v2.Resize(_seq(rng, (size, max(2, size + rng.randint(-8, 8)))), **_resample(rng))]
     if kind == 3:
         return [v2.CenterCrop(_size(rng, size))]
     return [v2.RandomCrop(_size(rng, size), pad_if_needed=True)]

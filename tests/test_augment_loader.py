@@ -140,8 +140,9 @@ class TestRefusals:
         (v2.Compose([v2.ColorJitter(0.4), v2.RandomResizedCrop(SIZE)]),
          "the pipeline starts with ColorJitter: the native engine needs a fixed output size first"),
         (v2.Compose([v2.Resize(SIZE)]), r"Resize\(48\) alone gives every image its own size"),
-        (v2.Compose([v2.RandomResizedCrop(SIZE, interpolation=v2.InterpolationMode.BICUBIC)]),
-         r"RandomResizedCrop\(interpolation='bicubic'\): only bilinear resizing is native"),
+        (v2.Compose([v2.RandomResizedCrop(SIZE, interpolation=v2.InterpolationMode.LANCZOS)]),
+         r"RandomResizedCrop\(interpolation='lanczos'\): only bilinear, bicubic, nearest, nearest-exact resizing "
+         "is native"),
         (v2.Compose([v2.RandomResizedCrop(SIZE), v2.Lambda(lambda x: x)]), "Lambda has no native implementation"),
         (v2.Compose([v2.RandomResizedCrop(SIZE), v2.ToDtype(torch.float32, scale=True), v2.ColorJitter(0.2)]),
          "ColorJitter after ToDtype works on float images"),

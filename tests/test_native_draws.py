@@ -5,6 +5,7 @@ and the steps' pixels equal ``v2.Compose(pipe)`` run after ``torch.manual_seed(k
 import numpy as np
 import pytest
 import torch
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from fastprep._layout import as_bytes
@@ -265,3 +266,45 @@ class TestAutoAugmentUnsupported:
             with pytest.raises(N.Unsupported, match=reason):
                 N.to_native(transform)
 
+
+
+class TestAffineDraws:
+    """v2.RandomAffine and v2.RandomRotation: every parameter's forms, nearest and bilinear,
+    fills None / scalar / per channel, with and without a centre; odd and square sizes."""
+
+    AFFINE = [
+        v2.RandomAffine(30),
+        v2.RandomAffine((-10, 45.5), translate=(0.2, 0.1), interpolation="bilinear", fill=128),
+        v2.RandomAffine(0, translate=[0.5, 0.5], scale=(0.7, 1.3), fill=[10, 200, 30]),
+        v2.RandomAffine(15, scale=[0.5, 2], shear=20, interpolation=v2.InterpolationMode.BILINEAR),
+        v2.RandomAffine(15, shear=(-5, 10), center=(3, 4.5), fill=(7.5,)),
+        v2.RandomAffine([5, 5], shear=[-5, 10, 2, 30], translate=(0.1, 0.3), scale=(1.0, 1.0),
+                        interpolation=2, center=[0, 0]),
+    ]
+    ROTATION = [
+        v2.RandomRotation(45),
+        v2.RandomRotation((-90, 90), interpolation="bilinear", fill=77),
+        v2.RandomRotation([180, 180]),  # torch.rot90
+        v2.RandomRotation((90, 90), fill=[1, 2, 3]),  # rot90 on square images, the affine otherwise
+        v2.RandomRotation(30, center=(2, 7.5), interpolation=v2.InterpolationMode.BILINEAR, fill=(9,)),
+        v2.RandomRotation((0, 0), center=[5, 5]),  # a centre: no shortcut, the affine even at 0 degrees
+    ]
+
+    @pytest.mark.parametrize("k", range(len(AFFINE)))
+    def test_random_affine(self, k):
+        check_pipe([self.AFFINE[k]], range(12))
+        if not isinstance(self.AFFINE[k].fill, (list, tuple)) or len(self.AFFINE[k].fill) == 1:
+            check_pipe([self.AFFINE[k]], [3, 8], channels=1)  # (3 fill values: torchvision raises on gray)
+
+    @pytest.mark.parametrize("k", range(len(ROTATION)))
+    def test_random_rotation(self, k):
+        check_pipe([self.ROTATION[k]], range(12))
+        if not isinstance(self.ROTATION[k].fill, (list, tuple)) or len(self.ROTATION[k].fill) == 1:
+            check_pipe([self.ROTATION[k]], [3, 8], channels=1)  # (3 fill values: torchvision raises on gray)
+
+    def test_unsupported(self):
+        for t, why in [(v2.RandomRotation(10, expand=True), "expand=True"),
+                       (v2.RandomAffine(10, interpolation="bicubic"), "interpolation"),
+                       (v2.RandomRotation(10, fill={tv_tensors.Image: 1, "others": 2}), "differs")]:
+            with pytest.raises(N.Unsupported, match=why):
+                N.to_native(t)

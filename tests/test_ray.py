@@ -53,10 +53,10 @@ def _sample_digests(batches):
     return sorted(out)
 
 
-def _trivialaugment(bicubic=False):
-    """A v2 ImageNet recipe, unchanged: float output (ToDtype + Normalize). Bicubic: refused by
+def _trivialaugment(lanczos=False):
+    """A v2 ImageNet recipe, unchanged: float output (ToDtype + Normalize). Lanczos: refused by
     the native engine (the per-sample path)."""
-    mode = v2.InterpolationMode.BICUBIC if bicubic else v2.InterpolationMode.BILINEAR
+    mode = v2.InterpolationMode.LANCZOS if lanczos else v2.InterpolationMode.BILINEAR
     return v2.Compose([v2.RandomResizedCrop(CROP, interpolation=mode), v2.RandomHorizontalFlip(),
                        v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
                        v2.ToDtype(torch.float32, scale=True), v2.Normalize(D.IMAGENET_MEAN, D.IMAGENET_STD)])
@@ -64,8 +64,8 @@ def _trivialaugment(bicubic=False):
 
 def _three_views(native=True):
     """A 3-view MultiView (uint8): a fastprep decode view and two v2 views of another size.
-    ``native=False``: the last view resizes bicubic, which the native engine refuses."""
-    mode = v2.InterpolationMode.BILINEAR if native else v2.InterpolationMode.BICUBIC
+    ``native=False``: the last view resizes with Lanczos, which the native engine refuses."""
+    mode = v2.InterpolationMode.BILINEAR if native else v2.InterpolationMode.LANCZOS
     return MultiView([DecodeRandomResizedCrop(CROP, flip_p=0.5),
                       v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip()]),
                       v2.Compose([v2.RandomResizedCrop(16, interpolation=mode),
@@ -176,7 +176,7 @@ class TestDecodeBatch:
         make_loader does) and gives float32 rows equal to the dataset's per-sample call: one
         native call per batch where the threads engine takes the recipe, per sample otherwise."""
         folder = _make_folder(tmp_path)
-        recipe = _trivialaugment(bicubic=not native)
+        recipe = _trivialaugment(lanczos=not native)
         ds = D.JpegFolder(folder, transform=OnDecoded(recipe), seed=SEED)
         ds.set_epoch(1)
         decode = DecodeBatch(recipe, seed=SEED, epoch=1)
@@ -184,7 +184,7 @@ class TestDecodeBatch:
         if native:
             monkeypatch.setattr(decode, "transform", _not_called)
         else:
-            with pytest.raises(Unsupported, match="bicubic"):
+            with pytest.raises(Unsupported, match="lanczos"):
                 native_pipeline(OnDecoded(recipe))
         out = decode(self._batch(folder, [4, 1, 8]))
         assert sorted(out) == ["image", "index", "label"]
@@ -208,7 +208,7 @@ class TestDecodeBatch:
         if native:
             monkeypatch.setattr(decode, "transform", _not_called)
         else:
-            with pytest.raises(Unsupported, match="view 2: .*bicubic"):
+            with pytest.raises(Unsupported, match="view 2: .*lanczos"):
                 native_pipeline(mv)
         indices = [2, 9, bad, 5]
         out = decode(self._batch(folder, indices))

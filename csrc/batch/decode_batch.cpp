@@ -761,7 +761,7 @@ void resize_window(const SamplePlan& p, int64_t C, const uint8_t* d, int64_t h, 
   }
   resize_aa_into(d, C, h, w, row_stride, readable, p.full_out_h, p.full_out_w, p.out_top, p.out_left, p.region_h,
                  p.region_w, p.full_in_h, p.full_in_w, p.in_top, p.in_left, p.scale_h, p.scale_w, p.antialias != 0,
-                 p.hflip != 0, r);
+                 p.hflip != 0, r, p.filter);
 }
 
 // Decodes, resizes, places, masks, augments and writes sample i (one view). Returns its
@@ -953,6 +953,8 @@ void check_plan(const SamplePlan& p, int64_t i, int64_t C, int64_t H, int64_t W,
   };
   flag(p.resize, "resize");
   flag(p.antialias, "antialias");
+  TORCH_CHECK_VALUE(p.filter >= kResizeBilinear && p.filter <= kResizeNearestExact, "decode_batch: plan ", i,
+                    ": filter must be in [0, 3], got ", p.filter);
   flag(p.hflip, "hflip");
   flag(p.placed, "placed");
   flag(p.mask, "mask");

@@ -63,6 +63,7 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, SamplePlan, region_w, "i8");
     FP_FIELD(d, SamplePlan, antialias, "i8");
     FP_FIELD(d, SamplePlan, hflip, "i8");
+    FP_FIELD(d, SamplePlan, filter, "i8");
     FP_FIELD(d, SamplePlan, placed, "i8");
     FP_FIELD(d, SamplePlan, place_top, "i8");
     FP_FIELD(d, SamplePlan, place_left, "i8");
@@ -93,6 +94,7 @@ std::string struct_layout(const std::string& name) {
     FP_FIELD(d, DecodeSpec, channels, "i8");
     FP_FIELD(d, DecodeSpec, antialias, "i8");
     FP_FIELD(d, DecodeSpec, dct_scaling, "i8");
+    FP_FIELD(d, DecodeSpec, filter, "i8");
     FP_FIELD(d, DecodeSpec, pad_if_needed, "i8");
     FP_FIELD(d, DecodeSpec, has_mask, "i8");
     FP_FIELD(d, DecodeSpec, mask_m, "i8");

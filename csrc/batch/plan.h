@@ -19,7 +19,8 @@ struct SamplePlan {
   int64_t full_out_h = 0, full_out_w = 0;           // resize output grid ...
   int64_t out_top = 0, out_left = 0;                // ... and the window of it computed
   int64_t region_h = 0, region_w = 0;               // what is placed: the resize output, or the decoded window
-  int64_t antialias = 0, hflip = 0;                 // antialiased bilinear; the resize output mirrored
+  int64_t antialias = 0, hflip = 0;                 // antialiased filter; the resize output mirrored
+  int64_t filter = 0;                               // resize_aa's filter (ResizeFilter, ops/resize_aa.h)
   int64_t placed = 0;                               // 1: the region goes on the canvas at (place_top, place_left);
   int64_t place_top = 0, place_left = 0;            // 0: the decode only checks the file (all padding)
   int64_t mask = 0, mask_seed = 0, mask_m = 0;      // RandomMask: seed, probability numerator m / 2**16
@@ -59,6 +60,7 @@ struct DecodeSpec {
   int64_t out_h = 0, out_w = 0;  // output size
   int64_t channels = 3;          // channels of the decoded image (what the steps see first)
   int64_t antialias = 1, dct_scaling = 0, pad_if_needed = 0;
+  int64_t filter = 0;            // the resize's filter (ResizeFilter, ops/resize_aa.h)
   int64_t has_mask = 0, mask_m = 0;
   double scale_lo = 0, scale_hi = 0;          // RandomResizedCrop: area fraction
   double log_ratio_lo = 0, log_ratio_hi = 0;  // log aspect ratio (v2's float32 logs)

@@ -154,6 +154,7 @@ void resized_crop_plan(SamplePlan& p, int64_t height, int64_t width, Draws& g, c
   p.full_out_h = oh, p.full_out_w = ow, p.out_top = 0, p.out_left = 0, p.region_h = oh, p.region_w = ow;
   p.antialias = d.antialias ? 1 : 0;
   p.pil_filter = d.pil_filter;
+  p.filter = d.filter;
   p.hflip = flip ? 1 : 0;
   p.placed = 1, p.place_top = 0, p.place_left = 0;
 }
@@ -290,6 +291,7 @@ std::vector<ViewInputs> view_inputs(const at::Tensor& specs, const std::vector<a
                       "plan_batch: unknown decode kind ", d.kind);
     TORCH_CHECK_VALUE(d.out_h > 0 && d.out_w > 0 && d.mask_m >= 0 && d.channels >= 1 && d.channels <= 4,
                       "plan_batch: bad output size, channels or mask numerator");
+    TORCH_CHECK_VALUE(d.filter >= 0 && d.filter <= 3, "plan_batch: filter must be in [0, 3], got ", d.filter);
     if (d.kind == kResizedCrop)
       TORCH_CHECK_VALUE(d.scale_lo <= d.scale_hi && d.log_ratio_lo <= d.log_ratio_hi && d.ratio_lo > 0,
                         "plan_batch: bad RandomResizedCrop bounds");

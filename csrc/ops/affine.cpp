@@ -214,3 +214,69 @@ void emit_rotate(DrawContext& ctx, double angle, const GridFill& fill) {
 }
 
 }  // namespace fastprep
+
+namespace fastprep {
+namespace {
+
+// The GridFill of a RandomAffine / RandomRotation node: ints[0] bilinear, ints[1] fill count;
+// floats[0..4) the fill values.
+GridFill node_fill(const NodeSpec& node, const DrawContext& ctx, int64_t min_ints, int64_t min_floats,
+                   const char* name) {
+  TORCH_CHECK_VALUE(node.num_ints >= min_ints && node.num_floats >= min_floats, name, " node: malformed parameters");
+  const int64_t* ints = ctx.ints(node);
+  GridFill fill;
+  fill.bilinear = ints[0];
+  fill.count = ints[1];
+  TORCH_CHECK_VALUE(fill.count >= 0 && fill.count <= GridFill::kMaxValues, name, " node: ", fill.count,
+                    " fill values");
+  for (int64_t k = 0; k < fill.count; k++) fill.values[k] = ctx.floats(node)[k];
+  return fill;
+}
+
+// v2.RandomAffine: make_params' draws (angle; translate x, y; scale; shear x, y), then
+// affine_image's matrix. ints: bilinear, fill count, has translate, has scale, shear bounds
+// (0, 2 or 4), has center; floats: 4 fill slots, degrees lo/hi, translate fractions x/y,
+// scale lo/hi, 4 shear bounds, center x/y.
+void draw_random_affine(const NodeSpec& node, DrawContext& ctx) {
+  const GridFill fill = node_fill(node, ctx, 6, 16, "RandomAffine");
+  const int64_t* I = ctx.ints(node);
+  const double* F = ctx.floats(node);
+  Draws& g = ctx.draws;
+  const double angle = g.uniform(F[4], F[5]);
+  double translate[2] = {0.0, 0.0};
+  if (I[2]) {
+    const double max_dx = F[6] * (double)ctx.width, max_dy = F[7] * (double)ctx.height;
+    translate[0] = std::nearbyint((double)g.uniform(-max_dx, max_dx));  // Python's round: halves to even
+    translate[1] = std::nearbyint((double)g.uniform(-max_dy, max_dy));
+  }
+  const double scale = I[3] ? (double)g.uniform(F[8], F[9]) : 1.0;
+  double shear[2] = {0.0, 0.0};
+  if (I[4] >= 2) shear[0] = g.uniform(F[10], F[11]);
+  if (I[4] == 4) shear[1] = g.uniform(F[12], F[13]);
+  double center[2] = {0.0, 0.0};
+  if (I[5]) center[0] = F[14] - (double)ctx.width * 0.5, center[1] = F[15] - (double)ctx.height * 0.5;
+  double matrix[6];
+  inverse_affine_matrix(center, angle, translate, scale, shear, matrix);
+  emit_affine(ctx, matrix, fill);
+}
+
+// v2.RandomRotation (expand=False): the angle, then rotate_image. ints: bilinear, fill count,
+// has center; floats: 4 fill slots, degrees lo/hi, center x/y.
+void draw_random_rotation(const NodeSpec& node, DrawContext& ctx) {
+  const GridFill fill = node_fill(node, ctx, 3, 8, "RandomRotation");
+  const double* F = ctx.floats(node);
+  const double angle = ctx.draws.uniform(F[4], F[5]);
+  if (!ctx.ints(node)[2]) return emit_rotate(ctx, angle, fill);
+  // With a centre, rotate_image has no shortcut: always the affine of -(angle % 360).
+  const double center[2] = {F[6] - (double)ctx.width * 0.5, F[7] - (double)ctx.height * 0.5};
+  const double zero[2] = {0.0, 0.0};
+  double matrix[6];
+  inverse_affine_matrix(center, -python_float_mod(angle, 360.0), zero, 1.0, zero, matrix);
+  emit_affine(ctx, matrix, fill);
+}
+
+FP_REGISTER_NODE_DRAW("RandomAffine", draw_random_affine);
+FP_REGISTER_NODE_DRAW("RandomRotation", draw_random_rotation);
+
+}  // namespace
+}  // namespace fastprep

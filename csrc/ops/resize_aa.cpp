@@ -1,20 +1,26 @@
-// torch.ops.fastprep.resize_aa: bilinear resize of a uint8 channels-last image (C = 1, 3, 4),
-// bit-identical to torch's uint8 kernel (aten::_upsample_bilinear2d_aa, and
-// aten::upsample_bilinear2d with antialias=False), for a window of the output grid of a
-// virtual image of which `image` holds a window.
+// torch.ops.fastprep.resize_aa: bilinear, bicubic or nearest resize of a uint8 channels-last
+// image (C = 1, 3, 4), bit-identical to torch's uint8 kernels (aten::_upsample_bilinear2d_aa,
+// aten::_upsample_bicubic2d_aa, and with antialias=False aten::upsample_bilinear2d /
+// aten::upsample_bicubic2d; aten::upsample_nearest2d, aten::_upsample_nearest_exact2d), for a
+// window of the output grid of a virtual image of which `image` holds a window.
 //
 // Arithmetic (the same as torch's, so that the bytes are the same):
 // * per output index i of a dimension, double weights: with s = input px per output px
-//   (1/scale when a scale is given, in/out otherwise), antialiased: triangle filter of
-//   support max(s, 1) centred at s*(i+0.5), taps [trunc(c - support + 0.5) clamped to 0,
-//   trunc(c + support + 0.5) clamped to in), normalised by their sum; plain bilinear:
-//   source s*(i+0.5)-0.5 (clamped at 0), floorf'd index and lambda, edge taps folded;
+//   (1/scale when a scale is given, in/out otherwise) and the filter's half-width r (1
+//   bilinear: the triangle; 2 bicubic: Keys' cubic convolution, a = -0.5 antialiased, -0.75
+//   not), antialiased: the filter stretched to support r * max(s, 1), centred at s*(i+0.5),
+//   taps [trunc(c - support + 0.5) clamped to 0, trunc(c + support + 0.5) clamped to in),
+//   normalised by their sum; not antialiased: source s*(i+0.5)-0.5 (bilinear: clamped at 0),
+//   floorf'd index and lambda, 2r taps, those outside the image folded onto the edge taps;
 // * the dimension's precision p: the largest p < 22 with round(wmax * 2^(p+1)) < 2^15, wmax
 //   the largest weight over *all* output indices of the dimension; weights round(w * 2^p);
 // * horizontal pass first (only over the rows the vertical pass reads) into uint8, then the
 //   vertical pass; each value (sum w*x + 2^(p-1)) >> p clamped to [0, 255];
 // * a dimension whose output size equals its input size is not resampled (as torch does,
-//   whatever the scale).
+//   whatever the scale);
+// * nearest: one tap of weight 2^14 (an exact copy) at min(floorf(i * f), in - 1) (i = 2 j:
+//   j >> 1), nearest-exact at min(floorf((i + 0.5) * f), in - 1), f = float32 in/out (or
+//   1/scale), as aten's nearest_idx / nearest_exact_idx.
 // Integer sums are exact, so every ISA variant below gives the same bytes.
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -57,6 +63,48 @@ inline double tri(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// Keys' cubic convolution kernel with parameter a (the polynomials in aten's UpSample.h order).
+inline double keys_cubic(double x, double a) {
+  x = std::abs(x);
+  if (x < 1.0) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2.0) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0.0;
+}
+
+inline double filter_weight(int filter, bool antialias, double x) {
+  if (filter == kResizeBicubic) return keys_cubic(x, antialias ? -0.5 : -0.75);
+  return tri(x);
+}
+
+// Nearest / nearest-exact: output j reads input idx(out_start + j), one tap of weight 2^14.
+void nearest_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt, int filter, int64_t out_start,
+                  int64_t out_len, int64_t in_start, int64_t in_len, const char* dim) {
+  const float f = scale_opt > 0.0 ? (float)(1.0 / scale_opt) : (float)full_in / (float)full_out;
+  ax.K = 1;
+  ax.prec = 14;
+  ax.start.resize(out_len);
+  ax.w.assign(out_len, (int16_t)(1 << 14));
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int64_t j = 0; j < out_len; j++) {
+    const int64_t i = out_start + j;
+    int64_t src;
+    if (filter == kResizeNearestExact)
+      src = std::min((int64_t)floorf((float)((i + 0.5) * f)), full_in - 1);
+    else if (scale_opt <= 0.0 && full_out == 2 * full_in)
+      src = i >> 1;
+    else
+      src = std::min((int64_t)floorf((float)i * f), full_in - 1);
+    lo = std::min(lo, src);
+    hi = std::max(hi, src + 1);
+    ax.start[j] = (int32_t)(src - in_start);
+  }
+  TORCH_CHECK_VALUE(lo >= in_start && hi <= in_start + in_len, "resize_aa: output ", dim, "s [", out_start, ", ",
+                    out_start + out_len, ") read input ", dim, "s [", lo, ", ", hi, "), outside the given window [",
+                    in_start, ", ", in_start + in_len, ")");
+  ax.lo = (int)(lo - in_start);
+  ax.hi = (int)(hi - in_start);
+}
+
 // Identity (the dimension is not resampled): output j reads input out_start + j.
 void identity_axis(Axis& ax, int64_t out_start, int64_t out_len, int64_t in_start, int64_t in_len,
                    const char* dim) {
@@ -73,17 +121,20 @@ void identity_axis(Axis& ax, int64_t out_start, int64_t out_len, int64_t in_star
   ax.hi = (int)last;
 }
 
-void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt, bool antialias,
+void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt, bool antialias, int filter,
                   int64_t out_start, int64_t out_len, int64_t in_start, int64_t in_len, const char* dim) {
+  if (filter == kResizeNearest || filter == kResizeNearestExact)
+    return nearest_axis(ax, full_in, full_out, scale_opt, filter, out_start, out_len, in_start, in_len, dim);
   const double s = scale_opt > 0.0 ? 1.0 / scale_opt : (double)full_in / (double)full_out;
+  const int64_t half = filter == kResizeBicubic ? 2 : 1;  // the filter's half-width (interp_size / 2)
   double support;
   int64_t maxk;
   if (antialias) {
-    support = s >= 1.0 ? 1.0 * s : 1.0;
+    support = s >= 1.0 ? (double)half * s : (double)half;
     maxk = (int64_t)std::ceil(support) * 2 + 1;
   } else {
-    support = 1.0;
-    maxk = 2;
+    support = (double)half;
+    maxk = 2 * half;
   }
   const double invscale = s >= 1.0 ? 1.0 / s : 1.0;
   // scratch reused across calls of this thread (every entry read is written first)
@@ -110,7 +161,7 @@ void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt,
       xsize = std::clamp(xsize, (int64_t)0, maxk);
       double total = 0.0, wbig = 0.0;
       for (int64_t j = 0; j < xsize; j++) {
-        const double w = tri(((double)(j + xmin) - center + 0.5) * invscale);
+        const double w = filter_weight(filter, true, ((double)(j + xmin) - center + 0.5) * invscale);
         wp[j] = w;
         total += w;
         wbig = std::max(wbig, w);
@@ -129,26 +180,26 @@ void compute_axis(Axis& ax, int64_t full_in, int64_t full_out, double scale_opt,
         for (int64_t j = xsize; j < maxk; j++) wp[j] = 0.0;
     } else {
       double real = s * (i + 0.5) - 0.5;
-      if (real < 0.0) real = 0.0;
+      if (real < 0.0 && filter == kResizeBilinear) real = 0.0;
       const int64_t idx = std::min((int64_t)floorf((float)real), full_in - 1);
       const double lambda = std::min(std::max(real - (double)idx, 0.0), 1.0);
-      const int64_t sup = 1;
+      const int64_t sup = half;
       const int64_t umin = idx - sup + 1, umax = idx + sup + 1;
       xmin = std::max(umin, (int64_t)0);
       xsize = std::clamp(std::min(umax, full_in) - xmin, (int64_t)0, maxk);
       int64_t wi = 0;
       for (int64_t j = 0; j < maxk; j++) {
         wp[j] = 0.0;
-        const double w = tri((double)(j + 1 - sup) - lambda);
+        const double w = filter_weight(filter, false, (double)(j + 1 - sup) - lambda);
         if (umin + j <= 0) {
           wi = 0;
         } else if (umin + j >= full_in - 1) {
           wi = xsize - 1;
         }
         wp[wi] += w;
-        wmax_i = std::max(wmax_i, wp[wi]);
         wi++;
       }
+      for (int64_t j = 0; j < maxk; j++) wmax_i = std::max(wmax_i, wp[j]);  // after folding
     }
     wt_max = std::max(wt_max, wmax_i);
     if (keep) {
@@ -602,16 +653,16 @@ void check_resize_args(int64_t C, int64_t H, int64_t W, int64_t full_out_h, int6
 void resize_aa_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64_t rs, int64_t readable,
                     int64_t full_out_h, int64_t full_out_w, int64_t out_top, int64_t out_left, int64_t out_h,
                     int64_t out_w, int64_t full_in_h, int64_t full_in_w, int64_t in_top, int64_t in_left,
-                    double scale_h, double scale_w, bool antialias, bool hflip, uint8_t* op) {
+                    double scale_h, double scale_w, bool antialias, bool hflip, uint8_t* op, int64_t filter) {
   const int64_t level = isa_level();
   const bool need_h = full_out_w != full_in_w, need_v = full_out_h != full_in_h;
   Axis ah, av;
   if (need_h)
-    compute_axis(ah, full_in_w, full_out_w, scale_w, antialias, out_left, out_w, in_left, W, "column");
+    compute_axis(ah, full_in_w, full_out_w, scale_w, antialias, (int)filter, out_left, out_w, in_left, W, "column");
   else
     identity_axis(ah, out_left, out_w, in_left, W, "column");
   if (need_v)
-    compute_axis(av, full_in_h, full_out_h, scale_h, antialias, out_top, out_h, in_top, H, "row");
+    compute_axis(av, full_in_h, full_out_h, scale_h, antialias, (int)filter, out_top, out_h, in_top, H, "row");
   else
     identity_axis(av, out_top, out_h, in_top, H, "row");
   const bool do_h = need_h || hflip;
@@ -641,6 +692,12 @@ void resize_aa_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64_t 
   }
 }
 
+void check_resize_filter(int64_t filter) {
+  TORCH_CHECK_VALUE(filter >= kResizeBilinear && filter <= kResizeNearestExact,
+                    "resize_aa: filter must be 0 (bilinear), 1 (bicubic), 2 (nearest) or 3 (nearest-exact), got ",
+                    filter);
+}
+
 static void check_group(c10::ArrayRef<int64_t> values, size_t expected, const char* name, const char* fields) {
   TORCH_CHECK_VALUE(values.size() == expected, "resize_aa: ", name, " must hold ", expected, " numbers (", fields,
                     "), got ", values.size());
@@ -648,7 +705,7 @@ static void check_group(c10::ArrayRef<int64_t> values, size_t expected, const ch
 
 at::Tensor resize_aa(const at::Tensor& image, at::IntArrayRef full_out, at::IntArrayRef out_window,
                      at::IntArrayRef full_in, at::IntArrayRef in_origin, at::ArrayRef<double> scale, bool antialias,
-                     bool hflip) {
+                     bool hflip, int64_t filter) {
   check_group(full_out, 2, "full_out", "height, width");
   check_group(out_window, 4, "out_window", "top, left, height, width");
   check_group(full_in, 2, "full_in", "height, width");
@@ -663,6 +720,7 @@ at::Tensor resize_aa(const at::Tensor& image, at::IntArrayRef full_out, at::IntA
   TORCH_CHECK_VALUE(image.dim() == 3, "resize_aa: image must be [C, H, W], got ", image.dim(), " dims");
   const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
   TORCH_CHECK_VALUE(C == 1 || C == 3 || C == 4, "resize_aa: image must have 1, 3 or 4 channels, got ", C);
+  check_resize_filter(filter);
   TORCH_CHECK_VALUE(H > 0 && W > 0, "resize_aa: image must not be empty");
   const int64_t rs = image.stride(1);
   TORCH_CHECK_VALUE(image.stride(2) == C && (C == 1 || image.stride(0) == 1) && rs >= W * C,
@@ -674,7 +732,7 @@ at::Tensor resize_aa(const at::Tensor& image, at::IntArrayRef full_out, at::IntA
   const int64_t readable = (int64_t)image.storage().nbytes() - image.storage_offset();
   resize_aa_into(image.data_ptr<uint8_t>(), C, H, W, rs, readable, full_out_h, full_out_w, out_top, out_left, out_h,
                  out_w, full_in_h, full_in_w, in_top, in_left, scale_h, scale_w, antialias, hflip,
-                 out.data_ptr<uint8_t>());
+                 out.data_ptr<uint8_t>(), filter);
   return out;
 }
 

@@ -119,14 +119,21 @@ def decoded_equivalent(transform):
         return v2.CenterCrop(transform.size)
     if isinstance(transform, T.DecodeRandomResizedCrop):
         crop = v2.RandomResizedCrop(transform.size, scale=transform.scale, ratio=transform.ratio,
-                                    antialias=transform.antialias)
+                                    antialias=transform.antialias, interpolation=_mode(transform))
         return crop if not transform.flip_p else v2.Compose([crop, v2.RandomHorizontalFlip(transform.flip_p)])
     if isinstance(transform, T.DecodeResizeCenterCrop):
-        return v2.Compose([v2.Resize(transform.resize_size, max_size=transform.max_size, antialias=transform.antialias),
+        return v2.Compose([v2.Resize(transform.resize_size, max_size=transform.max_size, antialias=transform.antialias,
+                                     interpolation=_mode(transform)),
                            v2.CenterCrop(transform.crop_size)])
     if isinstance(transform, T.DecodeResize):
-        return v2.Resize(transform.size, max_size=transform.max_size, antialias=transform.antialias)
+        return v2.Resize(transform.size, max_size=transform.max_size, antialias=transform.antialias,
+                         interpolation=_mode(transform))
     return None
+
+
+def _mode(transform: T.DecodeResize | T.DecodeResizeCenterCrop | T.DecodeRandomResizedCrop) -> v2.InterpolationMode:
+    """The v2 interpolation mode of a resizing decode transform."""
+    return v2.InterpolationMode(transform.interpolation)
 
 
 #: An object's default repr (``<_io.BytesIO object at 0x7f...>``): never in an error message.

@@ -52,7 +52,7 @@ from ..transforms import (
 from ..transforms._compile import CompiledPipeline, compile_pipeline
 from ..transforms._pil import OnPIL, open_rgb
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
-from ..transforms._plan import DCT_SCALES, PAD_MODES, centered_ratio_window
+from ..transforms._plan import DCT_SCALES, INTERPOLATIONS, PAD_MODES, centered_ratio_window
 from .batch import BatchConvert, channel_values
 from .sample import SampleTransform
 
@@ -172,6 +172,7 @@ def _plan_record(plan: DecodePlan, mask_seed, mask_m: int, fills=(), pil_filter:
         rec["out_top"], rec["out_left"], rec["region_h"], rec["region_w"] = r.out_window
         rec["antialias"], rec["hflip"] = int(r.antialias), int(r.hflip)
         rec["pil_filter"] = pil_filter
+        rec["filter"] = INTERPOLATIONS.index(r.interpolation)
         if r.scale is not None:
             rec["scale_h"], rec["scale_w"] = float(r.scale[0]), float(r.scale[1])
     else:
@@ -437,6 +438,7 @@ class NativePipeline:
         elif isinstance(draw, _ResizedCropDraw):
             spec["kind"] = _KIND_RESIZED_CROP
             spec["antialias"], spec["dct_scaling"] = int(decode.antialias), int(decode.dct_scaling)
+            spec["filter"] = INTERPOLATIONS.index(decode.interpolation)
             spec["scale_lo"], spec["scale_hi"] = draw.scale
             spec["log_ratio_lo"], spec["log_ratio_hi"] = draw.log_lo, draw.log_hi
             spec["ratio_lo"], spec["ratio_hi"] = draw.ratio
@@ -573,7 +575,8 @@ class NativePipeline:
 
     _DECODE_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
                       "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w",
-                      "antialias", "hflip", "placed", "place_top", "place_left", "scale_h", "scale_w", "pil_filter")
+                      "antialias", "hflip", "filter", "placed", "place_top", "place_left", "scale_h", "scale_w",
+                      "pil_filter")
 
     def _fill_no_draw(self, record, size) -> None:
         """Write the geometry of a no-draw decode transform on an image of ``size`` into

@@ -42,6 +42,7 @@ from . import (  # noqa: F401
     _native_color,
     _native_erasing,
     _native_flip,
+    _native_geometry,
     _native_point,
 )
 from ._compile_pad import image_type, image_type_after, padded_geometry
@@ -57,6 +58,7 @@ from ._decode import (
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, to_native
 from ._pil import OnPIL, needs_pil, pil_exact_reason, pil_filter_id
+from ._plan import INTERPOLATIONS
 
 __all__ = ["CompiledPipeline", "compile_pil", "compile_pipeline", "input_kind", "output_dtype",
            "takes_pil_as_tensor"]
@@ -202,9 +204,13 @@ def _geometry(steps: list[Any], decode_kwargs: dict, image: type = torch.Tensor)
     first = steps[0]
     second: Any = steps[1] if len(steps) > 1 else None
     kind = type(first)
-    if kind in (v2.RandomResizedCrop, v2.Resize) and _interpolation(first.interpolation) != "bilinear":
-        raise Unsupported(f"{kind.__name__}(interpolation={_interpolation(first.interpolation)!r}): only bilinear "
-                          "resizing is native")
+    interpolation = "bilinear"
+    if kind in (v2.RandomResizedCrop, v2.Resize):
+        interpolation = _interpolation(first.interpolation)
+        if interpolation not in INTERPOLATIONS:
+            raise Unsupported(f"{kind.__name__}(interpolation={interpolation!r}): only {', '.join(INTERPOLATIONS)} "
+                              "resizing is native")
+        decode_kwargs = dict(decode_kwargs, interpolation=interpolation)
     if kind is v2.RandomResizedCrop:
         flip = 0.0
         taken = 1

@@ -44,6 +44,7 @@ from .. import _checks
 from .. import io as fio
 from ..resize import resize_window
 from ._plan import (
+    INTERPOLATIONS,
     DecodePlan,
     PadStage,
     ResizeStep,
@@ -119,6 +120,14 @@ def _file_named(path: str | None) -> Iterator[None]:
         if path is None:
             raise
         raise fio.DecodeError(f"{path}: {e}") from None
+
+
+def _interpolation(value: Any) -> str:
+    """A resize filter's name: one of ``INTERPOLATIONS`` (a ``v2.InterpolationMode`` or its value)."""
+    name = value.value if isinstance(value, v2.InterpolationMode) else value
+    if name not in INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {value!r}")
+    return str(name)
 
 
 def _pad_values(channels: int, mode: Mode, fill: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -257,7 +266,7 @@ class _DecodeTransform(v2.Transform):
             # would have to be interleaved first).
             img = fio.decode_jpeg_roi(data, top, left, height, width, self.mode, channels_last=True, **kw)
             img = resize_window(img, r.full_in, r.in_offset, r.full_out, r.out_window, scale=r.scale,
-                                 antialias=r.antialias, hflip=r.hflip)
+                                 antialias=r.antialias, hflip=r.hflip, interpolation=r.interpolation)
         if plan.offset == (0, 0) and tuple(img.shape[1:]) == tuple(plan.size):
             return img
         out = _filled(self.padding_values(img.shape[0]), *plan.size)
@@ -526,6 +535,9 @@ class DecodeRandomResizedCrop(_DecodeTransform):
         antialias: antialiased bilinear resize (as v2's default) or plain bilinear.
         dct_scaling: decode at reduced scale when the window allows it.
         flip_p: probability of a horizontal flip; 0 draws nothing (plain RandomResizedCrop).
+        interpolation: the resize filter, a ``v2.InterpolationMode`` value: ``"bilinear"``
+            (default), ``"bicubic"``, ``"nearest"`` or ``"nearest-exact"`` (torch's uint8
+            kernels, as v2 uses them).
         {io}
 
     Output: uint8 tensor ``[C, height, width]``.
@@ -534,8 +546,10 @@ class DecodeRandomResizedCrop(_DecodeTransform):
     def __init__(self, size: Size, scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0), antialias: bool = True,
                  dct_scaling: bool = True, flip_p: float = 0.0, mode: Mode = "RGB", *,
-                 max_pixels: int = fio.DEFAULT_MAX_PIXELS, strict: bool = False, max_scans: int | None = None) -> None:
+                 max_pixels: int = fio.DEFAULT_MAX_PIXELS, strict: bool = False, max_scans: int | None = None,
+                 interpolation: str = "bilinear") -> None:
         super().__init__()
+        self.interpolation = _interpolation(interpolation)
         self.size = _checks.size_pair(size)
         self.scale = _checks.range_pair(scale, "scale", low_open=0.0, high=1.0)
         self.ratio = _checks.range_pair(ratio, "ratio", low_open=0.0)
@@ -573,12 +587,14 @@ class DecodeRandomResizedCrop(_DecodeTransform):
         if self.dct_scaling:
             num, window = plan_scaled_window(info.height, info.width, window, self.size)
         h, w = window[2], window[3]
-        resize = ResizeStep((h, w), (0, 0), self.size, (0, 0) + self.size, None, self.antialias, params["flip"])
+        resize = ResizeStep((h, w), (0, 0), self.size, (0, 0) + self.size, None, self.antialias, params["flip"],
+                            self.interpolation)
         return DecodePlan(num, tuple(window), resize, self.size, (0, 0))
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, scale={self.scale}, ratio={self.ratio}, antialias={self.antialias}, "
-                f"dct_scaling={self.dct_scaling}, flip_p={self.flip_p}, {self._io_repr()}")
+                f"interpolation={self.interpolation!r}, dct_scaling={self.dct_scaling}, flip_p={self.flip_p}, "
+                f"{self._io_repr()}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -588,7 +604,9 @@ class DecodeRandomResizedCrop(_DecodeTransform):
 class _ResizeBase(_DecodeTransform):
     """The decode transforms that resize the whole image (then maybe crop it)."""
 
-    def _init_resize(self, size: Size, max_size: int | None, antialias: bool, dct_scaling: bool) -> None:
+    def _init_resize(self, size: Size, max_size: int | None, antialias: bool, dct_scaling: bool,
+                     interpolation: str) -> None:
+        self.interpolation = _interpolation(interpolation)
         self._size = _checks.resize_size(size, max_size)
         self.max_size = max_size
         self.antialias = bool(antialias)
@@ -600,7 +618,8 @@ class _ResizeBase(_DecodeTransform):
         resized to ``out_hw``, decoding (DCT-scaled when allowed) only the pixels their filter
         reads, placed at ``offset`` in a ``size`` output."""
         num = smallest_scale(info.height, info.width, out_hw[0], out_hw[1]) if self.dct_scaling else 8
-        window, resize = resized_plan((info.height, info.width), num, out_hw, rows, cols, self.antialias)
+        window, resize = resized_plan((info.height, info.width), num, out_hw, rows, cols, self.antialias,
+                                      self.interpolation)
         return DecodePlan(num, window, resize, tuple(size), tuple(offset))
 
 
@@ -617,6 +636,7 @@ class DecodeResize(_ResizeBase):
         max_size: as v2: cap on the longer side when ``size`` is an int.
         antialias: antialiased bilinear (v2's default) or plain bilinear.
         dct_scaling: decode at reduced scale when the output allows it.
+        interpolation: as :class:`DecodeRandomResizedCrop`.
         {io}
 
     Output: uint8 tensor ``[C, h, w]``.
@@ -624,9 +644,9 @@ class DecodeResize(_ResizeBase):
 
     def __init__(self, size: Size, max_size: int | None = None, antialias: bool = True, dct_scaling: bool = True,
                  mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS, strict: bool = False,
-                 max_scans: int | None = None) -> None:
+                 max_scans: int | None = None, interpolation: str = "bilinear") -> None:
         super().__init__()
-        self._init_resize(size, max_size, antialias, dct_scaling)
+        self._init_resize(size, max_size, antialias, dct_scaling, interpolation)
         self.size: int | tuple[int, ...] = self._size if len(self._size) == 2 else self._size[0]
         self._init_decode(mode, max_pixels, strict, max_scans)
 
@@ -639,6 +659,7 @@ class DecodeResize(_ResizeBase):
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, max_size={self.max_size}, antialias={self.antialias}, "
+                f"interpolation={self.interpolation!r}, "
                 f"dct_scaling={self.dct_scaling}, {self._io_repr()}")
 
 
@@ -657,7 +678,7 @@ class DecodeResizeCenterCrop(_ResizeBase):
     Args:
         resize_size: int (the shorter side) or ``(height, width)``, as v2 ``Resize``.
         crop_size: int or ``(height, width)``, as v2 ``CenterCrop``.
-        antialias, dct_scaling: as :class:`DecodeResize`.
+        antialias, dct_scaling, interpolation: as :class:`DecodeResize`.
         {io}
 
     Output: uint8 tensor ``[C, crop_h, crop_w]``.
@@ -665,9 +686,9 @@ class DecodeResizeCenterCrop(_ResizeBase):
 
     def __init__(self, resize_size: Size = 256, crop_size: Size = 224, antialias: bool = True,
                  dct_scaling: bool = True, mode: Mode = "RGB", *, max_pixels: int = fio.DEFAULT_MAX_PIXELS,
-                 strict: bool = False, max_scans: int | None = None) -> None:
+                 strict: bool = False, max_scans: int | None = None, interpolation: str = "bilinear") -> None:
         super().__init__()
-        self._init_resize(resize_size, None, antialias, dct_scaling)
+        self._init_resize(resize_size, None, antialias, dct_scaling, interpolation)
         self.resize_size: int | tuple[int, ...] = self._size if len(self._size) == 2 else self._size[0]
         self.crop_size = _checks.size_pair(crop_size, "crop_size")
         self._init_decode(mode, max_pixels, strict, max_scans)
@@ -691,6 +712,7 @@ class DecodeResizeCenterCrop(_ResizeBase):
 
     def extra_repr(self) -> str:
         return (f"resize_size={self.resize_size}, crop_size={self.crop_size}, antialias={self.antialias}, "
+                f"interpolation={self.interpolation!r}, "
                 f"dct_scaling={self.dct_scaling}, {self._io_repr()}")
 
 

@@ -52,6 +52,44 @@ class _GridFill:
         return int(self.bilinear), int(self.values is not None), len(self.values or ())
 
 
+def grid_fill(native: NativeTransform) -> _GridFill:
+    """The interpolation and fill of ``native.transform`` (an ``interpolation`` and a ``_fill``
+    as v2 stores it), or ``native.unsupported(why)``."""
+    from torchvision.transforms.v2._utils import _get_fill
+    from torchvision.transforms.v2.functional._geometry import _check_interpolation
+
+    transform = native.transform
+    interpolation = _check_interpolation(transform.interpolation).value
+    if interpolation not in ("nearest", "bilinear"):
+        raise native.unsupported(f"interpolation={interpolation!r}: affine ops on tensors take nearest or bilinear")
+    fills = [_get_fill(transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
+    if fills[0] != fills[1]:
+        raise native.unsupported(f"fill={transform.fill!r} differs between plain tensors and tv_tensors.Image")
+    fill = fills[0]
+    values = None
+    if fill is not None:
+        values = tuple(float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill]))
+    if values is not None and not 1 <= len(values) <= _FILL_SLOTS:
+        raise native.unsupported(f"fill={fill!r}: 1 to {_FILL_SLOTS} values are native")
+    return _GridFill(interpolation == "bilinear", values)
+
+
+def fill_params(fill: _GridFill) -> tuple[list[int], list[float]]:
+    """The fill's ints (bilinear, count) and its floats (4 slots) at the head of a node's pools."""
+    values = list(fill.values or ())
+    return [int(fill.bilinear), len(values)], values + [0.0] * (_FILL_SLOTS - len(values))
+
+
+def affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
+    """The ``affine`` step of the inverse ``matrix`` (``_get_inverse_affine_matrix``'s)."""
+    _affine_step(steps, matrix, fill)
+
+
+def rotate_steps(steps: Steps, angle: float, fill: _GridFill) -> None:
+    """The steps of ``F.rotate(image, angle)`` (expand=False, center=None)."""
+    _apply_rotate(steps, angle, fill)
+
+
 def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
     steps.emit("affine", ints=fill.ints(), floats=(*matrix, *(fill.values or ())))
 
@@ -143,22 +181,7 @@ class _NativeAutoAugmentBase(NativeTransform):
         return int(self.transform.num_magnitude_bins)
 
     def _grid_fill(self) -> _GridFill:
-        from torchvision.transforms.v2._utils import _get_fill
-        from torchvision.transforms.v2.functional._geometry import _check_interpolation
-
-        interpolation = _check_interpolation(self.transform.interpolation).value
-        if interpolation not in ("nearest", "bilinear"):
-            raise self.unsupported(f"interpolation={interpolation!r}: affine ops on tensors take nearest or bilinear")
-        fills = [_get_fill(self.transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
-        if fills[0] != fills[1]:
-            raise self.unsupported(f"fill={self.transform.fill!r} differs between plain tensors and tv_tensors.Image")
-        fill = fills[0]
-        values = None
-        if fill is not None:
-            values = tuple(float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill]))
-        if values is not None and not 1 <= len(values) <= _FILL_SLOTS:
-            raise self.unsupported(f"fill={fill!r}: 1 to {_FILL_SLOTS} values are native")
-        return _GridFill(interpolation == "bilinear", values)
+        return grid_fill(self)
 
     def _header(self) -> tuple[int, int]:
         return 0, 0

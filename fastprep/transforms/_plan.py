@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 __all__ = [
     "DCT_SCALES",
+    "INTERPOLATIONS",
     "DecodePlan",
     "PAD_MODES",
     "PadMap",
@@ -41,7 +42,8 @@ class ResizeStep(NamedTuple):
     a virtual ``full_in = (H, W)`` image, of which the decoded window holds the pixels from
     ``in_offset = (top, left)`` on, to ``full_out = (h, w)`` (the arguments of
     :func:`fastprep.resize.resize_window`). ``scale``: ``(sh, sw)`` output pixels per input
-    pixel, ``None`` for ``full_out / full_in``; ``hflip``: the result mirrored."""
+    pixel, ``None`` for ``full_out / full_in``; ``hflip``: the result mirrored;
+    ``interpolation``: the filter (one of :data:`INTERPOLATIONS`)."""
 
     full_in: tuple
     in_offset: tuple
@@ -50,6 +52,12 @@ class ResizeStep(NamedTuple):
     scale: tuple | None
     antialias: bool
     hflip: bool
+    interpolation: str = "bilinear"
+
+
+#: The resize filters, by torchvision's ``InterpolationMode`` value, in the order of
+#: ``fastprep::resize_aa``'s ``filter`` argument.
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "nearest-exact")
 
 
 #: torchvision's padding modes, in the order of their numbers in csrc/batch/plan.h (SamplePlan.pad_mode).
@@ -147,23 +155,27 @@ def smallest_scale(height: int, width: int, out_h: int, out_w: int, scales: tupl
     return 8
 
 
-def _filter_support(scale: float, antialias: bool) -> tuple[float, float]:
+def _filter_support(scale: float, antialias: bool, interpolation: str) -> tuple[float, float]:
+    """``(step, support)``: input pixels per output pixel, and the half-width in input pixels
+    of what one output pixel reads (bicubic's filter is twice bilinear's; nearest reads
+    ``floor(i * step)``, up to half a step left of the centre)."""
     step = 1.0 / scale
-    return step, (max(step, 1.0) if antialias else 1.0)
+    half = 2.0 if interpolation == "bicubic" else 1.0
+    return step, half * (max(step, 1.0) if antialias or interpolation.startswith("nearest") else 1.0)
 
 
-def _filter_start(out_start: int, scale: float, antialias: bool) -> int:
-    """First input pixel that output pixels from ``out_start`` on read, for torch's bilinear
-    resize with ``scale`` output pixels per input pixel (less two for rounding)."""
-    step, support = _filter_support(scale, antialias)
+def _filter_start(out_start: int, scale: float, antialias: bool, interpolation: str = "bilinear") -> int:
+    """First input pixel that output pixels from ``out_start`` on read, for torch's resize
+    with ``scale`` output pixels per input pixel (less two for rounding)."""
+    step, support = _filter_support(scale, antialias, interpolation)
     center = step * (out_start + 0.5)
     return max(int(center - support + 0.5) - 2, 0)
 
 
-def _filter_end(out_end: int, scale: float, antialias: bool, in_size: int) -> int:
+def _filter_end(out_end: int, scale: float, antialias: bool, in_size: int, interpolation: str = "bilinear") -> int:
     """One past the last input pixel that output pixels ``[0, out_end)`` read, for torch's
-    bilinear resize with ``scale`` output pixels per input pixel (plus two for rounding)."""
-    step, support = _filter_support(scale, antialias)
+    resize with ``scale`` output pixels per input pixel (plus two for rounding)."""
+    step, support = _filter_support(scale, antialias, interpolation)
     center = step * (out_end - 0.5)
     return min(int(center + support + 0.5) + 2, in_size)
 
@@ -220,7 +232,8 @@ def padded_plan(height: int, width: int, window: tuple[int, int, int, int],
 
 
 def resized_plan(image: tuple[int, int], num: int, out_hw: tuple[int, int], rows: tuple[int, int],
-                 cols: tuple[int, int], antialias: bool) -> tuple[tuple[int, int, int, int], ResizeStep]:
+                 cols: tuple[int, int], antialias: bool,
+                 interpolation: str = "bilinear") -> tuple[tuple[int, int, int, int], ResizeStep]:
     """The window to decode and its resize, for rows ``[rows[0], rows[1])`` and columns
     ``[cols[0], cols[1])`` of an ``image = (H, W)`` image resized to ``out_hw``, decoded at
     ``num/8``: only the pixels the filter of those rows and columns reads are decoded, and
@@ -236,12 +249,12 @@ def resized_plan(image: tuple[int, int], num: int, out_hw: tuple[int, int], rows
     hs, ws = (_scaled(H, num), _scaled(W, num)) if num != 8 else (H, W)
     # Output pixels per pixel of the decode, on the grid of the whole image at num/8.
     sh, sw = oh * 8 / (H * num), ow * 8 / (W * num)
-    y0, y1 = _filter_start(oy0, sh, antialias), _filter_end(oy1, sh, antialias, hs)
-    x0, x1 = _filter_start(ox0, sw, antialias), _filter_end(ox1, sw, antialias, ws)
+    y0, y1 = _filter_start(oy0, sh, antialias, interpolation), _filter_end(oy1, sh, antialias, hs, interpolation)
+    x0, x1 = _filter_start(ox0, sw, antialias, interpolation), _filter_end(ox1, sw, antialias, ws, interpolation)
     # The window's rows/cols of the full image's resize grid, from the decoded window
     # alone (fastprep::resize_aa); at full scale the default in/out filter scale is v2's.
     resize = ResizeStep((hs, ws), (y0, x0), (oh, ow), (oy0, ox0, oy1 - oy0, ox1 - ox0),
-                        None if num == 8 else (sh, sw), antialias, False)
+                        None if num == 8 else (sh, sw), antialias, False, interpolation)
     return (y0, x0, y1 - y0, x1 - x0), resize
 
 
