@@ -1,5 +1,6 @@
-"""Fuzz target: random torchvision v2 pipelines on the threads engine's native path. The parameter
-bytes seed a random pipeline built from the supported v2 classes with random parameters, each
+"""Fuzz target: random torchvision v2 pipelines on the threads engine's native path.
+
+The parameter bytes seed a random pipeline built from the supported v2 classes with random parameters, each
 drawn in every form torchvision accepts for it (ints and floats, scalars and (min, max) pairs,
 lists and tuples, interpolation as the enum, Pillow's int or the string, fills as None, a
 number, one value, three values or a dict, ``p`` as an int or a float) -- a geometry
