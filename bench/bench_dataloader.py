@@ -42,6 +42,8 @@ def pipelines(size: int) -> dict:
                                              v2.Normalize(M, S)]),
         "pytorch/examples train (v1 PIL)": lambda: T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(),
                                                               T.ToTensor(), T.Normalize(M, S)]),
+        "pytorch/examples val (v1 PIL)": lambda: T.Compose([T.Resize(size * 8 // 7), T.CenterCrop(size), T.ToTensor(),
+                                                            T.Normalize(M, S)]),
     }
 
 

@@ -98,5 +98,7 @@ def test_bench_dataloader_quick(bench_path):
     report = bench_dataloader.main(["--quick", "--workers", "1", "--batch-size", "8"])
     results = report["results"]
     assert results["v2 tensor train"]["engine"] == "threads"
-    assert results["pytorch/examples train (v1 PIL)"]["engine"] == "processes"
+    # PIL pipelines run natively with Pillow's arithmetic (unless the installed Pillow fails the probe)
+    assert results["pytorch/examples train (v1 PIL)"]["engine"] == "threads"
+    assert results["pytorch/examples val (v1 PIL)"]["engine"] == "threads"
     assert all(r["samples"] == 16 and r["ratio"] > 0 for r in results.values())
