@@ -50,6 +50,7 @@ from ..transforms import (
     OnDecoded,
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
+from ..transforms._multiview import register_per_sample_runner
 from ..transforms._pil import OnPIL, open_rgb
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
 from ..transforms._plan import DCT_SCALES, PAD_MODES, centered_ratio_window
@@ -902,11 +903,12 @@ def _batch_tables(plans) -> tuple[torch.Tensor, torch.Tensor, list]:
     return as_bytes(records), as_bytes(steps), extras
 
 
-def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
+def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref, generator: torch.Generator | None = None) -> list:
     """The body of both ``plan_batch`` methods: one ``torch.ops.fastprep.plan_batch`` call
     for ``views`` (their plans stored sample-major), then per sample its ``(route, value)``,
     a planned sample's value being ``ref(batch, sample)``; every sample routes to Python
-    when ``specs`` is None (a pipeline the native planner does not draw)."""
+    when ``specs`` is None (a pipeline the native planner does not draw). ``generator``: draw
+    on it (every sample in turn) instead of on generators seeded by the keys."""
     datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
     keys = list(keys)
     if len(keys) != len(datas):
@@ -918,7 +920,7 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
     plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
         datas, signed, specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
         [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), int(max_pixels), bool(exif),
-        any(v._whole_file for v in views))
+        any(v._whole_file for v in views), generator)
     plans = plans_b.numpy().view(_PLAN)
     batch = PlannedBatch(plans, steps, list(extras))
     no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
@@ -969,3 +971,57 @@ def _check_threads(num_threads, n) -> int:
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     return max(1, min(int(num_threads), n))
+
+
+def _per_sample_views(transform, data: torch.Tensor) -> list | None:
+    """``MultiView(views)(data)`` as the loader runs it: every view's draws made on torch's
+    default generator in view order (by the native planner, ``plan_batch`` given the generator;
+    by :meth:`MultiViewPipeline.plan` for draws it does not make), then one native call on the
+    calling thread for a batch of one. ``None``, the generator left as it was, where the views
+    do not compile natively, a torch function mode is active (it may redirect the draws), or
+    the file does not take this path (not a JPEG, a decode warning or error): the view-by-view
+    call then gives the result, or the error, itself. The compiled pipeline is kept on the
+    MultiView (not pickled), keyed by its views."""
+    pipe = _per_sample_pipeline(transform)
+    if pipe is None or torch._C._is_torch_function_mode_enabled():
+        return None
+    generator = torch.default_generator
+    state = generator.get_state()
+    try:
+        route, plans = "python", None
+        if pipe._specs is not None:
+            V = len(pipe.views)
+            [(route, plans)] = _plan_routes(pipe.views, pipe._specs, [data], [0], 0, False,
+                                            lambda batch, j: MultiPlanRef(batch, j, V), generator)
+            if route != "plan":
+                generator.set_state(state)
+        if route == "python":
+            plans = pipe.plan(data)
+        elif route != "plan":
+            return None
+        dtype = torch.float32 if pipe.float_output else torch.uint8
+        outs = [torch.empty((1, c, *size), dtype=dtype) for c, size in zip(pipe.channels, pipe.size)]
+        [(status, _)] = pipe.run([data], [plans], outs, num_threads=1)
+    except Exception:  # the view-by-view call raises (or warns) as the views do
+        status = STATUS_ERROR
+    if status != STATUS_OK:
+        generator.set_state(state)
+        return None
+    return [out[0] for out in outs]
+
+
+def _per_sample_pipeline(transform) -> MultiViewPipeline | None:
+    """The MultiView's compiled pipeline (``None``: it does not compile), cached on it."""
+    key = tuple(map(id, transform.views))
+    cached = transform.__dict__.get("_fastprep_native")
+    if cached is None or cached[0] != key:
+        try:
+            pipe: MultiViewPipeline | None = MultiViewPipeline.compile(transform)
+        except Unsupported:
+            pipe = None
+        cached = (key, pipe)
+        transform.__dict__["_fastprep_native"] = cached
+    return cached[1]
+
+
+register_per_sample_runner(_per_sample_views)
