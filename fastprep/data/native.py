@@ -982,44 +982,77 @@ def _per_sample_views(transform, data: torch.Tensor) -> list | None:
     the file does not take this path (not a JPEG, a decode warning or error): the view-by-view
     call then gives the result, or the error, itself. The compiled pipeline is kept on the
     MultiView (not pickled), keyed by its views."""
-    pipe = _per_sample_pipeline(transform)
-    if pipe is None or torch._C._is_torch_function_mode_enabled():
+    single = _single_runner(transform)
+    if single is None or torch._C._is_torch_function_mode_enabled():
         return None
     generator = torch.default_generator
     state = generator.get_state()
     try:
-        route, plans = "python", None
-        if pipe._specs is not None:
-            V = len(pipe.views)
-            [(route, plans)] = _plan_routes(pipe.views, pipe._specs, [data], [0], 0, False,
-                                            lambda batch, j: MultiPlanRef(batch, j, V), generator)
-            if route != "plan":
-                generator.set_state(state)
-        if route == "python":
-            plans = pipe.plan(data)
-        elif route != "plan":
-            return None
-        dtype = torch.float32 if pipe.float_output else torch.uint8
-        outs = [torch.empty((1, c, *size), dtype=dtype) for c, size in zip(pipe.channels, pipe.size)]
-        [(status, _)] = pipe.run([data], [plans], outs, num_threads=1)
+        views = single(data, generator, state)
     except Exception:  # the view-by-view call raises (or warns) as the views do
-        status = STATUS_ERROR
-    if status != STATUS_OK:
+        views = None
+    if views is None:
         generator.set_state(state)
-        return None
-    return [out[0] for out in outs]
+    return views
 
 
-def _per_sample_pipeline(transform) -> MultiViewPipeline | None:
-    """The MultiView's compiled pipeline (``None``: it does not compile), cached on it."""
+class _SingleSample:
+    """A :class:`MultiViewPipeline` run on one sample with the draws on a given generator: the
+    arguments of ``plan_batch`` and ``decode_batch`` that do not change, prepared once."""
+
+    def __init__(self, pipe: MultiViewPipeline) -> None:
+        self.pipe = pipe
+        views = pipe.views
+        progs = [v._program for v in views]
+        self.plan_args = (pipe._specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
+                          [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), 0, False,
+                          any(v._whole_file for v in views))
+        self.key = torch.zeros(1, dtype=torch.int64)
+        self.no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
+        self.dtype = torch.float32 if pipe.float_output else torch.uint8
+        self.shapes = [(1, c, *size) for c, size in zip(pipe.channels, pipe.size)]
+        first = views[0]
+        self.converts = torch.cat([v._conversion(self.dtype, None, None, None)[0] for v in views])
+        self.decode_args = (first.decode_channels, first._mode, first._max_pixels, first._strict, first._max_scans)
+
+    def __call__(self, data: torch.Tensor, generator: torch.Generator, state: torch.Tensor) -> list | None:
+        """The views of ``data`` drawn on ``generator`` (whose state before is ``state``), or
+        ``None`` where the file does not take this path."""
+        data = _check_data(data, "data")
+        pipe = self.pipe
+        outs = [torch.empty(shape, dtype=self.dtype) for shape in self.shapes]
+        route = _ROUTE_PYTHON if pipe._specs is None else None
+        if route is None:
+            records, steps, extras, hw, status, _ = torch.ops.fastprep.plan_batch(
+                [data], self.key, *self.plan_args, generator)
+            route = int(status[0, 0])
+        if route == _ROUTE_PLANNED:
+            if self.no_draw:
+                plans, size = records.numpy().view(_PLAN), hw[0].tolist()
+                for v in self.no_draw:
+                    pipe.views[v]._fill_no_draw(plans[v], size)
+            status, _ = torch.ops.fastprep.decode_batch(
+                [data], records, steps, list(extras), pipe._fills, outs, *self.decode_args, self.converts, 1)
+            ok = int(status[0, 0]) == STATUS_OK
+        elif route == _ROUTE_PYTHON:  # the views' own draws, on the default generator
+            if pipe._specs is not None:  # the native planner may have drawn before leaving it here
+                generator.set_state(state)
+            ok = [s for s, _ in pipe.run([data], [pipe.plan(data)], outs, num_threads=1)] == [STATUS_OK]
+        else:
+            ok = False
+        return [out[0] for out in outs] if ok else None
+
+
+def _single_runner(transform) -> _SingleSample | None:
+    """The MultiView's prepared pipeline (``None``: it does not compile), cached on it."""
     key = tuple(map(id, transform.views))
     cached = transform.__dict__.get("_fastprep_native")
     if cached is None or cached[0] != key:
         try:
-            pipe: MultiViewPipeline | None = MultiViewPipeline.compile(transform)
+            single: _SingleSample | None = _SingleSample(MultiViewPipeline.compile(transform))
         except Unsupported:
-            pipe = None
-        cached = (key, pipe)
+            single = None
+        cached = (key, single)
         transform.__dict__["_fastprep_native"] = cached
     return cached[1]
 
