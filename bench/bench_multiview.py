@@ -9,11 +9,10 @@ of --batch images):
   views, planned and run as the threads engine does (``MultiViewPipeline.plan_batch`` +
   ``run``, one native thread): default settings (DCT scaling) and exact (``dct_scaling=False``);
 * ``fastprep, one decode per view``: the same views called one by one on the file (what a
-  pipeline of separate decode transforms costs: a decode per view; also what
-  ``MultiView(decode views)(data)`` per sample does today);
+  pipeline of separate decode transforms costs: a decode per view);
 * ``fastprep MultiView(v2 views)(data), per sample``: the torchvision views unchanged in a
-  ``MultiView``, called per sample (one ``fastprep.io.decode_jpeg``, then each v2 view: the
-  processes engine's path);
+  ``MultiView``, called per sample (the processes engine's path): the loader's union plan for
+  a batch of one, its draws on the default generator, on the calling thread;
 * ``DALI CPU``: one ``fn.decoders.image`` per file, then per view ``fn.random_resized_crop`` and
   ``fn.flip`` (DALI's documented multi-crop recipe), one CPU thread, when DALI is installed.
 

@@ -74,12 +74,14 @@ TORCH_LIBRARY(fastprep, m) {
   // pixel steps the augmentations' draws emitted (per view a program: nodes, ints, floats,
   // num_roots, the last num_float_roots of which run on the float image; ops/native_draw.h)
   // and the tensors they keep, and the image's (height, width); the draws are those of the
-  // views in order under the sample's key (specs: one DecodeSpec per view). whole_file: a view
-  // decodes the whole file (a v2 pipeline), so a file not ending in EOI is left to Python.
+  // views in order under the sample's key (specs: one DecodeSpec per view), or, given a
+  // generator, on it (every sample's draws in turn; keys unused: the per-sample MultiView call
+  // passes torch's default generator). whole_file: a view decodes the whole file (a v2
+  // pipeline), so a file not ending in EOI is left to Python.
   m.def(
       "plan_batch(Tensor[] data, Tensor keys, Tensor specs, Tensor[] nodes, Tensor[] ints, Tensor[] floats, "
-      "int[] num_roots, int[] num_float_roots, int[] dct_scales, int max_pixels, bool exif, bool whole_file) "
-      "-> (Tensor, Tensor, Tensor[], Tensor, Tensor, Tensor)");
+      "int[] num_roots, int[] num_float_roots, int[] dct_scales, int max_pixels, bool exif, bool whole_file, "
+      "Generator? generator=None) -> (Tensor, Tensor, Tensor[], Tensor, Tensor, Tensor)");
 }
 
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.

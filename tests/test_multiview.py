@@ -12,6 +12,9 @@
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -108,6 +111,70 @@ def test_per_sample_call_equals_torchvision(files):
         assert len(got) == len(want)
         for v, (a, b) in enumerate(zip(got, want)):
             assert a.shape == b.shape and torch.equal(a, b), (i, v)
+
+
+@pytest.fixture
+def runner_calls(monkeypatch):
+    """The registered per-sample runner, wrapped to record what it returned per call."""
+    from fastprep.transforms import _multiview
+
+    inner = _multiview._per_sample_runner
+    assert inner is not None  # fastprep.data (imported above) registers it
+    calls: list = []
+
+    def recording(transform, data):
+        out = inner(transform, data)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_multiview, "_per_sample_runner", recording)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["geometry-dct", "geometry-exact", "v2"])
+def test_per_sample_call_takes_the_union_plan(files, runner_calls, name):
+    """The per-sample call runs the loader's one-decode plan (the runner answers every file) and
+    still equals ``[view(data) for view in views]`` on the default generator, seed by seed --
+    DCT-scaled decode views included (each keeps the scale it picks alone)."""
+    def crop(size, scale):
+        return v2.Compose([v2.RandomResizedCrop(size, scale=scale), v2.RandomHorizontalFlip()])
+
+    views = [crop(G, (0.4, 1))] * 2 + [crop(L, (0.05, 0.4))] * 8 if name == "v2" else VIEWS[name]()
+    mv = MultiView(views)
+    for i, path in enumerate(files[:16]):
+        data = fio.read_file(path)
+        torch.manual_seed(7 + i)
+        got = mv(data)
+        after = torch.rand(())
+        torch.manual_seed(7 + i)
+        want = _per_view(views, data)
+        assert all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(got, want)), (name, i)
+        assert torch.equal(after, torch.rand(())), (name, i)  # the same draws, no more
+    assert runner_calls == [True] * 16
+    assert pickle.loads(pickle.dumps(mv)).__dict__.get("_fastprep_native") is None
+
+
+def test_per_sample_call_falls_back_without_drawing(files, runner_calls):
+    """A file the native path does not take (truncated: the whole-file decode raises) goes view by
+    view from the same generator state: the same error as the views give."""
+    mv = MultiView([v2.RandomResizedCrop(G)] * 3)
+    data = fio.read_file(files[0])[:200]
+    torch.manual_seed(5)
+    with pytest.raises(fio.DecodeError) as got:
+        mv(data)
+    after = torch.rand(())
+    torch.manual_seed(5)
+    with pytest.raises(fio.DecodeError) as want:
+        OnDecoded(v2.RandomResizedCrop(G))(data)
+    assert str(got.value) == str(want.value) and torch.equal(after, torch.rand(()))
+    assert runner_calls == [False]
+
+
+def test_transforms_alone_keep_the_view_by_view_call():
+    """``import fastprep.transforms`` does not import the data layer: no runner is registered."""
+    code = ("import sys, fastprep.transforms as t; from fastprep.transforms import _multiview as m; "
+            "assert 'fastprep.data' not in sys.modules; assert m._per_sample_runner is None")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
 @pytest.mark.parametrize("name", sorted(VIEWS))

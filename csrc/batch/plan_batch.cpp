@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -226,8 +227,9 @@ bool plan_view(const ViewInputs& view, int64_t height, int64_t width, Draws& g, 
 // Sample i: route, header, limits, then each view's draws in order on one generator (the
 // draws of `[view(data) for view in views]`), its plans in `plans` (one per view). Returns its
 // route; `message` holds an error's text.
-Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, SamplePlan* plans, int64_t* hw,
-               std::vector<PixelStep>& steps, std::vector<at::Tensor>& extras, std::string& message) {
+Route plan_one(const at::Tensor& data, uint64_t key, const std::optional<at::Generator>& generator,
+               const PlanInputs& in, SamplePlan* plans, int64_t* hw, std::vector<PixelStep>& steps,
+               std::vector<at::Tensor>& extras, std::string& message) {
   const uint8_t* d = data.data_ptr<uint8_t>();
   const size_t n = (size_t)data.numel();
   if (n < 3 || d[0] != 0xFF || d[1] != 0xD8 || d[2] != 0xFF) return kPython;  // not a JPEG's signature
@@ -258,7 +260,7 @@ Route plan_one(const at::Tensor& data, uint64_t key, const PlanInputs& in, Sampl
     return kError;
   }
   hw[0] = height, hw[1] = width;
-  Draws g(key);
+  Draws g = generator.has_value() ? Draws(*generator) : Draws(key);
   for (size_t v = 0; v < in.views.size(); v++)
     if (!plan_view(in.views[v], height, width, g, in.scales, plans[v], steps, extras)) return kPython;
   return kPlanned;
@@ -307,7 +309,8 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
     const std::vector<at::Tensor>& data, const at::Tensor& keys, const at::Tensor& specs,
     const std::vector<at::Tensor>& nodes, const std::vector<at::Tensor>& ints, const std::vector<at::Tensor>& floats,
     const std::vector<int64_t>& num_roots, const std::vector<int64_t>& num_float_roots,
-    const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif, bool whole_file) {
+    const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif, bool whole_file,
+    const std::optional<at::Generator>& generator) {
   const int64_t N = (int64_t)data.size();
   const std::vector<ViewInputs> views = view_inputs(specs, nodes, ints, floats, num_roots, num_float_roots);
   const int64_t V = (int64_t)views.size();
@@ -334,7 +337,7 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
   for (int64_t i = 0; i < N; i++) {
     const size_t before = steps.size(), kept = extras.size();
     SamplePlan* mine = plans.data() + i * V;
-    codes[i] = plan_one(data[i], (uint64_t)kv[i], in, mine, hv + 2 * i, steps, extras, messages[i]);
+    codes[i] = plan_one(data[i], (uint64_t)kv[i], generator, in, mine, hv + 2 * i, steps, extras, messages[i]);
     if (codes[i] != kPlanned) {  // a sample left to Python or failed has no steps here
       steps.resize(before);
       extras.resize(kept);

@@ -19,6 +19,10 @@ Draws::Draws(uint64_t key) : gen_(at::make_generator<at::CPUGeneratorImpl>(key))
   impl_ = gen_.get<at::CPUGeneratorImpl>();
 }
 
+Draws::Draws(const at::Generator& generator) : gen_(generator), shared_(true) {
+  impl_ = at::check_generator<at::CPUGeneratorImpl>(gen_);
+}
+
 namespace {
 
 // torch's uniform_ kernel on float32 maps a 24-bit random integer r to
@@ -60,12 +64,24 @@ bool torch_uniform_is_fused() {
 
 float Draws::uniform(double from, double to) {
   const float lo = (float)from, hi = (float)to;
-  const float v = (float)uniform_value(impl_->random(), lo, hi, torch_uniform_is_fused());
+  const bool fused = torch_uniform_is_fused();
+  uint32_t random;
+  if (shared_) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    random = impl_->random();
+  } else {
+    random = impl_->random();
+  }
+  const float v = (float)uniform_value(random, lo, hi, fused);
   return v == hi ? lo : v;  // as torch's kernel: a value rounded up to `to` becomes `from`
 }
 
 int64_t Draws::randint(int64_t low, int64_t high) {
   at::uniform_int_from_to_distribution<int64_t> r((uint64_t)(high - low), low);
+  if (shared_) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    return r(impl_);
+  }
   return r(impl_);
 }
 

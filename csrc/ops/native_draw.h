@@ -46,6 +46,9 @@ struct Program {
 class Draws {
  public:
   explicit Draws(uint64_t key);
+  // Draws on an existing CPU generator (torch's default one: the per-sample MultiView call),
+  // advancing it exactly as the same torch calls from Python would.
+  explicit Draws(const at::Generator& generator);
   at::Generator& generator() { return gen_; }
   // Tensor.uniform_(from, to) on one float32 element (torch.empty(1).uniform_(from, to)).
   float uniform(double from, double to);
@@ -63,6 +66,7 @@ class Draws {
  private:
   at::Generator gen_;
   at::CPUGeneratorImpl* impl_;
+  bool shared_ = false;  // gen_ is not this object's own: lock its mutex around each raw draw
 };
 
 // What a node's draw sees and produces.

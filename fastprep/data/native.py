@@ -50,6 +50,7 @@ from ..transforms import (
     OnDecoded,
 )
 from ..transforms._compile import CompiledPipeline, compile_pipeline
+from ..transforms._multiview import register_per_sample_runner
 from ..transforms._pil import OnPIL, open_rgb
 from ..transforms._native import Steps, TorchDraws, Unsupported, build_program, draw_steps
 from ..transforms._plan import DCT_SCALES, INTERPOLATIONS, PAD_MODES, centered_ratio_window
@@ -905,11 +906,12 @@ def _batch_tables(plans) -> tuple[torch.Tensor, torch.Tensor, list]:
     return as_bytes(records), as_bytes(steps), extras
 
 
-def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
+def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref, generator: torch.Generator | None = None) -> list:
     """The body of both ``plan_batch`` methods: one ``torch.ops.fastprep.plan_batch`` call
     for ``views`` (their plans stored sample-major), then per sample its ``(route, value)``,
     a planned sample's value being ``ref(batch, sample)``; every sample routes to Python
-    when ``specs`` is None (a pipeline the native planner does not draw)."""
+    when ``specs`` is None (a pipeline the native planner does not draw). ``generator``: draw
+    on it (every sample in turn) instead of on generators seeded by the keys."""
     datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
     keys = list(keys)
     if len(keys) != len(datas):
@@ -921,7 +923,7 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref) -> list:
     plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
         datas, signed, specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
         [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), int(max_pixels), bool(exif),
-        any(v._whole_file for v in views))
+        any(v._whole_file for v in views), generator)
     plans = plans_b.numpy().view(_PLAN)
     batch = PlannedBatch(plans, steps, list(extras))
     no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
@@ -972,3 +974,90 @@ def _check_threads(num_threads, n) -> int:
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     return max(1, min(int(num_threads), n))
+
+
+def _per_sample_views(transform, data: torch.Tensor) -> list | None:
+    """``MultiView(views)(data)`` as the loader runs it: every view's draws made on torch's
+    default generator in view order (by the native planner, ``plan_batch`` given the generator;
+    by :meth:`MultiViewPipeline.plan` for draws it does not make), then one native call on the
+    calling thread for a batch of one. ``None``, the generator left as it was, where the views
+    do not compile natively, a torch function mode is active (it may redirect the draws), or
+    the file does not take this path (not a JPEG, a decode warning or error): the view-by-view
+    call then gives the result, or the error, itself. The compiled pipeline is kept on the
+    MultiView (not pickled), keyed by its views."""
+    single = _single_runner(transform)
+    if single is None or torch._C._is_torch_function_mode_enabled():
+        return None
+    generator = torch.default_generator
+    state = generator.get_state()
+    try:
+        views = single(data, generator, state)
+    except Exception:  # the view-by-view call raises (or warns) as the views do
+        views = None
+    if views is None:
+        generator.set_state(state)
+    return views
+
+
+class _SingleSample:
+    """A :class:`MultiViewPipeline` run on one sample with the draws on a given generator: the
+    arguments of ``plan_batch`` and ``decode_batch`` that do not change, prepared once."""
+
+    def __init__(self, pipe: MultiViewPipeline) -> None:
+        self.pipe = pipe
+        views = pipe.views
+        progs = [v._program for v in views]
+        self.plan_args = (pipe._specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
+                          [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), 0, False,
+                          any(v._whole_file for v in views))
+        self.key = torch.zeros(1, dtype=torch.int64)
+        self.no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
+        self.dtype = torch.float32 if pipe.float_output else torch.uint8
+        self.shapes = [(1, c, *size) for c, size in zip(pipe.channels, pipe.size)]
+        first = views[0]
+        self.converts = torch.cat([v._conversion(self.dtype, None, None, None)[0] for v in views])
+        self.decode_args = (first.decode_channels, first._mode, first._max_pixels, first._strict, first._max_scans)
+
+    def __call__(self, data: torch.Tensor, generator: torch.Generator, state: torch.Tensor) -> list | None:
+        """The views of ``data`` drawn on ``generator`` (whose state before is ``state``), or
+        ``None`` where the file does not take this path."""
+        data = _check_data(data, "data")
+        pipe = self.pipe
+        outs = [torch.empty(shape, dtype=self.dtype) for shape in self.shapes]
+        route = _ROUTE_PYTHON if pipe._specs is None else None
+        if route is None:
+            records, steps, extras, hw, status, _ = torch.ops.fastprep.plan_batch(
+                [data], self.key, *self.plan_args, generator)
+            route = int(status[0, 0])
+        if route == _ROUTE_PLANNED:
+            if self.no_draw:
+                plans, size = records.numpy().view(_PLAN), hw[0].tolist()
+                for v in self.no_draw:
+                    pipe.views[v]._fill_no_draw(plans[v], size)
+            status, _ = torch.ops.fastprep.decode_batch(
+                [data], records, steps, list(extras), pipe._fills, outs, *self.decode_args, self.converts, 1)
+            ok = int(status[0, 0]) == STATUS_OK
+        elif route == _ROUTE_PYTHON:  # the views' own draws, on the default generator
+            if pipe._specs is not None:  # the native planner may have drawn before leaving it here
+                generator.set_state(state)
+            ok = [s for s, _ in pipe.run([data], [pipe.plan(data)], outs, num_threads=1)] == [STATUS_OK]
+        else:
+            ok = False
+        return [out[0] for out in outs] if ok else None
+
+
+def _single_runner(transform) -> _SingleSample | None:
+    """The MultiView's prepared pipeline (``None``: it does not compile), cached on it."""
+    key = tuple(map(id, transform.views))
+    cached = transform.__dict__.get("_fastprep_native")
+    if cached is None or cached[0] != key:
+        try:
+            single: _SingleSample | None = _SingleSample(MultiViewPipeline.compile(transform))
+        except Unsupported:
+            single = None
+        cached = (key, single)
+        transform.__dict__["_fastprep_native"] = cached
+    return cached[1]
+
+
+register_per_sample_runner(_per_sample_views)

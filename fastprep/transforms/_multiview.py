@@ -3,7 +3,7 @@ augmentation)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -13,7 +13,24 @@ from ._compile import input_kind
 from ._decode import Mode, OnDecoded, _encoded, _file_named, is_decode_transform
 from ._pil import OnPIL
 
-__all__ = ["MultiView"]
+__all__ = ["MultiView", "register_per_sample_runner"]
+
+#: ``runner(multiview, tensor) -> list | None``: the views of one encoded JPEG planned as one
+#: decode (the loader's union plan), or ``None`` where it does not apply. Set by
+#: :mod:`fastprep.data` when it is imported (this layer does not import the data layer).
+_per_sample_runner: Callable[[Any, torch.Tensor], list | None] | None = None
+
+
+def register_per_sample_runner(runner: Callable[[Any, torch.Tensor], list | None] | None) -> None:
+    """Set the function :meth:`MultiView.forward` first offers each sample to (``None``: none).
+
+    ``runner(multiview, tensor)`` returns the views of the encoded JPEG ``tensor``, drawn from
+    the default generator in view order exactly as the views themselves draw, or ``None``
+    without having drawn anything (then the views run one by one)."""
+    global _per_sample_runner
+    if runner is not None and not callable(runner):
+        raise TypeError(f"runner must be callable or None, got {type(runner).__name__}")
+    _per_sample_runner = runner
 
 
 class MultiView(torch.nn.Module):
@@ -31,6 +48,14 @@ class MultiView(torch.nn.Module):
     of batches, one per view. The threads engine decodes each image once per DCT scale its views
     use (the union of their windows; ``docs/multiview.md``), and gives the same bits as this
     per-sample call, which the processes engine runs.
+
+    The per-sample call plans the views as the threads engine does -- one decode of the file for
+    all of them (one per DCT scale their windows use), then each view cut, resized and
+    augmented from it natively, on the calling thread -- once :mod:`fastprep.data` has been
+    imported (it registers that path; ``import fastprep.transforms`` alone keeps the
+    view-by-view path) and the views compile natively. Both paths give the same bits under the
+    same seed; a file the native path does not take (not a JPEG, a decode warning or error),
+    and a call under a torch function mode, run view by view from the same generator state.
 
     Repeated augmentation: ``MultiView([view] * k)`` (the same object k times; each repetition
     draws its own parameters).
@@ -70,6 +95,10 @@ class MultiView(torch.nn.Module):
     def forward(self, data: Any) -> list:
         """The views of one encoded image (a path, bytes or a uint8 1-D tensor)."""
         tensor, path = _encoded(data, type(self).__name__)
+        if _per_sample_runner is not None:
+            views = _per_sample_runner(self, tensor)
+            if views is not None:
+                return views
         image = None
         out = []
         for view, decoded in zip(self.views, self._decoded):
@@ -83,6 +112,11 @@ class MultiView(torch.nn.Module):
             # a view that modifies its input in place must not change what the next one sees
             out.append(view(image if is_geometry_first(view) else image.clone()))
         return out
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.pop("_fastprep_native", None)  # the per-sample runner's compiled pipeline (rebuilt)
+        return state
 
     def decoded_equivalent(self) -> Any:
         """The views on a decoded image, for files fastprep's JPEG decode does not take (the
