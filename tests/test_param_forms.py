@@ -261,3 +261,19 @@ class TestOutputForms:
             # ToDtype({...: None}, scale=True): torchvision's notice that nothing is scaled
             warnings.filterwarnings("ignore", "scale was set to True", UserWarning)
             _check(folder, transform)
+
+
+def test_empty_fallback_window_raises_as_torchvision_does(tmp_path):
+    """RandomResizedCrop on a 1x1 image with ratios far from 1: none of the 10 draws fits and the
+    centred fallback window is empty, on which torchvision's resize raises. The threads engine
+    raises for that file too, naming it (the batch planner leaves it to the per-sample path)."""
+    with open(tmp_path / "tiny.jpg", "wb") as f:
+        f.write(encode_jpeg(photo_like(1, 1, seed=3), quality=90))
+    transform = v2.Compose([v2.RandomResizedCrop(16, scale=(0.1, 0.5), ratio=(2.4, 2.5),
+                                                  interpolation=v2.InterpolationMode.BICUBIC)])
+    with pytest.raises((RuntimeError, ValueError)):
+        _torchvision(str(tmp_path), transform)
+    loader = D.make_loader(str(tmp_path), transform=transform, engine="threads", seed=SEED, batch_size=1,
+                           shuffle=False, num_workers=0, device="cpu")
+    with pytest.raises(Exception, match="tiny.jpg"):
+        list(loader)

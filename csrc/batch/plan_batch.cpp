@@ -206,6 +206,9 @@ bool plan_view(const ViewInputs& view, int64_t height, int64_t width, Draws& g, 
   const DecodeSpec& spec = *view.spec;
   if (spec.kind == kResizedCrop) {
     resized_crop_plan(p, height, width, g, spec, scales);
+    // an empty centred fallback window (a tiny image, a ratio far from its own): torchvision
+    // raises on it, and so does the Python path, naming the file
+    if (p.height <= 0 || p.width <= 0) return false;
   } else if (spec.kind == kRandomCrop) {
     if (!random_crop_plan(p, height, width, g, spec)) return false;
   }

@@ -312,6 +312,8 @@ class _ResizedCropDraw:
                 break
         if window is None:  # no draw fitted
             window = centered_ratio_window(height, width, self.ratio)
+            if window[2] <= 0 or window[3] <= 0:
+                return None  # an empty window: the transform's own draw raises, naming it
         flip = False
         if self.flip_p > 0:
             flip = torch.rand(1, generator=gen).item() < self.flip_below

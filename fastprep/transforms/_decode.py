@@ -579,6 +579,9 @@ class DecodeRandomResizedCrop(_DecodeTransform):
     def _draw(self, info: fio.JpegInfo) -> dict[str, Any]:
         window = self.get_params(info.height, info.width)
         flip = bool(torch.rand(1) < self.flip_p) if self.flip_p > 0 else False
+        if window[2] <= 0 or window[3] <= 0:  # torchvision's resize raises on the empty crop too
+            raise ValueError(f"RandomResizedCrop(ratio={self.ratio}): no draw fitted the {info.height}x{info.width} "
+                             f"image and its centred fallback window is empty ({window[2]}x{window[3]})")
         return {"window": window, "flip": flip}
 
     def decode_plan(self, info: fio.JpegInfo, params: dict[str, Any]) -> DecodePlan:
