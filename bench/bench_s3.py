@@ -90,7 +90,7 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--max-in-flight", type=int, default=128)
     parser.add_argument("--serial", action=argparse.BooleanOptionalAction, default=True,
                         help="also one epoch of s3:// shards with one request in flight")
     parser.add_argument("--json")
