@@ -14,16 +14,16 @@ Inputs: JPEGs made in the test from photo-like content of several sizes.
 from __future__ import annotations
 
 import os
-import warnings
 
 import pytest
 import torch
-import torchvision.io as tvio
 from torchvision.transforms import v2
 
 import fastprep.data as D
 from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+from _torchvision_oracle import torchvision_decode
 from fastprep.data.native import NativePipeline, Unsupported
 from fastprep.transforms import DecodeRandomResizedCrop, OnDecoded
 
@@ -72,10 +72,7 @@ def _loader(folder, transform, engine, **kw):
 def _torchvision(folder, transform):
     out = []
     for i, name in enumerate(sorted(os.listdir(folder))):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
-            data = tvio.read_file(os.path.join(folder, name))
-            image = tvio.decode_jpeg(data, mode=tvio.ImageReadMode.RGB)
+        image = torchvision_decode(os.path.join(folder, name))
         with keyed_default_rng(sample_key(SEED, 0, i)):
             out.append(transform(image))
     return torch.stack(out)

@@ -31,6 +31,8 @@ import fastprep.data as D
 import fastprep.io as fio
 from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+from _torchvision_oracle import torchvision_decode
 from fastprep.data.native import NativePipeline
 from fastprep.data.loader import dataset_transform
 from fastprep.transforms import OnPIL
@@ -262,7 +264,7 @@ def _input(path, transform):
     torchvision's decode."""
     if isinstance(dataset_transform(transform), OnPIL):
         return default_loader(path)
-    return tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB)
+    return torchvision_decode(path)
 
 
 def _torchvision(folder, transform):

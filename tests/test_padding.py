@@ -27,6 +27,8 @@ from torchvision.transforms import v2
 import fastprep.data as D
 from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+from _torchvision_oracle import torchvision_decode
 from fastprep.data.native import NativePipeline, Unsupported
 from fastprep.transforms import OnDecoded
 
@@ -54,9 +56,7 @@ def _torchvision(paths, transform):
     """Per file, torchvision's output (float, / 255 as the loader's) or the exception it raises."""
     out = []
     for i, path in enumerate(paths):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
-            image = tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB)
+        image = torchvision_decode(path)
         try:
             with keyed_default_rng(sample_key(SEED, 0, i)):
                 out.append(transform(image).float() / 255)

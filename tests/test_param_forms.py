@@ -15,13 +15,13 @@ import warnings
 
 import pytest
 import torch
-import torchvision.io as tvio
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 import fastprep.data as D
-from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
+
+from _torchvision_oracle import assert_threads_equal_torchvision, torchvision_batch
 
 SEED = 11
 N = 6
@@ -38,31 +38,12 @@ def folder(tmp_path_factory):
     return str(root)
 
 
-def _threads(folder, transform):
-    loader = D.make_loader(folder, transform=transform, engine="threads", seed=SEED, batch_size=N,
-                           shuffle=False, num_workers=2, device="cpu")
-    assert loader.engine == "threads"
-    (images, _), = list(loader)
-    return images
-
-
 def _torchvision(folder, transform):
-    out = []
-    for i, name in enumerate(sorted(os.listdir(folder))):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
-            image = tvio.decode_jpeg(tvio.read_file(os.path.join(folder, name)), mode=tvio.ImageReadMode.RGB)
-        with keyed_default_rng(sample_key(SEED, 0, i)):
-            out.append(transform(image))
-    want = torch.stack(out)
-    return want if want.is_floating_point() else want.float() / 255  # uint8 pipelines: the loader's / 255
+    return torchvision_batch(folder, transform, SEED)
 
 
 def _check(folder, transform):
-    got, want = _threads(folder, transform), _torchvision(folder, transform)
-    assert got.shape == want.shape and got.dtype == want.dtype
-    mismatch = (got != want).sum().item()
-    assert mismatch == 0, f"{mismatch} values differ from torchvision"
+    assert_threads_equal_torchvision(folder, transform, SEED, N)
 
 
 PADDINGS = [3, [3], (2, 6), [2, 6], (1, 2, 3, 4), [5, 0, 0, 7], [0, 9, 4, 1]]

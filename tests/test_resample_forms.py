@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import os
 import random
-import warnings
 
 import pytest
 import torch
-import torchvision.io as tvio
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 import fastprep._ops  # noqa: F401
 import fastprep.data as D
 from fastprep import _C
-from fastprep._seeding import keyed_default_rng, sample_key
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.resize import resize, resize_window
+
+from _torchvision_oracle import assert_threads_equal_torchvision
 
 IM = v2.InterpolationMode
 FILTERS = {"bicubic": 1, "nearest": 2, "nearest-exact": 3}
@@ -122,30 +121,8 @@ def folder(tmp_path_factory):
     return str(root)
 
 
-def _threads(folder, transform):
-    loader = D.make_loader(folder, transform=transform, engine="threads", seed=SEED, batch_size=len(SHAPES),
-                           shuffle=False, num_workers=2, device="cpu")
-    assert loader.engine == "threads"
-    (images, _), = list(loader)
-    return images
-
-
-def _torchvision(folder, transform):
-    out = []
-    for i, name in enumerate(sorted(os.listdir(folder))):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29's decoder notice
-            image = tvio.decode_jpeg(tvio.read_file(os.path.join(folder, name)), mode=tvio.ImageReadMode.RGB)
-        with keyed_default_rng(sample_key(SEED, 0, i)):
-            out.append(transform(image))
-    return torch.stack(out).float() / 255  # the loader's uint8 -> float / 255
-
-
 def _check(folder, transform):
-    got, want = _threads(folder, transform), _torchvision(folder, transform)
-    assert got.shape == want.shape and got.dtype == want.dtype
-    mismatch = (got != want).sum().item()
-    assert mismatch == 0, f"{mismatch} values differ from torchvision"
+    assert_threads_equal_torchvision(folder, transform, SEED, len(SHAPES))
 
 
 # Each mode in its accepted forms: the enum, its string value, Pillow's int constant.
