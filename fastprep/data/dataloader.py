@@ -18,7 +18,7 @@ says why. Either way, with ``seed=S`` the sample of index ``i`` in epoch ``e`` i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import torch
 from torch.utils.data import DataLoader as TorchDataLoader
@@ -29,7 +29,7 @@ from .._seeding import check_seed, sample_rng
 from ..transforms import OnDecoded, OnPIL
 from ..transforms._compile import input_kind, output_dtype, takes_pil_as_tensor
 from .batch import BatchCast
-from .datasets import JpegDataset, substitute_index
+from .datasets import JpegDataset, SkippedFile, substitute_index
 from .engine import ThreadLoader
 from .native import Unsupported, native_pipeline
 from .order import EpochControl, EpochSampler
@@ -72,10 +72,12 @@ class DataLoader:
             dataset[i]`` on either engine (torch's, Python's and NumPy's RNGs seeded by the
             sample, whatever worker, batch or resume point made it), and with ``shuffle`` the
             order of epoch ``e`` is keyed by ``(seed, e)``.
-        on_error: ``"raise"``, or ``"skip"`` a sample whose file cannot be read (threads:
-            :class:`fastprep.io.DecodeError`; processes: ``OSError``, Pillow's errors): another
-            sample, chosen from the failed index in a fixed order, takes its place (counted in
-            :attr:`skipped`).
+        on_error: ``"raise"``, or ``"skip"`` a sample that fails: a file that cannot be read
+            (threads: :class:`fastprep.io.DecodeError`; processes: ``OSError``, Pillow's
+            errors) or, on the processes engine, any exception the dataset's code raises for
+            that sample (your transform refusing a draw): another sample, chosen from the
+            failed index in a fixed order, takes its place (counted in :attr:`skipped`, named
+            with the error in :attr:`skipped_files`).
         engine: ``None`` (threads when possible), ``"threads"`` (``ValueError`` with the reason
             when it cannot) or ``"processes"``.
 
@@ -210,6 +212,7 @@ class DataLoader:
 
     def _finish(self, prefetcher: DevicePrefetcher, engine: str, reason: str | None) -> None:
         self._prefetcher = prefetcher
+        self._skipped_files: list[SkippedFile] = []  # the processes engine's, as batches arrive
         #: ``"threads"`` or ``"processes"``
         self.engine = engine
         #: why the threads engine does not run this loader (``None`` when it does)
@@ -228,6 +231,8 @@ class DataLoader:
             if threads:
                 yield [batch[0], batch[1]]  # default_collate of (image, target) samples: a list
             elif isinstance(batch, _Boxed):
+                self._skipped_files.extend(batch.skipped[:max(0, JpegDataset.MAX_SKIPPED_FILES
+                                                                  - len(self._skipped_files))])
                 yield batch.batch
             else:
                 yield batch
@@ -257,6 +262,16 @@ class DataLoader:
         if self._files is not None:
             return self._files.skipped
         return 0 if self._keyed is None else int(self._keyed.skip_counts.sum())
+
+    @property
+    def skipped_files(self) -> list[SkippedFile]:
+        """The samples replaced under ``on_error="skip"``, as ``SkippedFile(index, path,
+        reason)`` in the order their batches were delivered (``path``: the file, or
+        ``"index i"`` for a dataset not read as files; ``reason``: the error's message), the
+        first ``JpegDataset.MAX_SKIPPED_FILES`` of them."""
+        if self._files is not None:
+            return self._files.skipped_files
+        return list(self._skipped_files)
 
     def __repr__(self) -> str:
         return (f"fastprep.data.DataLoader(dataset={type(self.dataset).__name__}, batch_size={self.batch_size}, "
@@ -306,17 +321,19 @@ class _Boxed:
     """A collated batch, carried through the prefetcher untouched (any structure the
     ``collate_fn`` makes: named tuples, custom objects), with its sample count for resuming."""
 
-    __slots__ = ("batch", "sample_count")
+    __slots__ = ("batch", "sample_count", "skipped")
 
-    def __init__(self, batch, sample_count: int):
+    def __init__(self, batch, sample_count: int, skipped: tuple = ()):
         self.batch = batch
         self.sample_count = sample_count
+        #: the SkippedFile records of the samples substituted in this batch
+        self.skipped = skipped
 
     def pin_memory(self, device=None):
         """torch's ``pin_memory`` of the batch (what its DataLoader pins)."""
         from torch.utils.data._utils.pin_memory import pin_memory
 
-        return _Boxed(pin_memory(self.batch, device), self.sample_count)
+        return _Boxed(pin_memory(self.batch, device), self.sample_count, self.skipped)
 
 
 class _BoxedCollate:
@@ -327,7 +344,14 @@ class _BoxedCollate:
         self.batched = batched
 
     def __call__(self, samples):
-        return _Boxed(self.collate_fn(samples), len(samples) if self.batched else 1)
+        if not self.batched:
+            if isinstance(samples, _Substituted):
+                return _Boxed(self.collate_fn(samples.sample), 1, (samples.record,))
+            return _Boxed(self.collate_fn(samples), 1)
+        skipped = tuple(s.record for s in samples if isinstance(s, _Substituted))
+        if skipped:
+            samples = [s.sample if isinstance(s, _Substituted) else s for s in samples]
+        return _Boxed(self.collate_fn(samples), len(samples), skipped)
 
 
 def _named(error: Exception, path: str, index: int) -> Exception:
@@ -379,15 +403,24 @@ class _KeyedDataset(Dataset):
             return self._load(index)
         try:
             return self._load(index)
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 -- on_error="skip": any sample that raises
             failure = e
         n = len(self)
         for attempt in range(min(_MAX_SKIP_ATTEMPTS, n - 1)):
             try:
                 sample = self._load(substitute_index(index, attempt, n))
-            except OSError:
+            except Exception:  # noqa: BLE001, S112 -- the substitute raises too: the next one
                 continue
             info = get_worker_info()
             self.skip_counts[0 if info is None else min(info.id + 1, _SLOTS - 1)] += 1
-            return sample
+            path = self.files[index] if self.files is not None else f"index {index}"
+            return _Substituted(sample, SkippedFile.from_error(index, path, failure))
         raise failure
+
+
+class _Substituted(NamedTuple):
+    """A substitute sample and the record of the one it replaces, on their way to
+    :class:`_BoxedCollate` (which collates the sample and hands the record to the loader)."""
+
+    sample: Any
+    record: SkippedFile

@@ -57,7 +57,7 @@ from ._decode import (
 )
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, to_native
-from ._pil import OnPIL, needs_pil, pil_exact_reason, pil_filter_id
+from ._pil import OnPIL, needs_pil, pil_exact_reason, pil_filter_id, step_kind
 from ._plan import INTERPOLATIONS
 
 __all__ = ["CompiledPipeline", "compile_pil", "compile_pipeline", "input_kind", "output_dtype",
@@ -171,7 +171,7 @@ def output_dtype(transform: Any) -> torch.dtype:
     dtype = torch.uint8
     kind: type = torch.Tensor
     for step in steps:
-        if type(step) in _DIVIDE:
+        if step_kind(step) in _DIVIDE:
             dtype = torch.float32
             continue
         target = getattr(step, "dtype", None)
@@ -479,7 +479,7 @@ def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None
     tensor, to float and ``Normalize``; Unsupported for anything else."""
     to_float, divide, mean, std = False, False, None, None
     for step in rest:
-        kind = type(step)
+        kind = step_kind(step)
         if kind in _PIL_NO_OPS and not to_float:
             continue
         if kind in _DIVIDE or (kind is v1.ConvertImageDtype and step.dtype == torch.float32):

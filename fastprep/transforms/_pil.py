@@ -32,7 +32,7 @@ from .. import _checks
 from .. import io as fio
 from ._decode import _encoded, _file_named
 
-__all__ = ["PIL_FILTERS", "OnPIL", "needs_pil", "open_rgb", "pil_exact_reason", "pil_filter_id"]
+__all__ = ["PIL_FILTERS", "OnPIL", "needs_pil", "open_rgb", "pil_exact_reason", "pil_filter_id", "step_kind"]
 
 #: Pillow's filters that ``torch.ops.fastprep.pil_resize`` reproduces, by its filter ids.
 PIL_FILTERS = {
@@ -46,6 +46,20 @@ PIL_FILTERS = {
 #: Steps that take a PIL image and make it a tensor (v1 ``ToTensor``/``PILToTensor``, v2's
 #: deprecated ``ToTensor``): a pipeline holding one is written for PIL images.
 _PIL_TO_TENSOR = (T1.ToTensor, T1.PILToTensor, v2.ToTensor)
+
+#: Other libraries' steps that convert a PIL image exactly as a torchvision class does, by
+#: ``(module, class name)`` (so that recognising them never imports the library): timm's
+#: ``MaybeToTensor`` is ``F.to_tensor`` and ``MaybePILToTensor`` is ``F.pil_to_tensor`` on a
+#: PIL image (both pass a tensor through, which a PIL pipeline never hands them).
+_SAME_AS = {("timm.data.transforms", "MaybeToTensor"): T1.ToTensor,
+            ("timm.data.transforms", "MaybePILToTensor"): T1.PILToTensor}
+
+
+def step_kind(step: Any) -> type:
+    """The class whose arithmetic ``step`` has: its own, or the torchvision class that another
+    library's step reproduces exactly (:data:`_SAME_AS`)."""
+    kind = type(step)
+    return _SAME_AS.get((kind.__module__, kind.__qualname__), kind)
 
 
 def _flat_steps(transform: Any) -> list[Any]:
@@ -62,12 +76,13 @@ def _flat_steps(transform: Any) -> list[Any]:
 
 def needs_pil(transform: Any) -> bool:
     """Whether ``transform`` is written for PIL images: it holds a v1 ``ToTensor`` or
-    ``PILToTensor`` (or v2's ``ToTensor``), or a v2 ``PILToTensor`` after another step (the
-    ``backend="pil"`` form of torchvision's reference presets). A pipeline that starts with
+    ``PILToTensor`` (or v2's ``ToTensor``, or timm's ``MaybeToTensor``/``MaybePILToTensor``),
+    or a v2 ``PILToTensor`` after another step (the ``backend="pil"`` form of torchvision's
+    reference presets). A pipeline that starts with
     v2's ``PILToTensor``/``ToImage`` takes a tensor as well and is not counted."""
     steps = _flat_steps(transform)
     for k, step in enumerate(steps):
-        if type(step) in _PIL_TO_TENSOR:
+        if step_kind(step) in _PIL_TO_TENSOR:
             return True
         if type(step) is v2.PILToTensor and k > 0:
             return True
