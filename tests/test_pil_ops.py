@@ -114,6 +114,22 @@ class TestTwinsEqualPillow:
                 assert torch.equal(got, want), (f"{twin} {ints} {floats} on {name}: "
                                                 f"{int((got != want).sum()) if got.shape == want.shape else got.shape}")
 
+    @pytest.mark.parametrize("kernel", ["adjust_saturation", "adjust_sharpness"])
+    def test_every_isa_variant(self, kernel):
+        """The kernels with per-ISA variants (csrc/isa.h): each variant against Pillow."""
+        from fastprep._kernels import isa as kernel_isa
+
+        twin = pil_twins()[kernel].twin
+        try:
+            for isa in kernel_isa.supported_isas():
+                assert kernel_isa.set_isa(isa) == isa
+                for name, image in IMAGES:
+                    for ints, floats, pillow in CASES[kernel]:
+                        got = torch.ops.fastprep.apply_pixel_kernel(_tensor(image), twin, list(ints), list(floats))
+                        assert torch.equal(got, _tensor(pillow(image))), (isa, name, floats)
+        finally:
+            kernel_isa.set_isa("auto")
+
     def test_grayscale_keeps_an_l_image(self):
         image = IMAGES[-1][1]
         got = torch.ops.fastprep.apply_pixel_kernel(_tensor(image), "pil_rgb_to_grayscale", [1], [])
