@@ -38,8 +38,17 @@ from fastprep._platform import describe
 LAYOUTS = ("folder", "packed", "shards")
 
 
-def _prepare(data: str, work: str) -> None:
+def _prepare(data: str, work: str, copies: int) -> None:
     os.makedirs(work, exist_ok=True)
+    if copies > 1 and not os.path.isdir(os.path.join(work, "source")):
+        # an epoch of `copies` times the files (a longer epoch: its start-up weighs less)
+        os.makedirs(os.path.join(work, "source.tmp"))
+        for k in range(copies):
+            for name in sorted(os.listdir(data)):
+                shutil.copyfile(os.path.join(data, name), os.path.join(work, "source.tmp", f"c{k}_{name}"))
+        os.rename(os.path.join(work, "source.tmp"), os.path.join(work, "source"))
+    if copies > 1:
+        data = os.path.join(work, "source")
     if not os.path.isdir(os.path.join(work, "folder")):
         shutil.copytree(data, os.path.join(work, "folder"))
     for layout, extra in (("packed", []), ("shards", ["--format", "wds", "--shard-size", "8MB"])):
@@ -85,7 +94,9 @@ def _epochs(loader, epochs: int, server_pid: int) -> tuple[float, int, float, fl
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="/work/cuts")
-    parser.add_argument("--work", default="/tmp/s3/bench")
+    parser.add_argument("--work", help="where the layouts are written (default /tmp/s3/bench, "
+                        "/tmp/s3/bench-xN with --copies N)")
+    parser.add_argument("--copies", type=int, default=1, help="each file this many times (a longer epoch)")
     parser.add_argument("--latency-ms", type=float, default=25.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
@@ -95,7 +106,9 @@ def main(argv=None) -> None:
                         help="also one epoch of s3:// shards with one request in flight")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    _prepare(args.data, args.work)
+    if args.work is None:
+        args.work = "/tmp/s3/bench" if args.copies == 1 else f"/tmp/s3/bench-x{args.copies}"
+    _prepare(args.data, args.work, args.copies)
     proc, endpoint = _server(args.work, args.latency_ms, lifetime_s=1800)
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_REGION="us-east-1")
@@ -134,7 +147,7 @@ def main(argv=None) -> None:
         proc.terminate()
         proc.wait(10)
     print(describe())
-    print(f"inputs: {args.data} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
+    print(f"inputs: {args.data} x {args.copies} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
           f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
           f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
     print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "

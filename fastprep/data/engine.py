@@ -437,6 +437,11 @@ class _EpochRun:
         self.stopped = False
         self.fatal: BaseException | None = None
         self.threads = []
+        self.ahead = None  # the dataset's reads issued ahead in the epoch's order (s3:// sources)
+        if loader.num_workers > 0 and self.num_batches and self.batch_planning \
+                and hasattr(self.dataset, "read_ahead"):
+            self.ahead = self.dataset.read_ahead(indices, budget_bytes=loader.read_ahead_bytes,
+                                                 group=self.batch_size)
         if loader.num_workers > 0 and self.num_batches:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
             self.threads = [threading.Thread(target=self._read_loop, name=n, daemon=True) for n in names]
@@ -474,18 +479,22 @@ class _EpochRun:
             sample.data = sample.plan = sample.image = None
         return sample
 
-    def prepare_batch(self, indices: list[int]) -> tuple[list[_Sample], float]:
+    def prepare_batch(self, indices: list[int], positions: range | None = None) -> tuple[list[_Sample], float]:
         """:meth:`prepare` for one batch's indices, as two native calls where the dataset
         and pipeline allow (``read_encoded_batch``, ``NativePipeline.plan_batch``); samples
-        those calls do not plan take :meth:`prepare`. Returns the samples and the thread-CPU
-        seconds spent reading."""
+        those calls do not plan take :meth:`prepare`. ``positions``: the indices' positions
+        in the epoch, for the reads issued ahead (:attr:`ahead`). Returns the samples and
+        the thread-CPU seconds spent reading."""
         if not self.batch_planning:
             samples = [self.prepare(i) for i in indices]
             return samples, sum(s.read_s for s in samples)
         dataset = self.dataset
         samples = [_Sample(i, _sample_name(dataset, i)) for i in indices]
         start = time.thread_time()
-        read = dataset.read_encoded_batch(indices)
+        if self.ahead is not None and positions is not None:
+            read = self.ahead.read_batch(positions)
+        else:
+            read = dataset.read_encoded_batch(indices)
         read_s = time.thread_time() - start
         live = []
         for j, (data, name) in enumerate(read):
@@ -626,10 +635,11 @@ class _EpochRun:
                 self.cond.wait()
             k = self.next_batch
             self.next_batch += 1
-        indices = [self.indices[p] for p in self._positions(k)]
+        positions = self._positions(k)
+        indices = [self.indices[p] for p in positions]
         start = time.thread_time()
         try:
-            samples, read_s = self.prepare_batch(indices)
+            samples, read_s = self.prepare_batch(indices, positions)
         except BaseException:  # a bug or an unexpected error: again per sample, to name it
             samples = [self._prepare_or_fatal(i) for i in indices]
             read_s = sum(s.read_s for s in samples)
@@ -708,6 +718,8 @@ class _EpochRun:
                 self.ring.release(batch.slot)
             self.results.clear()
             self.cond.notify_all()
+        if self.ahead is not None:
+            self.ahead.close()
         current = threading.current_thread()
         for t in self.threads:
             if t is not current:

@@ -89,11 +89,16 @@ class StorageOptions:
         retries: how many times a request that failed transiently (5xx, SlowDown, 429, a
             timeout, a reset connection) is tried again, with exponential backoff and
             jitter; after that it fails with an ``OSError`` naming the URL.
+        read_ahead: the threads engine issues the epoch's reads in its order ahead of the
+            readers (up to ``max_in_flight`` in flight, within the engine's read-ahead byte
+            budget), neighbouring range reads coalesced; ``False``: each batch's reads are
+            issued when a reader takes the batch.
     """
 
     max_in_flight: int = 128
     timeout_s: float = 30.0
     retries: int = 5
+    read_ahead: bool = True
 
     def __post_init__(self):
         if not isinstance(self.max_in_flight, int) or isinstance(self.max_in_flight, bool) \
@@ -104,6 +109,8 @@ class StorageOptions:
             raise ValueError(f"timeout_s must be a number in (0, 3600], got {self.timeout_s!r}")
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or not 0 <= self.retries <= 100:
             raise ValueError(f"retries must be an int in [0, 100], got {self.retries!r}")
+        if not isinstance(self.read_ahead, bool):
+            raise TypeError(f"read_ahead must be a bool, got {self.read_ahead!r}")
 
 
 class LoaderOptions(TypedDict, total=False):
