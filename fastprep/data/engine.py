@@ -455,13 +455,14 @@ class _EpochRun:
     def key(self, index: int) -> int:
         return sample_key(self.epoch_seed, self.epoch, index)
 
-    def prepare(self, index: int) -> _Sample:
+    def prepare(self, index: int, read: tuple[torch.Tensor, str] | None = None) -> _Sample:
         """Read, route and plan (or fully decode) one sample; expected failures are kept
-        in ``sample.error``, anything else raises."""
+        in ``sample.error``, anything else raises. ``read``: its ``(bytes, name)`` when
+        already read."""
         sample = _Sample(index, _sample_name(self.dataset, index))
         try:
             start = time.thread_time()
-            data, sample.name = self.dataset.read_encoded(index)
+            data, sample.name = self.dataset.read_encoded(index) if read is None else read
             sample.read_s = time.thread_time() - start
             sample.nbytes = int(data.numel())
             reason = self.dataset.fallback_reason(data)
@@ -513,8 +514,8 @@ class _EpochRun:
             elif route == "error":
                 s.error = _failure(fio.DecodeError(value), s.name, s.index)
                 s.data = None
-            else:  # not a JPEG, EXIF-rotated, ...: the per-sample path, which reads it again
-                samples[j] = self.prepare(s.index)
+            else:  # not a JPEG, EXIF-rotated, ...: the per-sample path, with the bytes read
+                samples[j] = self.prepare(s.index, (s.data, s.name))
                 read_s += samples[j].read_s
         return samples, read_s
 

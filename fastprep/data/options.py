@@ -126,6 +126,8 @@ class LoaderOptions(TypedDict, total=False):
     multiprocessing_context: Any
     worker_init_fn: Callable[[int], None] | None
     spawn_via_forkserver: bool
+    # the order: a block shuffle (EpochSampler's shuffle_block)
+    shuffle_block: int
     # to the dataset: what a folder lists and which files take the full-decode fallback
     extensions: str | Iterable[str] | None
     jpeg_only: bool
