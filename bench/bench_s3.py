@@ -35,7 +35,8 @@ import time
 import fastprep.data as D
 from fastprep._platform import describe
 
-LAYOUTS = ("folder", "packed", "shards")
+#: rows: (layout, its folder, make_loader keywords); the block-shuffle row reads the shards
+ROWS = {"folder": ("folder", {}), "packed": ("packed", {}), "shards": ("shards", {})}
 
 
 def _prepare(data: str, work: str, copies: int) -> None:
@@ -104,6 +105,8 @@ def main(argv=None) -> None:
     parser.add_argument("--max-in-flight", type=int, default=128)
     parser.add_argument("--serial", action=argparse.BooleanOptionalAction, default=True,
                         help="also one epoch of s3:// shards with one request in flight")
+    parser.add_argument("--shuffle-block", type=int, default=16,
+                        help="also the shards with this block shuffle (0: not)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if args.work is None:
@@ -115,11 +118,14 @@ def main(argv=None) -> None:
     storage = D.StorageOptions(max_in_flight=args.max_in_flight)
     try:
         loaders = {}
-        for layout in LAYOUTS:
-            for where, source in (("local", os.path.join(args.work, layout)), ("s3", f"s3://data/{layout}/")):
+        rows = dict(ROWS)
+        if args.shuffle_block > 1:
+            rows[f"shards, blocks of {args.shuffle_block}"] = ("shards", {"shuffle_block": args.shuffle_block})
+        for layout, (folder, options) in rows.items():
+            for where, source in (("local", os.path.join(args.work, folder)), ("s3", f"s3://data/{folder}/")):
                 kwargs = {"storage": storage} if where == "s3" else {}
                 loader = D.make_loader(source, recipe="imagenet-train", batch_size=args.batch_size, device="cpu",
-                                       seed=0, **kwargs)
+                                       seed=0, **kwargs, **options)
                 _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
                 loaders[layout, where] = loader
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
@@ -153,7 +159,7 @@ def main(argv=None) -> None:
     print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
           "| in flight (mean / max) | retries |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    rows = []
+    table = []
     for layout, where in rates:
         local = statistics.median(rates[layout, "local"])
         rate = statistics.median(rates[layout, where])
@@ -165,12 +171,12 @@ def main(argv=None) -> None:
                  f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
         used = f"{client_ms:.2f}" + (f" + {server_ms:.2f}" if where != "local" else "")
         print(f"| {layout} | {where} | {rate:,.0f} | {rate / local:.2f}x | {used} " + extra)
-        rows.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
+        table.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
                      "ratio_vs_local": rate / local, "cpu_ms_per_sample": cpu[layout, where], "counters": c})
     print(f"load average during the run (1, 5, 15 min): {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"platform": describe(), "args": vars(args), "rows": rows}, f, indent=1)
+            json.dump({"platform": describe(), "args": vars(args), "rows": table}, f, indent=1)
 
 
 if __name__ == "__main__":
