@@ -12,6 +12,7 @@ import pickle
 import shutil
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -381,6 +382,18 @@ class TestBlockShuffle:
         resumed = D.make_loader(url, **kwargs)
         resumed.load_state_dict(state)
         _assert_same(head + [(x.clone(), y.clone()) for x, y in resumed], full)
+
+
+def test_ray_reads_the_same_urls(data, on_moto):
+    """RayLoader's listing of an s3:// folder is the local folder's (same files, classes,
+    order) and its read tasks' bytes are the files' (no Ray cluster needed for either)."""
+    ray_module = pytest.importorskip("fastprep.data.ray")
+    paths, labels = ray_module._listing(f"s3://{BUCKET}/folder/", None)
+    local = D.JpegFolder(data / "folder")
+    rel = [os.path.relpath(p, data / "folder").replace(os.sep, "/") for p in local.files]
+    assert paths == [f"s3://{BUCKET}/folder/{r}" for r in rel] and labels == list(local.targets)
+    batch = ray_module._read_bytes({"path": paths + [f"s3://{BUCKET}/folder/cat/missing.jpg"]})
+    assert list(batch["bytes"]) == [Path(p).read_bytes() for p in local.files] + [b""]
 
 
 class TestErrors:
