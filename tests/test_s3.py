@@ -297,7 +297,7 @@ class TestReadAhead:
         flight than the two reader threads' batches hold, the local tree's batches; without
         read-ahead, at most those two batches."""
         ref = _batches(str(data / "shards"))
-        server = local_server(latency_s=0.05)
+        server = local_server(latency_s=0.3)  # long enough for all 11 reads to overlap on a loaded machine
         for read_ahead, bound in ((True, None), (False, 6)):
             server.reset_stats()
             got = _batches(f"s3://{BUCKET}/shards", storage=D.StorageOptions(read_ahead=read_ahead))
@@ -394,6 +394,21 @@ def test_ray_reads_the_same_urls(data, on_moto):
     assert paths == [f"s3://{BUCKET}/folder/{r}" for r in rel] and labels == list(local.targets)
     batch = ray_module._read_bytes({"path": paths + [f"s3://{BUCKET}/folder/cat/missing.jpg"]})
     assert list(batch["bytes"]) == [Path(p).read_bytes() for p in local.files] + [b""]
+
+
+def test_bench_cli_on_a_served_folder(data, monkeypatch, capsys):
+    """python -m fastprep.bench --data s3://... --serve DIR: the loader over the served
+    folder beside the same files on disk, with the client's counters."""
+    from fastprep.bench.cli import main
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    assert main(["--data", f"s3://{BUCKET}/folder/", "--serve", str(data), "--latency-ms", "1", "--local",
+                 str(data / "folder"), "--epochs", "1", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(f"| s3://{BUCKET}/folder/"))
+    assert row.split("|")[4].strip() == str(len(D.JpegFolder(data / "folder")))  # one request per sample
 
 
 class TestErrors:

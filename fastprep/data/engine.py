@@ -515,6 +515,7 @@ class _EpochRun:
                 s.error = _failure(fio.DecodeError(value), s.name, s.index)
                 s.data = None
             else:  # not a JPEG, EXIF-rotated, ...: the per-sample path, with the bytes read
+                assert s.data is not None  # read above (live)
                 samples[j] = self.prepare(s.index, (s.data, s.name))
                 read_s += samples[j].read_s
         return samples, read_s

@@ -247,11 +247,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     seed = check_seed(seed)
     decode, output, rest = split_options(decode, output, options)
-    sampler = rest.get("sampler")
-    if sampler is not None and distributed:
-        raise ValueError("pass either sampler= or distributed=True, not both")
-    if sampler is not None and rest.get("shuffle_block", 1) != 1:
-        raise ValueError("pass either sampler= or shuffle_block=, not both (EpochSampler takes shuffle_block)")
+    sampler = _given_sampler(rest, distributed)
     dataset = _dataset(source, recipe, transform, seed, on_error, decode, rest,
                        _DefaultTransform(crop_size, mask_ratio))
     engine, pipeline, engine_reason = _choose_engine(engine, dataset, isinstance(source, Dataset),
@@ -466,6 +462,16 @@ def _choose_engine(engine, dataset, dataset_source: bool, process_only: list[str
     if process_only:
         return _EngineChoice("processes", None, f"{', '.join(process_only)} configure worker processes")
     return _EngineChoice("threads", pipeline, None)
+
+
+def _given_sampler(rest: dict, distributed: bool):
+    """``sampler=``, checked against the options that build the sampler themselves."""
+    sampler = rest.get("sampler")
+    if sampler is not None and distributed:
+        raise ValueError("pass either sampler= or distributed=True, not both")
+    if sampler is not None and rest.get("shuffle_block", 1) != 1:
+        raise ValueError("pass either sampler= or shuffle_block=, not both (EpochSampler takes shuffle_block)")
+    return sampler
 
 
 def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed, shuffle_block: int = 1) -> EpochSampler:

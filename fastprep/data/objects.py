@@ -406,9 +406,10 @@ class ReadAhead:
                 self._cond.notify_all()
             raise
 
-    def _coalesce(self, p: int, q: int) -> list[list[tuple[int, str, int | None, int | None]]]:
-        """Positions ``p .. q-1`` as runs of one request each."""
-        runs: list[list[tuple[int, str, int | None, int | None]]] = []
+    def _coalesce(self, p: int, q: int) -> list[list[tuple]]:
+        """Positions ``p .. q-1`` as runs of one request each: ``(position, name, start,
+        length)`` each, ``start`` ``None`` for a whole object."""
+        runs: list[list[tuple]] = []
         by_object: dict[str, list[tuple[int, str, int, int]]] = {}
         with self._cond:
             for k in range(p, q):
@@ -583,7 +584,7 @@ class ObjectFolder(JpegDataset):
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
 
         def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
-            return (data, "") if isinstance(data, BaseException) else (_tensor(data), self.files[indices[k]])
+            return (data, "") if isinstance(data, Exception) else (_tensor(data), self.files[indices[k]])
 
         return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes,
                          ahead=4 * self.store.options.max_in_flight, group=group)

@@ -798,7 +798,7 @@ class ShardDataset(JpegDataset):
                 requests.append(e)
 
         def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
-            if isinstance(data, BaseException):
+            if isinstance(data, Exception):
                 return data, ""
             try:
                 return self._checked_member(indices[k], data)
