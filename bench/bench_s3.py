@@ -35,6 +35,8 @@ import time
 import fastprep.data as D
 from fastprep._platform import describe
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # s3_peers, beside this file
+
 #: rows: (layout, its folder, make_loader keywords); the block-shuffle row reads the shards
 ROWS = {"folder": ("folder", {}), "packed": ("packed", {}), "shards": ("shards", {})}
 
@@ -68,14 +70,16 @@ def _server(work: str, latency_ms: float, lifetime_s: float) -> tuple[subprocess
 
 
 def _store(dataset):
+    if not isinstance(dataset, D.JpegDataset):  # a peer's
+        return None
     return getattr(dataset, "store", None) or getattr(getattr(dataset, "_storage", None), "objects", None)
 
 
 def _cpu_s(pid: int | None = None) -> float:
     """CPU seconds of this process (``pid`` None) or of process ``pid`` (from /proc)."""
-    if pid is None:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
+    if pid is None:  # with the worker processes that have ended (the peers' DataLoader workers)
+        r, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -107,6 +111,8 @@ def main(argv=None) -> None:
                         help="also one epoch of s3:// shards with one request in flight")
     parser.add_argument("--shuffle-block", type=int, default=16,
                         help="also the shards with this block shuffle (0: not)")
+    parser.add_argument("--peers", action="store_true",
+                        help="also LitData and WebDataset on the same server and images (bench/s3_peers.py)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if args.work is None:
@@ -128,6 +134,15 @@ def main(argv=None) -> None:
                                        seed=0, **kwargs, **options)
                 _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
                 loaders[layout, where] = loader
+        if args.peers:
+            import s3_peers
+
+            for where in ("local", "s3"):
+                loaders["litdata (16 MB chunks)", where] = s3_peers.litdata_loader(args.work, where, args.batch_size)
+                loaders["webdataset (whole shards)", where] = s3_peers.webdataset_loader(args.work, where, endpoint,
+                                                                                         args.batch_size)
+            for key in [k for k in loaders if k[0].startswith(("litdata", "webdataset"))]:
+                _epochs(loaders[key], 1, proc.pid)
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
         cpu: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in loaders}
         counters: dict[tuple[str, str], dict] = {}

@@ -5,7 +5,8 @@ directories through :class:`ObjectStore` too. See docs/storage.md.
 
 The client is obstore (Rust ``object_store``; ``pip install fastprep[s3]``): its requests run
 on its own threads without the GIL, and one asyncio loop per process keeps up to
-``StorageOptions.max_in_flight`` of them in flight. Credentials and the endpoint come from
+``StorageOptions.max_in_flight`` of them in flight; :class:`ReadAhead` issues an epoch's reads
+in its order ahead of the threads engine's readers, neighbouring range reads coalesced. Credentials and the endpoint come from
 the standard AWS environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
 allowed, for S3-compatible servers) and, when the environment has no key and boto3 is
@@ -509,8 +510,9 @@ class ObjectFolder(JpegDataset):
     the same tree on disk.
 
     The listing is one paginated ``ListObjectsV2`` walk of the prefix; each sample is one
-    whole-object ``GET``, and :meth:`read_encoded_batch` has all of a batch's ``GET``\\ s in
-    flight at once (up to ``storage.max_in_flight``). A folder of packed files
+    whole-object ``GET``: the threads engine issues an epoch's ``GET``\\ s in its order ahead
+    of the decode (:meth:`read_ahead`), and :meth:`read_encoded_batch` has all of a batch's
+    in flight at once (up to ``storage.max_in_flight``). A folder of packed files
     (``fastprep.pack``) is read the same way: whole objects, the packed pixels.
 
     Args:

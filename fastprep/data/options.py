@@ -79,11 +79,10 @@ class StorageOptions:
     """How ``s3://`` sources are read (docs/storage.md).
 
     Attributes:
-        max_in_flight: most requests in flight per dataset and process, over all of the loader's reader
-            threads. At a first-byte latency ``L`` (tens of ms for object storage) a rate of
-            ``R`` samples/s needs about ``R * L`` of them (1,600/s at 25 ms: 40), but a batch's
-            reads are waited for together: the default 128 lets the two reader threads' batches
-            of 64 be in flight at once (measured 1.4x the rate of 64 at +25 ms, docs/storage.md).
+        max_in_flight: most requests in flight per dataset and process, over all of the
+            loader's reader threads and its read-ahead. At a first-byte latency ``L`` (tens
+            of ms for object storage) a rate of ``R`` samples/s needs about ``R * L`` of them
+            (1,600/s at 25 ms: 40); the default 128 leaves room for bursts and slower requests.
         timeout_s: each request's limit, from connecting to its last byte (also the time
             within which its retries must end).
         retries: how many times a request that failed transiently (5xx, SlowDown, 429, a
