@@ -35,7 +35,6 @@ import time
 import fastprep.data as D
 from fastprep._platform import describe
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # s3_peers, beside this file
 
 #: rows: (layout, its folder, make_loader keywords); the block-shuffle row reads the shards
 ROWS = {"folder": ("folder", {}), "packed": ("packed", {}), "shards": ("shards", {})}
@@ -77,9 +76,9 @@ def _store(dataset):
 
 def _cpu_s(pid: int | None = None) -> float:
     """CPU seconds of this process (``pid`` None) or of process ``pid`` (from /proc)."""
-    if pid is None:  # with the worker processes that have ended (the peers' DataLoader workers)
-        r, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -94,6 +93,23 @@ def _epochs(loader, epochs: int, server_pid: int) -> tuple[float, int, float, fl
         for _, y in loader:
             n += len(y)
     return time.perf_counter() - start, n, _cpu_s() - cpu, _cpu_s(server_pid) - server
+
+
+#: bench/s3_peers.py's peers and their layouts
+PEERS = {"litdata": "16 MB chunks", "webdataset": "whole shards"}
+
+
+def _peer_run(key, args, endpoint: str, server_pid: int, size: int, rates: list, cpu: list) -> None:
+    """One run of a peer in its own process (bench/s3_peers.py): its epochs' median rate."""
+    peer, where = key[0].split(" ")[0], key[1]
+    server = _cpu_s(server_pid)
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_peers.py"),
+                          peer, where, "--work", args.work, "--endpoint", endpoint, "--epochs", str(args.epochs),
+                          "--batch-size", str(args.batch_size)], check=True, capture_output=True, text=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    rates.append(statistics.median(result["rates"]))
+    n = (len(result["rates"]) + 1) * size  # the server's CPU over the warm-up and measured epochs
+    cpu.append((statistics.median(result["cpu_ms"]), 1000 * (_cpu_s(server_pid) - server) / n))
 
 
 def main(argv=None) -> None:
@@ -134,19 +150,14 @@ def main(argv=None) -> None:
                                        seed=0, **kwargs, **options)
                 _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
                 loaders[layout, where] = loader
-        if args.peers:
-            import s3_peers
-
-            for where in ("local", "s3"):
-                loaders["litdata (16 MB chunks)", where] = s3_peers.litdata_loader(args.work, where, args.batch_size)
-                loaders["webdataset (whole shards)", where] = s3_peers.webdataset_loader(args.work, where, endpoint,
-                                                                                         args.batch_size)
-            for key in [k for k in loaders if k[0].startswith(("litdata", "webdataset"))]:
-                _epochs(loaders[key], 1, proc.pid)
+        peers = [(f"{peer} ({what})", where) for peer, what in PEERS.items() for where in ("local", "s3")] \
+            if args.peers else []
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
         cpu: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in loaders}
         counters: dict[tuple[str, str], dict] = {}
-        runs = [(key, args.epochs) for key in loaders] * args.runs
+        runs = [(key, args.epochs) for key in [*loaders, *peers]] * args.runs
+        for key in peers:
+            rates[key], cpu[key] = [], []
         if args.serial:
             loaders["shards", "s3, 1 in flight"] = D.make_loader(
                 "s3://data/shards/", recipe="imagenet-train", batch_size=args.batch_size, device="cpu", seed=0,
@@ -154,6 +165,10 @@ def main(argv=None) -> None:
             rates["shards", "s3, 1 in flight"], cpu["shards", "s3, 1 in flight"] = [], []
             runs.append((("shards", "s3, 1 in flight"), 1))
         for key, epochs in runs:
+            if key in peers:
+                _peer_run(key, args, endpoint, proc.pid, len(loaders["folder", "local"].dataset), rates[key],
+                          cpu[key])
+                continue
             loader = loaders[key]
             store = _store(loader.dataset)
             if store is not None:
