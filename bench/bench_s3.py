@@ -1,7 +1,8 @@
 """Training from S3-compatible object storage against the same files on local disk, in one run.
 
-    python bench/bench_s3.py [--data /work/cuts] [--work /tmp/s3/bench] [--latency-ms 25] [--runs 3]
-                             [--epochs 2] [--max-in-flight 64] [--json FILE]
+    python bench/bench_s3.py [--data /work/cuts] [--copies 4] [--work DIR] [--latency-ms 25] [--runs 3]
+                             [--epochs 2] [--max-in-flight 128] [--shuffle-block 16] [--per-batch]
+                             [--peers] [--json FILE]
 
 The plain train recipe (``make_loader(SRC, recipe="imagenet-train")``, threads engine, its
 default workers, CPU batches) over ``--data`` (default: the real-photo cuts, 600 JPEGs of 500
@@ -11,6 +12,12 @@ px long side), in three layouts, each read from local disk and from ``s3://``:
 * ``packed``: ``python -m fastprep.pack DATA WORK/packed`` (restart intervals), whole objects;
 * ``shards``: ``python -m fastprep.pack DATA WORK/shards --format wds --shard-size 8MB``, one
   range GET per sample.
+
+``--copies N`` makes every file N times (a longer epoch, whose first round trip weighs
+less); ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read
+per block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
+reader takes it), ``--peers`` LitData and WebDataset on the same server and images
+(bench/s3_peers.py, each in its own process).
 
 The object store is :class:`fastprep.bench.s3server.LocalS3Server` on 127.0.0.1 in a
 subprocess (its own GIL, but the same 2 cores as the loader), adding ``--latency-ms`` to every
@@ -127,6 +134,8 @@ def main(argv=None) -> None:
                         help="also one epoch of s3:// shards with one request in flight")
     parser.add_argument("--shuffle-block", type=int, default=16,
                         help="also the shards with this block shuffle (0: not)")
+    parser.add_argument("--per-batch", action="store_true",
+                        help="also the shards without read-ahead (each batch's reads issued when it is taken)")
     parser.add_argument("--peers", action="store_true",
                         help="also LitData and WebDataset on the same server and images (bench/s3_peers.py)")
     parser.add_argument("--json")
@@ -141,13 +150,18 @@ def main(argv=None) -> None:
     try:
         loaders = {}
         rows = dict(ROWS)
+        if args.per_batch:
+            rows["shards, per batch"] = ("shards", {"storage": D.StorageOptions(max_in_flight=args.max_in_flight,
+                                                                               read_ahead=False)})
         if args.shuffle_block > 1:
             rows[f"shards, blocks of {args.shuffle_block}"] = ("shards", {"shuffle_block": args.shuffle_block})
         for layout, (folder, options) in rows.items():
             for where, source in (("local", os.path.join(args.work, folder)), ("s3", f"s3://data/{folder}/")):
-                kwargs = {"storage": storage} if where == "s3" else {}
+                kwargs = {k: v for k, v in options.items() if k != "storage"}
+                if where == "s3":
+                    kwargs["storage"] = options.get("storage", storage)
                 loader = D.make_loader(source, recipe="imagenet-train", batch_size=args.batch_size, device="cpu",
-                                       seed=0, **kwargs, **options)
+                                       seed=0, **kwargs)
                 _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
                 loaders[layout, where] = loader
         peers = [(f"{peer} ({what})", where) for peer, what in PEERS.items() for where in ("local", "s3")] \
