@@ -297,15 +297,18 @@ class TestReadAhead:
         flight than the two reader threads' batches hold, the local tree's batches; without
         read-ahead, at most those two batches."""
         ref = _batches(str(data / "shards"))
-        server = local_server(latency_s=0.3)  # long enough for all 11 reads to overlap on a loaded machine
-        for read_ahead, bound in ((True, None), (False, 6)):
-            server.reset_stats()
-            got = _batches(f"s3://{BUCKET}/shards", storage=D.StorageOptions(read_ahead=read_ahead))
-            _assert_same(got, ref)
-            if bound is None:
-                assert server.stats["max_in_flight"] > 6
-            else:
-                assert server.stats["max_in_flight"] <= bound
+        local_server(latency_s=0.1)
+        for read_ahead in (True, False):
+            loader = D.make_loader(f"s3://{BUCKET}/shards", batch_size=3, crop_size=24, device="cpu", seed=7,
+                                   num_workers=2, storage=D.StorageOptions(read_ahead=read_ahead))
+            store = loader.dataset.object_store
+            store.reset_stats()  # counted from here: the epoch's reads, not the opening's
+            _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
+            stats = store.stats
+            if read_ahead:  # every request of the epoch in flight at once (0.1 s each, fewer than 128)
+                assert stats["max_in_flight"] == stats["requests"] > 6
+            else:  # two reader threads, a batch of 3 each, one request per sample
+                assert stats["max_in_flight"] <= 6 and stats["requests"] == len(loader.dataset)
 
     def test_left_epoch_stops_its_reads(self, data, local_server):
         """An epoch left after one batch closes its read-ahead (no hang); the next epoch is

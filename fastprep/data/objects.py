@@ -5,10 +5,11 @@ directories through :class:`ObjectStore` too. See docs/storage.md.
 
 The client is obstore (Rust ``object_store``; ``pip install fastprep[s3]``): its requests run
 on its own threads without the GIL, and one asyncio loop per process keeps up to
-``StorageOptions.max_in_flight`` of them in flight; :class:`ReadAhead` issues an epoch's reads
-in its order ahead of the threads engine's readers, neighbouring range reads coalesced. Credentials and the endpoint come from
-the standard AWS environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
+``StorageOptions.max_in_flight`` of them in flight; :class:`ReadAhead` issues an epoch's
+reads in its order ahead of the threads engine's readers, neighbouring range reads
+coalesced. Credentials and the endpoint come from the standard AWS environment variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
 allowed, for S3-compatible servers) and, when the environment has no key and boto3 is
 installed, from boto3's chain (``~/.aws/config``, ``~/.aws/credentials``, SSO, ...). They are
 never printed, never pickled (a worker or a copy of the dataset builds its own client) and
