@@ -351,6 +351,8 @@ class TestBlockShuffle:
         assert not torch.equal(block_permutation(3, 1, 200, 4), block_permutation(4, 1, 200, 4))
         with pytest.raises(ValueError, match="shuffle_block"):
             D.EpochSampler(10, shuffle_block=0)
+        with pytest.raises(ValueError, match="shuffle_block"):
+            D.make_loader([__file__], sampler=[0], shuffle_block=4, device="cpu")
 
     def test_coalesced_with_faults_same_batches(self, data, local_server):
         """shards read in blocks of 4 neighbours: fewer requests than samples (a block's
