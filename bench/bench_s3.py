@@ -1,7 +1,8 @@
 """Training from S3-compatible object storage against the same files on local disk, in one run.
 
-    python bench/bench_s3.py [--data /work/cuts] [--work /tmp/s3/bench] [--latency-ms 25] [--runs 3]
-                             [--epochs 2] [--max-in-flight 64] [--json FILE]
+    python bench/bench_s3.py [--data /work/cuts] [--copies 4] [--work DIR] [--latency-ms 25] [--runs 3]
+                             [--epochs 2] [--max-in-flight 128] [--shuffle-block 16] [--per-batch]
+                             [--peers] [--json FILE]
 
 The plain train recipe (``make_loader(SRC, recipe="imagenet-train")``, threads engine, its
 default workers, CPU batches) over ``--data`` (default: the real-photo cuts, 600 JPEGs of 500
@@ -11,6 +12,12 @@ px long side), in three layouts, each read from local disk and from ``s3://``:
 * ``packed``: ``python -m fastprep.pack DATA WORK/packed`` (restart intervals), whole objects;
 * ``shards``: ``python -m fastprep.pack DATA WORK/shards --format wds --shard-size 8MB``, one
   range GET per sample.
+
+``--copies N`` makes every file N times (a longer epoch, whose first round trip weighs
+less); ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read
+per block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
+reader takes it), ``--peers`` LitData and WebDataset on the same server and images
+(bench/s3_peers.py, each in its own process).
 
 The object store is :class:`fastprep.bench.s3server.LocalS3Server` on 127.0.0.1 in a
 subprocess (its own GIL, but the same 2 cores as the loader), adding ``--latency-ms`` to every
@@ -35,11 +42,22 @@ import time
 import fastprep.data as D
 from fastprep._platform import describe
 
-LAYOUTS = ("folder", "packed", "shards")
+
+#: rows: (layout, its folder, make_loader keywords); the block-shuffle row reads the shards
+ROWS = {"folder": ("folder", {}), "packed": ("packed", {}), "shards": ("shards", {})}
 
 
-def _prepare(data: str, work: str) -> None:
+def _prepare(data: str, work: str, copies: int) -> None:
     os.makedirs(work, exist_ok=True)
+    if copies > 1 and not os.path.isdir(os.path.join(work, "source")):
+        # an epoch of `copies` times the files (a longer epoch: its start-up weighs less)
+        os.makedirs(os.path.join(work, "source.tmp"))
+        for k in range(copies):
+            for name in sorted(os.listdir(data)):
+                shutil.copyfile(os.path.join(data, name), os.path.join(work, "source.tmp", f"c{k}_{name}"))
+        os.rename(os.path.join(work, "source.tmp"), os.path.join(work, "source"))
+    if copies > 1:
+        data = os.path.join(work, "source")
     if not os.path.isdir(os.path.join(work, "folder")):
         shutil.copytree(data, os.path.join(work, "folder"))
     for layout, extra in (("packed", []), ("shards", ["--format", "wds", "--shard-size", "8MB"])):
@@ -58,6 +76,8 @@ def _server(work: str, latency_ms: float, lifetime_s: float) -> tuple[subprocess
 
 
 def _store(dataset):
+    if not isinstance(dataset, D.JpegDataset):  # a peer's
+        return None
     return getattr(dataset, "store", None) or getattr(getattr(dataset, "_storage", None), "objects", None)
 
 
@@ -82,10 +102,29 @@ def _epochs(loader, epochs: int, server_pid: int) -> tuple[float, int, float, fl
     return time.perf_counter() - start, n, _cpu_s() - cpu, _cpu_s(server_pid) - server
 
 
+#: bench/s3_peers.py's peers and their layouts
+PEERS = {"litdata": "16 MB chunks", "webdataset": "whole shards"}
+
+
+def _peer_run(key, args, endpoint: str, server_pid: int, size: int, rates: list, cpu: list) -> None:
+    """One run of a peer in its own process (bench/s3_peers.py): its epochs' median rate."""
+    peer, where = key[0].split(" ")[0], key[1]
+    server = _cpu_s(server_pid)
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_peers.py"),
+                          peer, where, "--work", args.work, "--endpoint", endpoint, "--epochs", str(args.epochs),
+                          "--batch-size", str(args.batch_size)], check=True, capture_output=True, text=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    rates.append(statistics.median(result["rates"]))
+    n = (len(result["rates"]) + 1) * size  # the server's CPU over the warm-up and measured epochs
+    cpu.append((statistics.median(result["cpu_ms"]), 1000 * (_cpu_s(server_pid) - server) / n))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="/work/cuts")
-    parser.add_argument("--work", default="/tmp/s3/bench")
+    parser.add_argument("--work", help="where the layouts are written (default /tmp/s3/bench, "
+                        "/tmp/s3/bench-xN with --copies N)")
+    parser.add_argument("--copies", type=int, default=1, help="each file this many times (a longer epoch)")
     parser.add_argument("--latency-ms", type=float, default=25.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
@@ -93,26 +132,46 @@ def main(argv=None) -> None:
     parser.add_argument("--max-in-flight", type=int, default=128)
     parser.add_argument("--serial", action=argparse.BooleanOptionalAction, default=True,
                         help="also one epoch of s3:// shards with one request in flight")
+    parser.add_argument("--shuffle-block", type=int, default=16,
+                        help="also the shards with this block shuffle (0: not)")
+    parser.add_argument("--per-batch", action="store_true",
+                        help="also the shards without read-ahead (each batch's reads issued when it is taken)")
+    parser.add_argument("--peers", action="store_true",
+                        help="also LitData and WebDataset on the same server and images (bench/s3_peers.py)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    _prepare(args.data, args.work)
+    if args.work is None:
+        args.work = "/tmp/s3/bench" if args.copies == 1 else f"/tmp/s3/bench-x{args.copies}"
+    _prepare(args.data, args.work, args.copies)
     proc, endpoint = _server(args.work, args.latency_ms, lifetime_s=1800)
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_REGION="us-east-1")
     storage = D.StorageOptions(max_in_flight=args.max_in_flight)
     try:
         loaders = {}
-        for layout in LAYOUTS:
-            for where, source in (("local", os.path.join(args.work, layout)), ("s3", f"s3://data/{layout}/")):
-                kwargs = {"storage": storage} if where == "s3" else {}
+        rows = dict(ROWS)
+        if args.per_batch:
+            rows["shards, per batch"] = ("shards", {"storage": D.StorageOptions(max_in_flight=args.max_in_flight,
+                                                                               read_ahead=False)})
+        if args.shuffle_block > 1:
+            rows[f"shards, blocks of {args.shuffle_block}"] = ("shards", {"shuffle_block": args.shuffle_block})
+        for layout, (folder, options) in rows.items():
+            for where, source in (("local", os.path.join(args.work, folder)), ("s3", f"s3://data/{folder}/")):
+                kwargs = {k: v for k, v in options.items() if k != "storage"}
+                if where == "s3":
+                    kwargs["storage"] = options.get("storage", storage)
                 loader = D.make_loader(source, recipe="imagenet-train", batch_size=args.batch_size, device="cpu",
                                        seed=0, **kwargs)
                 _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels
                 loaders[layout, where] = loader
+        peers = [(f"{peer} ({what})", where) for peer, what in PEERS.items() for where in ("local", "s3")] \
+            if args.peers else []
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
         cpu: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in loaders}
         counters: dict[tuple[str, str], dict] = {}
-        runs = [(key, args.epochs) for key in loaders] * args.runs
+        runs = [(key, args.epochs) for key in [*loaders, *peers]] * args.runs
+        for key in peers:
+            rates[key], cpu[key] = [], []
         if args.serial:
             loaders["shards", "s3, 1 in flight"] = D.make_loader(
                 "s3://data/shards/", recipe="imagenet-train", batch_size=args.batch_size, device="cpu", seed=0,
@@ -120,6 +179,10 @@ def main(argv=None) -> None:
             rates["shards", "s3, 1 in flight"], cpu["shards", "s3, 1 in flight"] = [], []
             runs.append((("shards", "s3, 1 in flight"), 1))
         for key, epochs in runs:
+            if key in peers:
+                _peer_run(key, args, endpoint, proc.pid, len(loaders["folder", "local"].dataset), rates[key],
+                          cpu[key])
+                continue
             loader = loaders[key]
             store = _store(loader.dataset)
             if store is not None:
@@ -134,13 +197,13 @@ def main(argv=None) -> None:
         proc.terminate()
         proc.wait(10)
     print(describe())
-    print(f"inputs: {args.data} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
+    print(f"inputs: {args.data} x {args.copies} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
           f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
           f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
     print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
           "| in flight (mean / max) | retries |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    rows = []
+    table = []
     for layout, where in rates:
         local = statistics.median(rates[layout, "local"])
         rate = statistics.median(rates[layout, where])
@@ -152,12 +215,12 @@ def main(argv=None) -> None:
                  f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
         used = f"{client_ms:.2f}" + (f" + {server_ms:.2f}" if where != "local" else "")
         print(f"| {layout} | {where} | {rate:,.0f} | {rate / local:.2f}x | {used} " + extra)
-        rows.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
+        table.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
                      "ratio_vs_local": rate / local, "cpu_ms_per_sample": cpu[layout, where], "counters": c})
     print(f"load average during the run (1, 5, 15 min): {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"platform": describe(), "args": vars(args), "rows": rows}, f, indent=1)
+            json.dump({"platform": describe(), "args": vars(args), "rows": table}, f, indent=1)
 
 
 if __name__ == "__main__":

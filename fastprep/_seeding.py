@@ -100,6 +100,8 @@ def sample_key(seed: int, epoch: int, index: int) -> int:
 ORDER_DOMAIN = 0x6F72646572  # "order"
 #: :func:`derived_key` domain of the DataLoader worker seeds of an unseeded epoch.
 WORKERS_DOMAIN = 0x776F726B  # "work"
+#: :func:`block_permutation`'s domain
+BLOCK_ORDER_DOMAIN = 0x626C6F636B  # "block"
 #: :func:`derived_key` domain of a sample's seed for Python's ``random`` (:func:`sample_rng`).
 PYTHON_RANDOM_DOMAIN = 0x72616E646F6D  # "random"
 #: :func:`derived_key` domain of a sample's seed for NumPy's global RNG (:func:`sample_rng`).
@@ -129,6 +131,29 @@ def epoch_permutation(seed: int, epoch: int, size: int) -> torch.Tensor:
         raise ValueError(f"size must be >= 0, got {size}")
     gen = torch.Generator().manual_seed(derived_key(seed, epoch, 0, ORDER_DOMAIN))
     return torch.randperm(size, generator=gen)
+
+
+def block_permutation(seed: int, epoch: int, size: int, block: int) -> torch.Tensor:
+    """A block shuffle of ``range(size)`` for ``epoch`` under ``seed``: the blocks of
+    ``block`` consecutive indices (the last one shorter) in a random order, the indices
+    inside each block in a random order of their own. Keyed by ``derived_key(seed, epoch,
+    0, BLOCK_ORDER_DOMAIN)``; ``block == 1`` is a plain permutation (not
+    :func:`epoch_permutation`'s).
+
+    Returns:
+        int64 tensor ``[size]``.
+    """
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    gen = torch.Generator().manual_seed(derived_key(seed, epoch, 0, BLOCK_ORDER_DOMAIN))
+    num_blocks = -(-size // block)
+    rank = torch.empty(num_blocks, dtype=torch.int64)
+    rank[torch.randperm(num_blocks, generator=gen)] = torch.arange(num_blocks)  # each block's place
+    within = torch.rand(size, generator=gen, dtype=torch.float64)  # in [0, 1): the order inside a block
+    key = rank.repeat_interleave(block)[:size].to(torch.float64) + within
+    return torch.sort(key, stable=True).indices
 
 
 @contextlib.contextmanager

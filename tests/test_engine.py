@@ -95,12 +95,13 @@ def _threads():
 
     ``fastprep.functional`` keeps one process-wide helper pool for its kernels
     (``fastprep-kernel_*``) on purpose; an earlier test may have started it, and it is
-    not the loader's to stop, so it is not counted.
+    not the loader's to stop, so it is not counted; nor is the process-wide asyncio loop of
+    ``s3://`` requests (``fastprep-s3``, started by an earlier object storage test).
     """
     return {
         t
         for t in threading.enumerate()
-        if t.name.startswith("fastprep-") and not t.name.startswith("fastprep-kernel")
+        if t.name.startswith("fastprep-") and not t.name.startswith(("fastprep-kernel", "fastprep-s3"))
     }
 
 

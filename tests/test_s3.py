@@ -12,6 +12,7 @@ import pickle
 import shutil
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -288,6 +289,131 @@ class TestFaults:
         skipped = loader.dataset.skipped_files
         assert [s.path for s in skipped] == [f"s3://{BUCKET}/folder/dog/e.jpeg"]
         assert "503" in skipped[0].reason
+
+
+class TestReadAhead:
+    def test_reads_ahead_of_the_batch(self, data, local_server):
+        """The epoch's reads are issued in its order ahead of the readers: more requests in
+        flight than the two reader threads' batches hold, the local tree's batches; without
+        read-ahead, at most those two batches."""
+        ref = _batches(str(data / "shards"))
+        local_server(latency_s=0.1)
+        for read_ahead in (True, False):
+            loader = D.make_loader(f"s3://{BUCKET}/shards", batch_size=3, crop_size=24, device="cpu", seed=7,
+                                   num_workers=2, storage=D.StorageOptions(read_ahead=read_ahead))
+            store = loader.dataset.object_store
+            store.reset_stats()  # counted from here: the epoch's reads, not the opening's
+            _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
+            stats = store.stats
+            if read_ahead:  # every request of the epoch in flight at once (0.1 s each, fewer than 128)
+                assert stats["max_in_flight"] == stats["requests"] > 6
+            else:  # two reader threads, a batch of 3 each, one request per sample
+                assert stats["max_in_flight"] <= 6 and stats["requests"] == len(loader.dataset)
+
+    def test_left_epoch_stops_its_reads(self, data, local_server):
+        """An epoch left after one batch closes its read-ahead (no hang); the next epoch is
+        the local tree's."""
+        local_server(latency_s=0.02)
+        loader = D.make_loader(f"s3://{BUCKET}/folder", batch_size=3, crop_size=24, device="cpu", seed=7,
+                               num_workers=2)
+        start = time.monotonic()
+        for _ in loader:
+            break
+        assert time.monotonic() - start < 10
+        loader.set_epoch(1)
+        local = D.make_loader(str(data / "folder"), batch_size=3, crop_size=24, device="cpu", seed=7, num_workers=2)
+        local.set_epoch(1)
+        _assert_same([(x.clone(), y.clone()) for x, y in loader], [(x.clone(), y.clone()) for x, y in local])
+
+
+class TestBlockShuffle:
+    def test_block_order(self):
+        """Blocks of consecutive indices in a keyed order, each block's indices together
+        (in an order of their own); keyed by (seed, epoch)."""
+        from fastprep._seeding import block_permutation
+
+        for size, block in ((20, 4), (23, 5), (7, 16), (9, 1)):
+            order = block_permutation(3, 1, size, block).tolist()
+            assert sorted(order) == list(range(size))
+            runs, k = [], 0
+            while k < size:  # the order cut where the block changes
+                j = k
+                while j < size and order[j] // block == order[k] // block:
+                    j += 1
+                runs.append(order[k:j])
+                k = j
+            assert len(runs) == -(-size // block)  # each block in one run
+            for run in runs:
+                b = run[0] // block
+                assert sorted(run) == list(range(b * block, min(size, (b + 1) * block)))
+        assert torch.equal(block_permutation(3, 1, 200, 4), block_permutation(3, 1, 200, 4))
+        assert not torch.equal(block_permutation(3, 1, 200, 4), block_permutation(3, 2, 200, 4))
+        assert not torch.equal(block_permutation(3, 1, 200, 4), block_permutation(4, 1, 200, 4))
+        with pytest.raises(ValueError, match="shuffle_block"):
+            D.EpochSampler(10, shuffle_block=0)
+        with pytest.raises(ValueError, match="shuffle_block"):
+            D.make_loader([__file__], sampler=[0], shuffle_block=4, device="cpu")
+
+    def test_coalesced_with_faults_same_batches(self, data, local_server):
+        """shards read in blocks of 4 neighbours: fewer requests than samples (a block's
+        neighbours in one shard are one range read), with 503s and resets the local tree's
+        batches."""
+        kwargs = dict(batch_size=4, crop_size=24, device="cpu", seed=7, num_workers=2, shuffle_block=4)
+        ref = [(x.clone(), y.clone()) for x, y in D.make_loader(str(data / "shards"), **kwargs)]
+        plain = D.make_loader(str(data / "shards"), **{**kwargs, "shuffle_block": 1})
+        assert torch.cat([y for _, y in ref]).tolist() != torch.cat([y for _, y in plain]).tolist()
+        local_server(fail_every=7, reset_every=11)
+        loader = D.make_loader(f"s3://{BUCKET}/shards", **kwargs)
+        store = loader.dataset.object_store
+        store.reset_stats()
+        _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
+        # per batch, one read per shard it touches (this tree's samples are a few kB: a
+        # shard's samples in a batch are close enough to be one read)
+        ds = loader.dataset
+        order = D.EpochSampler(len(ds), seed=7, shuffle_block=4).indices()
+        reads = sum(len({int(ds._shard_ids[i]) for i in order[k:k + 4]}) for k in range(0, len(order), 4))
+        assert store.stats["requests"] == reads < len(ds)
+
+    def test_resume_mid_epoch(self, data, on_moto):
+        url = f"s3://{BUCKET}/shards"
+        kwargs = dict(batch_size=3, device="cpu", seed=7, shuffle=True, recipe="imagenet-train", num_workers=2,
+                      shuffle_block=4)
+        full = [(x.clone(), y.clone()) for x, y in D.make_loader(str(data / "shards"), **kwargs)]
+        loader = D.make_loader(url, **kwargs)
+        it = iter(loader)
+        head = [(x.clone(), y.clone()) for x, y in (next(it), next(it))]
+        state = loader.state_dict()
+        del it
+        resumed = D.make_loader(url, **kwargs)
+        resumed.load_state_dict(state)
+        _assert_same(head + [(x.clone(), y.clone()) for x, y in resumed], full)
+
+
+def test_ray_reads_the_same_urls(data, on_moto):
+    """RayLoader's listing of an s3:// folder is the local folder's (same files, classes,
+    order) and its read tasks' bytes are the files' (no Ray cluster needed for either)."""
+    ray_module = pytest.importorskip("fastprep.data.ray")
+    paths, labels = ray_module._listing(f"s3://{BUCKET}/folder/", None)
+    local = D.JpegFolder(data / "folder")
+    rel = [os.path.relpath(p, data / "folder").replace(os.sep, "/") for p in local.files]
+    assert paths == [f"s3://{BUCKET}/folder/{r}" for r in rel] and labels == list(local.targets)
+    batch = ray_module._read_bytes({"path": paths + [f"s3://{BUCKET}/folder/cat/missing.jpg"]})
+    assert list(batch["bytes"]) == [Path(p).read_bytes() for p in local.files] + [b""]
+
+
+def test_bench_cli_on_a_served_folder(data, monkeypatch, capsys):
+    """python -m fastprep.bench --data s3://... --serve DIR: the loader over the served
+    folder beside the same files on disk, with the client's counters."""
+    from fastprep.bench.cli import main
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    assert main(["--data", f"s3://{BUCKET}/folder/", "--serve", str(data), "--latency-ms", "1", "--local",
+                 str(data / "folder"), "--epochs", "1", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(f"| s3://{BUCKET}/folder/"))
+    assert row.split("|")[4].strip() == str(len(D.JpegFolder(data / "folder")))  # one request per sample
 
 
 class TestErrors:

@@ -88,7 +88,9 @@ WORKERS_MEANING = ("each row's loader workers: native decode threads for the row
 
 def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--data", metavar="DIR", help="folder of your JPEGs (ImageFolder layout or flat); default: a "
+    g.add_argument("--data", metavar="DIR", help="folder of your JPEGs (ImageFolder layout or flat; an s3:// URL "
+                   "runs the object storage measurement instead: python -m fastprep.bench --data s3://B/P/ --help); "
+                   "default: a "
                    "built-in synthetic set of q90 4:2:0 photos (800x533 for the seed recipe; 500x375 or 4000x3000 for "
                    "the ImageNet recipes, see --builtin-size), generated once and cached under $FASTPREP_CACHE "
                    "(default ~/.cache/fastprep)")
@@ -653,10 +655,24 @@ def run_diagnose(cfg: BenchConfig) -> int:
     return 1 if any(r.get("error") for rungs in ladders.values() for r in rungs) else 0
 
 
+def _object_url_data(argv: list[str]) -> bool:
+    """``--data`` names an ``s3://`` URL."""
+    for k, arg in enumerate(argv):
+        if arg == "--data" and k + 1 < len(argv):
+            return argv[k + 1].startswith("s3://")
+        if arg.startswith("--data="):
+            return arg.split("=", 1)[1].startswith("s3://")
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 all ran, 1 a configuration failed, 2 bad
     arguments or unusable data)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _object_url_data(argv):  # --data s3://...: the object storage measurement (fastprep.bench.objects)
+        from . import objects
+
+        return objects.main(argv[1:] if argv[0] == "run" else argv)
     if argv and argv[0] == "diagnose":
         parser = build_diagnose_parser()
         args, command, diagnose = parser.parse_args(argv[1:]), run_diagnose, True

@@ -437,6 +437,11 @@ class _EpochRun:
         self.stopped = False
         self.fatal: BaseException | None = None
         self.threads = []
+        self.ahead = None  # the dataset's reads issued ahead in the epoch's order (s3:// sources)
+        if loader.num_workers > 0 and self.num_batches and self.batch_planning \
+                and hasattr(self.dataset, "read_ahead"):
+            self.ahead = self.dataset.read_ahead(indices, budget_bytes=loader.read_ahead_bytes,
+                                                 group=self.batch_size)
         if loader.num_workers > 0 and self.num_batches:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
             self.threads = [threading.Thread(target=self._read_loop, name=n, daemon=True) for n in names]
@@ -450,13 +455,14 @@ class _EpochRun:
     def key(self, index: int) -> int:
         return sample_key(self.epoch_seed, self.epoch, index)
 
-    def prepare(self, index: int) -> _Sample:
+    def prepare(self, index: int, read: tuple[torch.Tensor, str] | None = None) -> _Sample:
         """Read, route and plan (or fully decode) one sample; expected failures are kept
-        in ``sample.error``, anything else raises."""
+        in ``sample.error``, anything else raises. ``read``: its ``(bytes, name)`` when
+        already read."""
         sample = _Sample(index, _sample_name(self.dataset, index))
         try:
             start = time.thread_time()
-            data, sample.name = self.dataset.read_encoded(index)
+            data, sample.name = self.dataset.read_encoded(index) if read is None else read
             sample.read_s = time.thread_time() - start
             sample.nbytes = int(data.numel())
             reason = self.dataset.fallback_reason(data)
@@ -474,18 +480,22 @@ class _EpochRun:
             sample.data = sample.plan = sample.image = None
         return sample
 
-    def prepare_batch(self, indices: list[int]) -> tuple[list[_Sample], float]:
+    def prepare_batch(self, indices: list[int], positions: range | None = None) -> tuple[list[_Sample], float]:
         """:meth:`prepare` for one batch's indices, as two native calls where the dataset
         and pipeline allow (``read_encoded_batch``, ``NativePipeline.plan_batch``); samples
-        those calls do not plan take :meth:`prepare`. Returns the samples and the thread-CPU
-        seconds spent reading."""
+        those calls do not plan take :meth:`prepare`. ``positions``: the indices' positions
+        in the epoch, for the reads issued ahead (:attr:`ahead`). Returns the samples and
+        the thread-CPU seconds spent reading."""
         if not self.batch_planning:
             samples = [self.prepare(i) for i in indices]
             return samples, sum(s.read_s for s in samples)
         dataset = self.dataset
         samples = [_Sample(i, _sample_name(dataset, i)) for i in indices]
         start = time.thread_time()
-        read = dataset.read_encoded_batch(indices)
+        if self.ahead is not None and positions is not None:
+            read = self.ahead.read_batch(positions)
+        else:
+            read = dataset.read_encoded_batch(indices)
         read_s = time.thread_time() - start
         live = []
         for j, (data, name) in enumerate(read):
@@ -504,8 +514,9 @@ class _EpochRun:
             elif route == "error":
                 s.error = _failure(fio.DecodeError(value), s.name, s.index)
                 s.data = None
-            else:  # not a JPEG, EXIF-rotated, ...: the per-sample path, which reads it again
-                samples[j] = self.prepare(s.index)
+            else:  # not a JPEG, EXIF-rotated, ...: the per-sample path, with the bytes read
+                assert s.data is not None  # read above (live)
+                samples[j] = self.prepare(s.index, (s.data, s.name))
                 read_s += samples[j].read_s
         return samples, read_s
 
@@ -626,10 +637,11 @@ class _EpochRun:
                 self.cond.wait()
             k = self.next_batch
             self.next_batch += 1
-        indices = [self.indices[p] for p in self._positions(k)]
+        positions = self._positions(k)
+        indices = [self.indices[p] for p in positions]
         start = time.thread_time()
         try:
-            samples, read_s = self.prepare_batch(indices)
+            samples, read_s = self.prepare_batch(indices, positions)
         except BaseException:  # a bug or an unexpected error: again per sample, to name it
             samples = [self._prepare_or_fatal(i) for i in indices]
             read_s = sum(s.read_s for s in samples)
@@ -708,6 +720,8 @@ class _EpochRun:
                 self.ring.release(batch.slot)
             self.results.clear()
             self.cond.notify_all()
+        if self.ahead is not None:
+            self.ahead.close()
         current = threading.current_thread()
         for t in self.threads:
             if t is not current:

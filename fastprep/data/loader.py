@@ -231,7 +231,9 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
             ``sampler``, ``generator``, ``pin_memory``, ``prefetch_factor``,
             ``persistent_workers``, ``multiprocessing_context``, ``worker_init_fn``,
             ``spawn_via_forkserver``), the listing (``extensions``, ``jpeg_only``,
-            ``apply_exif_orientation``), and the fields of ``decode``/``output`` as flat keywords.
+            ``apply_exif_orientation``), ``storage`` (:class:`StorageOptions`, ``s3://``
+            sources), ``shuffle_block`` (a block shuffle: :class:`EpochSampler`), and the
+            fields of ``decode``/``output`` as flat keywords.
 
     Each ``iter()`` is the next epoch (``set_epoch(e)`` to choose it). ``state_dict()`` /
     ``load_state_dict()`` resume mid-epoch bit for bit; with ``seed`` also after changing
@@ -245,9 +247,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     seed = check_seed(seed)
     decode, output, rest = split_options(decode, output, options)
-    sampler = rest.get("sampler")
-    if sampler is not None and distributed:
-        raise ValueError("pass either sampler= or distributed=True, not both")
+    sampler = _given_sampler(rest, distributed)
     dataset = _dataset(source, recipe, transform, seed, on_error, decode, rest,
                        _DefaultTransform(crop_size, mask_ratio))
     engine, pipeline, engine_reason = _choose_engine(engine, dataset, isinstance(source, Dataset),
@@ -265,7 +265,7 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
                                                                 num_threads=threads)
     drop_last = bool(rest.get("drop_last", False))
     if sampler is None:
-        sampler = _epoch_sampler(dataset, shuffle, drop_last, seed, distributed)
+        sampler = _epoch_sampler(dataset, shuffle, drop_last, seed, distributed, rest.get("shuffle_block", 1))
     elif isinstance(sampler, EpochSampler) and sampler.size != len(dataset):
         raise ValueError(f"sampler is an EpochSampler of size {sampler.size}; the dataset has {len(dataset)} samples")
     user_sampler = not isinstance(sampler, EpochSampler)
@@ -464,7 +464,17 @@ def _choose_engine(engine, dataset, dataset_source: bool, process_only: list[str
     return _EngineChoice("threads", pipeline, None)
 
 
-def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed) -> EpochSampler:
+def _given_sampler(rest: dict, distributed: bool):
+    """``sampler=``, checked against the options that build the sampler themselves."""
+    sampler = rest.get("sampler")
+    if sampler is not None and distributed:
+        raise ValueError("pass either sampler= or distributed=True, not both")
+    if sampler is not None and rest.get("shuffle_block", 1) != 1:
+        raise ValueError("pass either sampler= or shuffle_block=, not both (EpochSampler takes shuffle_block)")
+    return sampler
+
+
+def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed, shuffle_block: int = 1) -> EpochSampler:
     rank, world_size = 0, 1
     if distributed:
         import torch.distributed as dist
@@ -475,7 +485,7 @@ def _epoch_sampler(dataset, shuffle, drop_last, seed, distributed) -> EpochSampl
         rank, world_size = dist.get_rank(), dist.get_world_size()
     # The seed here is a placeholder until the first epoch begins (EpochControl sets it).
     return EpochSampler(len(dataset), seed=seed or 0, shuffle=shuffle, rank=rank, world_size=world_size,
-                        drop_last=drop_last)
+                        drop_last=drop_last, shuffle_block=shuffle_block)
 
 
 def _data_loader(dataset, sampler, batch_size: int, num_workers: int, pin_memory: bool, rest: dict) -> DataLoader:

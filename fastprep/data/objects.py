@@ -5,9 +5,11 @@ directories through :class:`ObjectStore` too. See docs/storage.md.
 
 The client is obstore (Rust ``object_store``; ``pip install fastprep[s3]``): its requests run
 on its own threads without the GIL, and one asyncio loop per process keeps up to
-``StorageOptions.max_in_flight`` of them in flight. Credentials and the endpoint come from
-the standard AWS environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
+``StorageOptions.max_in_flight`` of them in flight; :class:`ReadAhead` issues an epoch's
+reads in its order ahead of the threads engine's readers, neighbouring range reads
+coalesced. Credentials and the endpoint come from the standard AWS environment variables
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
 allowed, for S3-compatible servers) and, when the environment has no key and boto3 is
 installed, from boto3's chain (``~/.aws/config``, ``~/.aws/credentials``, SSO, ...). They are
 never printed, never pickled (a worker or a copy of the dataset builds its own client) and
@@ -30,7 +32,7 @@ import torch
 from .datasets import JpegDataset, folder_extensions, list_folder_keys
 from .options import StorageOptions
 
-__all__ = ["ObjectFolder", "ObjectStore", "is_object_url", "split_url"]
+__all__ = ["ObjectFolder", "ObjectStore", "ReadAhead", "is_object_url", "split_url"]
 
 _SCHEME = "s3://"
 #: the process whose obstore runtime has run (its threads do not survive a fork)
@@ -331,6 +333,172 @@ class ObjectStore:
         return OSError(f"cannot read {url!r}{where}{tries}: {_short(error)}")
 
 
+#: neighbouring range reads of one object at most this many bytes apart are one request
+COALESCE_GAP = 16 << 10
+#: and one coalesced request spans at most this many bytes
+COALESCE_MAX = 16 << 20
+
+
+class ReadAhead:
+    """An epoch's reads, issued in the epoch's order ahead of the readers that take them.
+
+    The threads engine knows the whole epoch's order when it starts; this keeps the requests
+    of the next samples in flight continuously (up to ``storage.max_in_flight``, sharing the
+    store's bound), so the latency of object storage overlaps the decode instead of being
+    paid per batch. Reads of one object that are neighbours in the epoch's order (within
+    ``group`` positions of each other) and at most :data:`COALESCE_GAP` bytes apart are one
+    request (a shard's consecutive samples in a block shuffle), split again on arrival.
+
+    Args:
+        store: the :class:`ObjectStore`.
+        requests: per position of the epoch, ``(name, start, length, size)`` (``start``
+            ``None``: the whole object of ``size`` bytes) or the exception that position
+            is answered with.
+        convert: ``convert(position, data)`` -> :meth:`read_batch`'s entry for a read.
+        budget_bytes: bytes issued but not yet taken at most (the first position not taken
+            is always issued).
+        ahead: positions issued but not yet taken at most.
+        group: positions issued (and looked at for coalescing) together: the batch size,
+            so that the batch of the first position not taken is always issued whole.
+    """
+
+    def __init__(self, store: ObjectStore, requests: list, convert, *, budget_bytes: int, ahead: int,
+                 group: int = 64):
+        self.store, self.requests, self.convert = store, requests, convert
+        self.budget_bytes, self.ahead, self.group = int(budget_bytes), max(1, int(ahead)), max(1, int(group))
+        self._cond = threading.Condition()
+        self._results: dict[int, Any] = {}
+        self._taken = 0  # positions taken so far (in any order); the window moves with it
+        self._held = 0  # bytes issued, not taken
+        self._sizes: dict[int, int] = {}
+        self._tasks: set[asyncio.Future] = set()
+        self._closed = False
+        self._wake: asyncio.Event | None = None
+        client = store.client()
+        self._loop = client.loop
+        self._pump = asyncio.run_coroutine_threadsafe(self._run(client), self._loop)
+
+    async def _run(self, client: _Client) -> None:
+        if client.semaphore is None:
+            client.semaphore = asyncio.Semaphore(self.store.options.max_in_flight)
+        self._wake = asyncio.Event()
+        n, p = len(self.requests), 0
+        try:
+            while p < n and not self._closed:
+                q = min(n, p + self.group)
+                while True:
+                    with self._cond:
+                        free = self._held < self.budget_bytes and p - self._taken < self.ahead
+                        # a reader waits for the batch at the first position not taken:
+                        # with `group` its batch size, that batch is always issued whole
+                        free = free or p - self._taken < self.group
+                    if free or self._closed:
+                        break
+                    self._wake.clear()
+                    await self._wake.wait()
+                for run in self._coalesce(p, q):
+                    task = asyncio.ensure_future(self._fetch(client, run))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                p = q
+        except BaseException as e:  # a bug: every waiting reader hears of it
+            with self._cond:
+                for k in range(p, n):
+                    self._results.setdefault(k, RuntimeError(f"read-ahead of {self.store.url!r} failed: {e!r}"))
+                self._cond.notify_all()
+            raise
+
+    def _coalesce(self, p: int, q: int) -> list[list[tuple]]:
+        """Positions ``p .. q-1`` as runs of one request each: ``(position, name, start,
+        length)`` each, ``start`` ``None`` for a whole object."""
+        runs: list[list[tuple]] = []
+        by_object: dict[str, list[tuple[int, str, int, int]]] = {}
+        with self._cond:
+            for k in range(p, q):
+                r = self.requests[k]
+                if isinstance(r, BaseException):
+                    self._results[k] = r
+                    continue
+                name, start, length, size = r
+                self._sizes[k] = size
+                self._held += size
+                if start is None:
+                    runs.append([(k, name, None, None)])
+                else:
+                    by_object.setdefault(name, []).append((k, name, start, length))
+            self._cond.notify_all()
+        for reads in by_object.values():
+            reads.sort(key=lambda r: r[2])
+            run = [reads[0]]
+            end = reads[0][2] + reads[0][3]
+            for r in reads[1:]:
+                if r[2] - end <= COALESCE_GAP and max(end, r[2] + r[3]) - run[0][2] <= COALESCE_MAX:
+                    run.append(r)
+                    end = max(end, r[2] + r[3])
+                else:
+                    runs.append(list(run))
+                    run, end = [r], r[2] + r[3]
+            runs.append(run)
+        return runs
+
+    async def _fetch(self, client: _Client, run) -> None:
+        name = run[0][1]
+        start = run[0][2]
+        if start is None:
+            results = [await self.store._get(client, name, None, None)]
+        else:
+            end = max(r[2] + r[3] for r in run)
+            data = await self.store._get(client, name, start, end - start)
+            if isinstance(data, BaseException) or len(run) == 1:
+                results = [data] * len(run)
+            else:
+                view = memoryview(data)
+                results = [view[r[2] - start:r[2] - start + r[3]] for r in run]
+        with self._cond:
+            for r, data in zip(run, results):
+                self._results[r[0]] = data
+            self._cond.notify_all()
+
+    def read_batch(self, positions) -> list:
+        """``convert(position, data)`` of each position (``data`` the bytes, or the
+        ``OSError`` naming the URL), waiting for the reads still in flight. Each position
+        is taken once."""
+        positions = list(positions)
+        with self._cond:
+            while not self._closed and any(k not in self._results for k in positions):
+                if self._pump.done() and self._pump.exception() is not None:
+                    raise RuntimeError(f"read-ahead of {self.store.url!r} failed") from self._pump.exception()
+                self._cond.wait(1.0)
+            if self._closed:  # the epoch was left while this reader waited: nobody takes its batch
+                return [(OSError(f"read-ahead of {self.store.url!r} closed"), "") for _ in positions]
+            datas = [self._results.pop(k) for k in positions]
+            self._taken += len(positions)
+            self._held -= sum(self._sizes.pop(k, 0) for k in positions)
+        self._loop.call_soon_threadsafe(self._notify)
+        return [self.convert(k, data) for k, data in zip(positions, datas)]
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def close(self) -> None:
+        """Stop issuing reads and cancel those in flight (the epoch ended or was left)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._results.clear()
+            self._cond.notify_all()
+
+        def cancel() -> None:
+            self._notify()
+            for task in list(self._tasks):
+                task.cancel()
+
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(cancel)
+
+
 def _raise(value):
     if isinstance(value, BaseException):
         raise value
@@ -343,8 +511,9 @@ class ObjectFolder(JpegDataset):
     the same tree on disk.
 
     The listing is one paginated ``ListObjectsV2`` walk of the prefix; each sample is one
-    whole-object ``GET``, and :meth:`read_encoded_batch` has all of a batch's ``GET``\\ s in
-    flight at once (up to ``storage.max_in_flight``). A folder of packed files
+    whole-object ``GET``: the threads engine issues an epoch's ``GET``\\ s in its order ahead
+    of the decode (:meth:`read_ahead`), and :meth:`read_encoded_batch` has all of a batch's
+    in flight at once (up to ``storage.max_in_flight``). A folder of packed files
     (``fastprep.pack``) is read the same way: whole objects, the packed pixels.
 
     Args:
@@ -367,7 +536,9 @@ class ObjectFolder(JpegDataset):
         self.root = root
         self.store = ObjectStore(root, storage)
         self.extensions = folder_extensions(extensions, bool(kwargs.get("jpeg_only")))
-        listing = list_folder_keys([name for name, _ in self.store.listing()], self.extensions)
+        objects = self.store.listing()
+        sizes = dict(objects)
+        listing = list_folder_keys([name for name, _ in objects], self.extensions)
         self.classes, self.ignored = listing.classes, listing.ignored
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         if self.ignored:
@@ -380,6 +551,7 @@ class ObjectFolder(JpegDataset):
         if not listing.samples:
             raise FileNotFoundError(f"no objects ending in {self.extensions} found under {self.store.url!r}")
         self.names = [name for name, _ in listing.samples]
+        self.sizes = [sizes[name] for name in self.names]
         self.samples = [(self.store.url_of(name), t) for name, t in listing.samples]
         super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform, on_error, **kwargs)
 
@@ -403,6 +575,22 @@ class ObjectFolder(JpegDataset):
         for i, data in zip(indices, datas):
             out.append((data, "") if isinstance(data, OSError) else (_tensor(data), self.files[i]))
         return out
+
+    def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
+        """The epoch's whole-object GETs in order of ``indices``, issued ahead
+        (:class:`ReadAhead`; its ``read_batch(positions)`` answers as
+        :meth:`read_encoded_batch`); ``None`` when a subclass reads samples its own way or
+        ``storage.read_ahead`` is off."""
+        if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead:
+            return None
+        indices = list(indices)
+        requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
+
+        def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
+            return (data, "") if isinstance(data, Exception) else (_tensor(data), self.files[indices[k]])
+
+        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes,
+                         ahead=4 * self.store.options.max_in_flight, group=group)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.store.url!r}, samples={len(self.files)}, "

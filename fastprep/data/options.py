@@ -79,21 +79,25 @@ class StorageOptions:
     """How ``s3://`` sources are read (docs/storage.md).
 
     Attributes:
-        max_in_flight: most requests in flight per dataset and process, over all of the loader's reader
-            threads. At a first-byte latency ``L`` (tens of ms for object storage) a rate of
-            ``R`` samples/s needs about ``R * L`` of them (1,600/s at 25 ms: 40), but a batch's
-            reads are waited for together: the default 128 lets the two reader threads' batches
-            of 64 be in flight at once (measured 1.4x the rate of 64 at +25 ms, docs/storage.md).
+        max_in_flight: most requests in flight per dataset and process, over all of the
+            loader's reader threads and its read-ahead. At a first-byte latency ``L`` (tens
+            of ms for object storage) a rate of ``R`` samples/s needs about ``R * L`` of them
+            (1,600/s at 25 ms: 40); the default 128 leaves room for bursts and slower requests.
         timeout_s: each request's limit, from connecting to its last byte (also the time
             within which its retries must end).
         retries: how many times a request that failed transiently (5xx, SlowDown, 429, a
             timeout, a reset connection) is tried again, with exponential backoff and
             jitter; after that it fails with an ``OSError`` naming the URL.
+        read_ahead: the threads engine issues the epoch's reads in its order ahead of the
+            readers (up to ``max_in_flight`` in flight, within the engine's read-ahead byte
+            budget), neighbouring range reads coalesced; ``False``: each batch's reads are
+            issued when a reader takes the batch.
     """
 
     max_in_flight: int = 128
     timeout_s: float = 30.0
     retries: int = 5
+    read_ahead: bool = True
 
     def __post_init__(self):
         if not isinstance(self.max_in_flight, int) or isinstance(self.max_in_flight, bool) \
@@ -104,6 +108,8 @@ class StorageOptions:
             raise ValueError(f"timeout_s must be a number in (0, 3600], got {self.timeout_s!r}")
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or not 0 <= self.retries <= 100:
             raise ValueError(f"retries must be an int in [0, 100], got {self.retries!r}")
+        if not isinstance(self.read_ahead, bool):
+            raise TypeError(f"read_ahead must be a bool, got {self.read_ahead!r}")
 
 
 class LoaderOptions(TypedDict, total=False):
@@ -119,6 +125,8 @@ class LoaderOptions(TypedDict, total=False):
     multiprocessing_context: Any
     worker_init_fn: Callable[[int], None] | None
     spawn_via_forkserver: bool
+    # the order: a block shuffle (EpochSampler's shuffle_block)
+    shuffle_block: int
     # to the dataset: what a folder lists and which files take the full-decode fallback
     extensions: str | Iterable[str] | None
     jpeg_only: bool

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Sampler
 
 from .._checks import is_int
-from .._seeding import WORKERS_DOMAIN, check_seed, derived_key, epoch_permutation
+from .._seeding import WORKERS_DOMAIN, block_permutation, check_seed, derived_key, epoch_permutation
 
 __all__ = ["EpochControl", "EpochSampler"]
 
@@ -141,11 +141,20 @@ class EpochSampler(Sampler[int]):
         shuffle: permute (``True``) or keep the dataset's order.
         rank, world_size: this rank and the number of ranks.
         drop_last: cut the order to a multiple of ``world_size`` instead of padding it.
+        shuffle_block: with ``shuffle``, a block shuffle instead of a permutation of single
+            samples: blocks of this many consecutive samples in a keyed random order, the
+            samples inside each block in a keyed random order of their own
+            (:func:`fastprep._seeding.block_permutation`). Neighbours in a shard are read
+            together from object storage (one request per block); batches hold whole
+            blocks of neighbours (less shuffled). 1 (default): every sample on its own.
     """
 
     def __init__(self, size: int, *, seed: int = 0, shuffle: bool = True, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = False):
+                 drop_last: bool = False, shuffle_block: int = 1):
         self.size = _nonneg_int("size", size)
+        if not is_int(shuffle_block) or shuffle_block < 1:
+            raise ValueError(f"shuffle_block must be an int >= 1, got {shuffle_block!r}")
+        self.shuffle_block = int(shuffle_block)
         self.seed = check_seed(seed)
         if self.seed is None:
             raise TypeError("seed must be an int, got None")
@@ -178,6 +187,8 @@ class EpochSampler(Sampler[int]):
         """The epoch's order over all ranks: int64 ``[size]``."""
         if not self.shuffle:
             return torch.arange(self.size)
+        if self.shuffle_block > 1:
+            return block_permutation(self.seed, self.epoch, self.size, self.shuffle_block)
         return epoch_permutation(self.seed, self.epoch, self.size)
 
     def indices(self, cursor: int = 0) -> list[int]:
@@ -226,7 +237,8 @@ class EpochSampler(Sampler[int]):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(size={self.size}, seed={self.seed}, shuffle={self.shuffle}, "
-                f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last})")
+                f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last}"
+                + (f", shuffle_block={self.shuffle_block})" if self.shuffle_block > 1 else ")"))
 
 
 class EpochControl:

@@ -64,6 +64,7 @@ from .. import io as fio
 from .._seeding import check_seed, sample_key, sample_rng
 from ..transforms._compile import output_dtype
 from .datasets import JpegDataset, JpegFolder
+from .objects import ObjectFolder, ObjectStore, is_object_url, split_url
 from .loader import batch_conversion, dataset_transform
 from .native import STATUS_ERROR, STATUS_WARNING, MultiViewPipeline, NativePipeline, Unsupported, native_pipeline
 from .options import BatchOutput, DecodeOptions
@@ -75,6 +76,9 @@ __all__ = ["DecodeBatch", "RayLoader", "image_columns", "read_jpegs"]
 def _listing(source, extensions):
     """``(paths, labels)`` for a folder (:class:`JpegFolder`'s listing: the same files, in
     the same order, with the same classes) or a sequence of paths."""
+    if is_object_url(source):  # the same listing in object storage (files: the objects' URLs)
+        objects = ObjectFolder(source, extensions=extensions)
+        return list(objects.files), list(objects.targets)
     if isinstance(source, (str, os.PathLike)):
         folder = JpegFolder(source, extensions=extensions)
         return list(folder.files), list(folder.targets)
@@ -88,14 +92,27 @@ def _listing(source, extensions):
 
 
 def _read_bytes(batch: dict) -> dict:
-    """Ray task: add a ``bytes`` column with each file's contents (unreadable: empty)."""
-    out = []
-    for path in batch["path"]:
+    """Ray task: add a ``bytes`` column with each file's contents (unreadable: empty).
+    ``s3://`` URLs are read together, every request of the block in flight at once
+    (:class:`~fastprep.data.ObjectStore`, one per bucket and task)."""
+    out: list = []
+    objects: dict[str, list[tuple[int, str]]] = {}
+    for j, path in enumerate(batch["path"]):
+        if is_object_url(path):
+            bucket, key = split_url(path)
+            objects.setdefault(bucket, []).append((j, key))
+            out.append(b"")
+            continue
         try:
             with open(path, "rb") as f:
                 out.append(f.read())
         except OSError:
             out.append(b"")  # decoded (and reported) as a bad file by DecodeBatch
+    for bucket, keys in objects.items():
+        store = ObjectStore(f"s3://{bucket}/")
+        for (j, _), data in zip(keys, store.get_many([(key, None, None) for _, key in keys])):
+            if not isinstance(data, BaseException):
+                out[j] = bytes(data)
     batch["bytes"] = np.array(out, dtype=object)
     return batch
 
@@ -400,7 +417,11 @@ class RayLoader:
     starts a local instance on first use.
 
     Args:
-        source: a folder, a sequence of paths or a :class:`fastprep.data.JpegDataset`.
+        source: a folder, an ``s3://`` URL of one (a class-folder of images in object
+            storage: :class:`fastprep.data.ObjectFolder`'s listing, each decode task's
+            objects read with all their requests in flight, credentials and endpoint from
+            the AWS variables of the Ray workers' environment), a sequence of paths or a
+            :class:`fastprep.data.JpegDataset`.
         batch_size: rows per delivered batch (the last one may be smaller).
         crop_size, mask_ratio, transform: the per-sample pipeline, as make_loader's (see
             :class:`DecodeBatch`): an unchanged torchvision v2 pipeline on decoded images runs on

@@ -28,7 +28,7 @@ import torch
 
 from ._files import NotRegularFileError, file_kind, open_regular
 from .datasets import JpegDataset
-from .objects import ObjectStore, is_object_url
+from .objects import ObjectStore, ReadAhead, is_object_url
 from .options import StorageOptions
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "IMAGE_EXTENSIONS", "MANIFEST_NAME", "ShardDataset", "index_digest",
@@ -778,6 +778,35 @@ class ShardDataset(JpegDataset):
             except (OSError, ValueError) as e:
                 out[j] = (e, "")
         return out
+
+    def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
+        """On an ``s3://`` directory, the epoch's range reads in order of ``indices``,
+        issued ahead and coalesced where neighbours in the order are close in a shard
+        (:class:`~fastprep.data.objects.ReadAhead`; its ``read_batch(positions)`` answers as
+        :meth:`read_encoded_batch`); else ``None``."""
+        objects = self._storage.objects
+        if objects is None or type(self).read_encoded is not ShardDataset.read_encoded \
+                or not objects.options.read_ahead:
+            return None
+        indices = list(indices)
+        requests: list = []
+        for i in indices:
+            try:
+                shard_id, start, length = self._member_range(i)
+                requests.append((self._shard_names[shard_id], start, length, length))
+            except OSError as e:
+                requests.append(e)
+
+        def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
+            if isinstance(data, Exception):
+                return data, ""
+            try:
+                return self._checked_member(indices[k], data)
+            except (OSError, ValueError) as e:
+                return e, ""
+
+        return ReadAhead(objects, requests, convert, budget_bytes=budget_bytes,
+                         ahead=4 * objects.options.max_in_flight, group=group)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.root!r}, samples={len(self.files)}, shards={len(self.shards)}, "
