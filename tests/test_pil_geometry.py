@@ -83,7 +83,7 @@ def _check_affine(arr, data, resample, fill):
     want = np.asarray(im.transform(im.size, PIL.Image.Transform.AFFINE, data, PIL.Image.Resampling[resample],
                                    fillcolor=fill)).reshape(arr.shape)
     ink = _ink(im.mode, fill)
-    got = _kernel(arr, "pil_affine", [RESAMPLES[resample], len(ink)], [*data, *ink])
+    got = _kernel(arr, "pil_transform_affine", [RESAMPLES[resample], len(ink)], [*data, *ink])
     assert np.array_equal(got, want), (f"{resample} {arr.shape} {data} fill={fill}: "
                                        f"{(got != want).any(axis=2).sum()} pixels differ")
 
@@ -122,11 +122,11 @@ class TestAffine:
     ])
     def test_bad_parameters(self, ints, floats, match):
         with pytest.raises(ValueError, match=match):
-            _kernel(_array(5, 5, 3, 0), "pil_affine", ints, floats)
+            _kernel(_array(5, 5, 3, 0), "pil_transform_affine", ints, floats)
 
     def test_float_image_refused(self):
         with pytest.raises(TypeError, match="uint8"):
-            torch.ops.fastprep.apply_pixel_kernel(torch.zeros(3, 4, 4), "pil_affine", [0, 1], [1, 0, 0, 0, 1, 0, 0])
+            torch.ops.fastprep.apply_pixel_kernel(torch.zeros(3, 4, 4), "pil_transform_affine", [0, 1], [1, 0, 0, 0, 1, 0, 0])
 
 
 def _check_rotate(arr, angle, resample, fill, center=None):

@@ -119,7 +119,11 @@ void emit_op_affine(DrawContext& ctx, const double* center, const double transla
   }
   double matrix[6];
   inverse_affine_matrix(center_f, 0.0, translate, 1.0, shear, matrix);
-  emit_affine(ctx, matrix, fill);
+  AffineArgs args;
+  args.translate[0] = translate[0], args.translate[1] = translate[1];
+  args.shear[0] = shear[0], args.shear[1] = shear[1];
+  args.center = center;
+  emit_affine(ctx, matrix, fill, args);
 }
 
 // _apply_image_or_video_transform(image, transform_id, magnitude, interpolation, fill).

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
+from ._native import NativeTransform, Steps, TorchDraws, compiling_for_pil, f32, native_transform
 
 # The transform ids, in the order of csrc/ops/auto_augment.cpp's Op.
 _OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
@@ -31,6 +31,11 @@ _OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "B
 _COLOR_KERNELS = {"Brightness": "adjust_brightness", "Color": "adjust_saturation", "Contrast": "adjust_contrast",
                   "Sharpness": "adjust_sharpness"}
 _PLAIN_KERNELS = {"AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}
+#: the kernels each op may emit (the affine ops: ``affine``; Rotate also ``rotate90``)
+_OP_KERNELS: dict[str, tuple[str, ...]] = {
+    "Identity": (), "ShearX": ("affine",), "ShearY": ("affine",), "TranslateX": ("affine",),
+    "TranslateY": ("affine",), "Rotate": ("affine", "rotate90"), "Posterize": ("posterize",),
+    "Solarize": ("solarize",), **{op: (k,) for op, k in {**_COLOR_KERNELS, **_PLAIN_KERNELS}.items()}}
 
 # Where an op's magnitudes come from (csrc/ops/auto_augment.cpp: Magnitudes).
 _NO_MAGNITUDES, _TABLE, _WIDTH_LINSPACE, _HEIGHT_LINSPACE = 0, 1, 2, 3
@@ -43,35 +48,65 @@ _MagnitudeFn = Callable[[int, int, int], Any]
 
 
 class _GridFill:
-    """The interpolation and fill of the transform's affine steps."""
+    """The interpolation (0 nearest, 1 bilinear, 2 bicubic: on PIL images only) and fill of the
+    transform's affine steps."""
 
-    def __init__(self, bilinear: bool, values: tuple[float, ...] | None):
-        self.bilinear, self.values = bilinear, values
+    def __init__(self, bilinear: int, values: tuple[float, ...] | None):
+        self.bilinear, self.values = int(bilinear), values
 
     def ints(self) -> tuple[int, int, int]:
-        return int(self.bilinear), int(self.values is not None), len(self.values or ())
+        return self.bilinear, int(self.values is not None), len(self.values or ())
 
 
-def grid_fill(native: NativeTransform) -> _GridFill:
+#: the affine step's interpolation ids (csrc/ops/affine.cpp; bicubic: its PIL twin only)
+_INTERPOLATION_IDS = {"nearest": 0, "bilinear": 1, "bicubic": 2}
+
+
+def grid_fill(native: NativeTransform, fill_value: Any = None, *, v1_fill: bool = False) -> _GridFill:
     """The interpolation and fill of ``native.transform`` (an ``interpolation`` and a ``_fill``
-    as v2 stores it), or ``native.unsupported(why)``."""
+    as v2 stores it; ``v1_fill``: ``fill_value``, the fill as a v1 class keeps it), or
+    ``native.unsupported(why)``. On PIL images (:func:`compiling_for_pil`) bicubic is accepted
+    and the fill is the one v2 looks up for PIL images."""
+    import PIL.Image
     from torchvision.transforms.v2._utils import _get_fill
     from torchvision.transforms.v2.functional._geometry import _check_interpolation
 
     transform = native.transform
+    on_pil = compiling_for_pil()
     interpolation = _check_interpolation(transform.interpolation).value
-    if interpolation not in ("nearest", "bilinear"):
-        raise native.unsupported(f"interpolation={interpolation!r}: affine ops on tensors take nearest or bilinear")
-    fills = [_get_fill(transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
-    if fills[0] != fills[1]:
-        raise native.unsupported(f"fill={transform.fill!r} differs between plain tensors and tv_tensors.Image")
-    fill = fills[0]
+    allowed = ("nearest", "bilinear", "bicubic") if on_pil else ("nearest", "bilinear")
+    if interpolation not in allowed:
+        where = "PIL images" if on_pil else "tensors"
+        raise native.unsupported(f"interpolation={interpolation!r}: affine ops on {where} take {', '.join(allowed)}")
+    if v1_fill:
+        fill = fill_value
+    elif on_pil:
+        fill = _get_fill(transform._fill, PIL.Image.Image)
+    else:
+        fills = [_get_fill(transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
+        if fills[0] != fills[1]:
+            raise native.unsupported(f"fill={transform.fill!r} differs between plain tensors and tv_tensors.Image")
+        fill = fills[0]
     values = None
     if fill is not None:
         values = tuple(float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill]))
     if values is not None and not 1 <= len(values) <= _FILL_SLOTS:
         raise native.unsupported(f"fill={fill!r}: 1 to {_FILL_SLOTS} values are native")
-    return _GridFill(interpolation == "bilinear", values)
+    if on_pil and values is not None and not all(math.isfinite(v) for v in values):
+        raise native.unsupported(f"fill={fill!r}: Pillow's fill takes finite numbers")
+    return _GridFill(_INTERPOLATION_IDS[interpolation], values)
+
+
+class AffineArgs(NamedTuple):
+    """The arguments ``F.affine`` / ``F.rotate`` received, which the ``affine`` step carries
+    besides its matrix (its PIL twin computes Pillow's matrix from them; csrc/ops/affine.h)."""
+
+    rotate: bool = False
+    angle: float = 0.0
+    translate: tuple[float, float] = (0.0, 0.0)
+    scale: float = 1.0
+    shear: tuple[float, float] = (0.0, 0.0)
+    center: Sequence[float] | None = None
 
 
 def fill_params(fill: _GridFill) -> tuple[list[int], list[float]]:
@@ -80,9 +115,9 @@ def fill_params(fill: _GridFill) -> tuple[list[int], list[float]]:
     return [int(fill.bilinear), len(values)], values + [0.0] * (_FILL_SLOTS - len(values))
 
 
-def affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
-    """The ``affine`` step of the inverse ``matrix`` (``_get_inverse_affine_matrix``'s)."""
-    _affine_step(steps, matrix, fill)
+def affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill, args: AffineArgs) -> None:
+    """The ``affine`` step of the inverse ``matrix`` (``_get_inverse_affine_matrix``'s of ``args``)."""
+    _affine_step(steps, matrix, fill, args)
 
 
 def rotate_steps(steps: Steps, angle: float, fill: _GridFill) -> None:
@@ -90,8 +125,12 @@ def rotate_steps(steps: Steps, angle: float, fill: _GridFill) -> None:
     _apply_rotate(steps, angle, fill)
 
 
-def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
-    steps.emit("affine", ints=fill.ints(), floats=(*matrix, *(fill.values or ())))
+def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill, args: AffineArgs) -> None:
+    values = list(fill.values or ())
+    center = [float(c) for c in args.center] if args.center is not None else [0.0, 0.0]
+    steps.emit("affine", ints=(*fill.ints(), int(args.center is not None), int(args.rotate)),
+               floats=(*matrix, *values, *([0.0] * (_FILL_SLOTS - len(values))), args.angle, *args.translate,
+                       args.scale, *args.shear, *center))
 
 
 def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], shear: Sequence[float],
@@ -103,13 +142,16 @@ def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], sh
     if center is not None:
         center_f = [(float(c) - s * 0.5) for c, s in zip(center, [steps.width, steps.height])]
     translate_f = [float(t) for t in translate]
-    _affine_step(steps, _get_inverse_affine_matrix(center_f, 0.0, translate_f, 1.0, list(shear)), fill)
+    args = AffineArgs(translate=(translate_f[0], translate_f[1]), shear=(float(shear[0]), float(shear[1])),
+                      center=center)
+    _affine_step(steps, _get_inverse_affine_matrix(center_f, 0.0, translate_f, 1.0, list(shear)), fill, args)
 
 
 def _apply_rotate(steps: Steps, angle: float, fill: _GridFill) -> None:
     """The steps of ``F.rotate(image, angle)`` (rotate_image, expand=False, center=None)."""
     from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
+    args = AffineArgs(rotate=True, angle=float(angle))
     angle = angle % 360
     if angle == 0:
         return
@@ -119,7 +161,7 @@ def _apply_rotate(steps: Steps, angle: float, fill: _GridFill) -> None:
     if steps.height == steps.width and angle in (90, 270):
         steps.emit("rotate90", ints=(1 if angle == 90 else 3,))
         return
-    _affine_step(steps, _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]), fill)
+    _affine_step(steps, _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]), fill, args)
 
 
 def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill) -> None:
@@ -179,6 +221,12 @@ class _NativeAutoAugmentBase(NativeTransform):
 
     def _bins(self) -> int:
         return int(self.transform.num_magnitude_bins)
+
+    def kernels(self) -> set[str]:
+        out: set[str] = set()
+        for op in self._space:
+            out.update(_OP_KERNELS[op])
+        return out
 
     def _grid_fill(self) -> _GridFill:
         return grid_fill(self)
