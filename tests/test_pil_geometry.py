@@ -211,3 +211,139 @@ class TestGaussianBlur:
     def test_bad_parameters(self, ints, floats, match):
         with pytest.raises(ValueError, match=match):
             _kernel(_array(5, 5, 3, 0), "pil_gaussian_blur", ints, floats)
+
+
+# ---------------------------------------------------------------------------------------
+# Through the loader: the threads engine against the dataset run literally under sample_rng
+
+SEED = 13
+_FILES = [("420", 90, 120), ("gray", 64, 96), ("cmyk", 81, 70), ("420-progressive", 100, 66), ("444", 77, 101),
+          ("gray-progressive", 70, 70), ("422", 120, 90), ("png", 72, 88), ("420", 40, 300), ("444", 66, 66)]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    from conftest import make_jpeg
+
+    top = tmp_path_factory.mktemp("pilgeo")
+    for k in range(24):
+        encoding, h, w = _FILES[k % len(_FILES)]
+        folder = top / f"class{k % 3}"
+        folder.mkdir(exist_ok=True)
+        if encoding == "png":
+            PIL.Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
+        else:
+            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
+    return str(top)
+
+
+def _v1(*augment, size=40):
+    import torchvision.transforms as T
+
+    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *augment, T.ToTensor(),
+                      T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+
+def _v2(*augment, size=40, erase=0.0):
+    from torchvision.transforms import v2
+
+    tail = [v2.RandomErasing(erase), v2.ToPureTensor()] if erase else []
+    return v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(), *augment,
+                       v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]), *tail])
+
+
+def _presets(augment, size=64):
+    """torchvision's references/classification/presets.py ClassificationPresetTrain, backend="pil",
+    use_v2=True, as it builds it (crop_size, BILINEAR, hflip 0.5, the policy, random_erase 0.25)."""
+    from torchvision.transforms import v2
+
+    inter = v2.InterpolationMode.BILINEAR
+    policies = {"ta_wide": lambda: v2.TrivialAugmentWide(interpolation=inter),
+                "ra": lambda: v2.RandAugment(interpolation=inter, magnitude=9),
+                "imagenet": lambda: v2.AutoAugment(policy=v2.AutoAugmentPolicy("imagenet"), interpolation=inter)}
+    return v2.Compose([v2.RandomResizedCrop(size, interpolation=inter, antialias=True), v2.RandomHorizontalFlip(0.5),
+                       policies[augment](), v2.PILToTensor(), v2.ToDtype(torch.float, scale=True),
+                       v2.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+                       v2.RandomErasing(p=0.25), v2.ToPureTensor()])
+
+
+def _pipelines():
+    import torchvision.transforms as T
+    from torchvision.transforms import v2
+
+    B = v2.InterpolationMode.BILINEAR
+    return {
+        "presets-ta_wide": lambda: _presets("ta_wide"),
+        "presets-ra": lambda: _presets("ra"),
+        "presets-imagenet": lambda: _presets("imagenet"),
+        "v2-affine": lambda: _v2(v2.RandomAffine(30, translate=(0.2, 0.1), scale=(0.8, 1.2), shear=(-10, 10, -5, 5),
+                                                 interpolation=B, fill=(10, 200, 30))),
+        "v2-affine-bicubic-center": lambda: _v2(v2.RandomAffine((-90, 90), shear=20, center=(3, 30), fill=77,
+                                                                interpolation=v2.InterpolationMode.BICUBIC)),
+        "v2-rotation": lambda: _v2(v2.RandomRotation(180), v2.RandomRotation((90, 90), fill=255), erase=0.5),
+        "v2-rotation-center": lambda: _v2(v2.RandomRotation(45, interpolation=B, center=(10.5, 4))),
+        "v2-trivial-bicubic-fill": lambda: _v2(v2.TrivialAugmentWide(
+            interpolation=v2.InterpolationMode.BICUBIC, fill=(5, 100, 250))),
+        "v1-affine": lambda: _v1(T.RandomAffine(20, translate=(0.1, 0.3), scale=(0.7, 1.1), shear=8,
+                                                interpolation=T.InterpolationMode.BILINEAR, fill=(1, 2, 3))),
+        "v1-rotation": lambda: _v1(T.RandomRotation(60, interpolation=T.InterpolationMode.BICUBIC),
+                                   T.RandomRotation((-90, -90))),
+    }
+
+
+PIPELINES = _pipelines()
+
+
+def _reference(dataset, batch_size):
+    from torch.utils.data import default_collate
+
+    from fastprep.data import sample_rng
+
+    out = []
+    for start in range(0, len(dataset), batch_size):
+        samples = []
+        for i in range(start, min(start + batch_size, len(dataset))):
+            with sample_rng(SEED, 0, i):
+                samples.append(dataset[i])
+        out.append(default_collate(samples))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_threads_engine_equals_dataset(root, name):
+    from torchvision.datasets import ImageFolder
+
+    from fastprep.data import DataLoader
+
+    dataset = ImageFolder(root, transform=PIPELINES[name]())
+    loader = DataLoader(dataset, batch_size=32, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    got = list(loader)
+    want = _reference(dataset, 32)
+    assert len(got) == len(want)
+    for (gx, gy), (wx, wy) in zip(got, want):
+        assert gx.dtype == wx.dtype and gx.shape == wx.shape
+        assert torch.equal(gx, wx), f"{name}: {int((gx != wx).sum())} values differ"
+        assert torch.equal(gy, wy)
+
+
+def test_geometry_twins_are_proved():
+    from fastprep.transforms._pil_geometry import pil_geometry_reason
+    from fastprep.transforms._pil_ops import twin_reason
+
+    assert twin_reason("affine") is None and twin_reason("rotate90") is None
+    assert pil_geometry_reason() is None
+
+
+def test_a_geometry_twin_that_differs_is_refused(monkeypatch):
+    from fastprep.transforms import _pil_ops
+    from fastprep.transforms._pil_ops import pil_twins, twin_reason
+
+    entry = pil_twins()["affine"]
+    monkeypatch.setitem(_pil_ops._TWINS, "affine", entry._replace(reference=lambda im, i, f: im))
+    twin_reason.cache_clear()
+    try:
+        assert "computes otherwise" in twin_reason("affine")
+    finally:
+        twin_reason.cache_clear()
