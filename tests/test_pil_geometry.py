@@ -289,6 +289,12 @@ def _pipelines():
                                                 interpolation=T.InterpolationMode.BILINEAR, fill=(1, 2, 3))),
         "v1-rotation": lambda: _v1(T.RandomRotation(60, interpolation=T.InterpolationMode.BICUBIC),
                                    T.RandomRotation((-90, -90))),
+        "v1-trivial": lambda: _v1(T.TrivialAugmentWide(interpolation=T.InterpolationMode.BILINEAR)),
+        "v1-rand": lambda: _v1(T.RandAugment(num_ops=3, magnitude=9, fill=[9, 99, 199])),
+        "v1-auto-imagenet": lambda: _v1(T.AutoAugment(T.AutoAugmentPolicy.IMAGENET)),
+        "v1-auto-svhn-bicubic": lambda: _v1(T.AutoAugment(T.AutoAugmentPolicy.SVHN,
+                                                          interpolation=T.InterpolationMode.BICUBIC, fill=128)),
+        "v2-auto-cifar": lambda: _v2(v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10, fill=[1, 2, 3])),
     }
 
 
@@ -347,3 +353,22 @@ def test_a_geometry_twin_that_differs_is_refused(monkeypatch):
         assert "computes otherwise" in twin_reason("affine")
     finally:
         twin_reason.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["v1-trivial", "v1-rand", "v1-auto-imagenet", "v1-auto-svhn-bicubic", "v1-affine",
+                                  "v1-rotation", "v2-affine-bicubic-center", "v2-rotation-center"])
+def test_python_and_cpp_draws_agree(name):
+    """The Python draws (the twin) and the C++ draws the planner runs emit the same steps."""
+    from fastprep.transforms import _native as N
+    from fastprep.transforms._compile import _steps
+
+    steps = _steps(PIPELINES[name]())[2:]  # after the crop and the flip, up to the conversion to a tensor
+    steps = steps[:[type(t).__name__ for t in steps].index("ToTensor" if name.startswith("v1") else "PILToTensor")]
+    with N.on_pil_images():
+        roots = [N.to_native(t) for t in steps]
+    prog = N.build_program(roots)
+    for key in range(60):
+        h, w = 20 + key % 7, 20 + key % 5 * 3
+        py = N.draw_steps(roots, N.TorchDraws(torch.Generator().manual_seed(key)), 3, h, w)
+        cpp, _ = torch.ops.fastprep.native_draws(prog.nodes, prog.ints, prog.floats, prog.num_roots, key, 3, h, w)
+        assert torch.equal(torch.from_numpy(py.records().view(np.uint8).copy()), cpp), (name, key, py.items)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
+import torchvision.transforms as T1
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
@@ -164,8 +165,9 @@ def _apply_rotate(steps: Steps, angle: float, fill: _GridFill) -> None:
     _affine_step(steps, _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]), fill, args)
 
 
-def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill) -> None:
-    """The steps of ``_apply_image_or_video_transform(image, op, magnitude, ...)`` on a uint8 image."""
+def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill, v1: bool = False) -> None:
+    """The steps of ``_apply_image_or_video_transform(image, op, magnitude, ...)`` on a uint8 image
+    (``v1``: of v1's ``_apply_op``, whose Solarize threshold is the magnitude itself)."""
     if op == "ShearX":
         _apply_affine(steps, fill, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0])
     elif op == "ShearY":
@@ -181,7 +183,7 @@ def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill) -> None:
     elif op == "Posterize":
         steps.emit("posterize", ints=(int(magnitude),))
     elif op == "Solarize":
-        steps.emit("solarize", floats=(255 * magnitude,))
+        steps.emit("solarize", floats=(magnitude if v1 else 255 * magnitude,))
     elif op in _PLAIN_KERNELS:
         steps.emit(_PLAIN_KERNELS[op])
 
@@ -207,7 +209,7 @@ class _NativeAutoAugmentBase(NativeTransform):
     def __init__(self, transform: Any):
         super().__init__(transform)
         self._fill = self._grid_fill()
-        self._space: dict[str, tuple[_MagnitudeFn, bool]] = dict(transform._AUGMENTATION_SPACE)
+        self._space: dict[str, tuple[_MagnitudeFn, bool]] = self._augmentation_space()
         unknown = [op for op in self._space if op not in _OPS]
         if unknown:
             raise self.unsupported(f"ops {unknown} have no native implementation")
@@ -218,6 +220,9 @@ class _NativeAutoAugmentBase(NativeTransform):
         if odd:
             raise self.unsupported(f"the magnitudes of {odd} depend on the image size in a way the native draw "
                                    "does not reproduce")
+
+    def _augmentation_space(self) -> dict[str, tuple[_MagnitudeFn, bool]]:
+        return dict(self.transform._AUGMENTATION_SPACE)
 
     def _bins(self) -> int:
         return int(self.transform.num_magnitude_bins)
@@ -312,7 +317,7 @@ class NativeAutoAugment(_NativeAutoAugmentBase):
 
     def __init__(self, transform: Any):
         super().__init__(transform)
-        for policy in transform._policies:
+        for policy in self._policy_list():
             for op, _, index in policy:
                 if op not in self._space:
                     raise self.unsupported(f"the policy's op {op!r} is not in the augmentation space")
@@ -321,27 +326,134 @@ class NativeAutoAugment(_NativeAutoAugmentBase):
             if len(policy) != 2:
                 raise self.unsupported(f"sub-policies of {len(policy)} ops: the native draw takes pairs")
 
+    def _policy_list(self) -> list:
+        return list(self.transform._policies)
+
     def _bins(self) -> int:
         return self._NUM_BINS
 
     def _header(self) -> tuple[int, int]:
-        return len(self.transform._policies), 0
+        return len(self._policy_list()), 0
 
     def _tail(self) -> tuple[list[int], list[float]]:
         keys = list(self._space)
         ints: list[int] = []
         floats: list[float] = []
-        for policy in self.transform._policies:
+        for policy in self._policy_list():
             for op, probability, index in policy:
                 ints += [keys.index(op), -1 if index is None else int(index)]
                 floats.append(float(probability))
         return ints, floats
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        policies = self.transform._policies
+        policies = self._policy_list()
         policy = policies[draws.randint(0, len(policies))]
         for op, probability, index in policy:
             if not draws.rand() <= f32(probability):
                 continue
             magnitude = self._magnitude(draws, steps, op, index)
             _apply_op(steps, op, magnitude, self._fill)
+
+
+# ---------------------------------------------------------------------------------------
+# v1's classes (torchvision.transforms.autoaugment), native on PIL images: the same ops (v1's
+# _apply_op), their own magnitude tables (Solarize from 255.0 down, the threshold itself) and
+# their own sign draws (C++: the *V1 draws of csrc/ops/auto_augment.cpp).
+
+
+class _V1Space:
+    """A v1 transform's augmentation space in v2's form: per op, ``(fn(bins, height, width),
+    signed)`` where ``fn`` gives the op's magnitude table, or ``None`` for v1's 0-d tensor."""
+
+    def __init__(self, transform: Any, takes_size: bool):
+        self.transform, self.takes_size = transform, takes_size
+
+    def table(self, bins: int, height: int, width: int) -> dict[str, tuple[torch.Tensor, bool]]:
+        space = self.transform._augmentation_space
+        return space(bins, (height, width)) if self.takes_size else space(bins)
+
+    def space(self) -> dict[str, tuple[_MagnitudeFn, bool]]:
+        out: dict[str, tuple[_MagnitudeFn, bool]] = {}
+        for op, (_, signed) in self.table(10, 224, 224).items():
+            def fn(bins: int, height: int, width: int, op: str = op) -> Any:
+                magnitudes = self.table(bins, height, width)[op][0]
+                return magnitudes if magnitudes.ndim > 0 else None
+            out[op] = (fn, bool(signed))
+        return out
+
+
+class _V1Base:
+    """What v1's three classes share: the space read from ``_augmentation_space``, the fill as
+    v1 keeps it, the sign ``torch.randint(2, (1,))``."""
+
+    transform: Any
+    _space: dict[str, tuple[_MagnitudeFn, bool]]
+    _takes_size = True
+
+    def _augmentation_space(self) -> dict[str, tuple[_MagnitudeFn, bool]]:
+        return _V1Space(self.transform, self._takes_size).space()
+
+    def _grid_fill(self) -> _GridFill:
+        return grid_fill(self, self.transform.fill, v1_fill=True)  # type: ignore[arg-type]
+
+    def _v1_magnitude(self, draws: TorchDraws, steps: Steps, op: str, index: int | None,
+                      negate: Callable[[], bool]) -> float:
+        fn, signed = self._space[op]
+        magnitudes = fn(self._bins(), steps.height, steps.width)  # type: ignore[attr-defined]
+        magnitude = 0.0
+        if magnitudes is not None:
+            magnitude = float(magnitudes[draws.randint(0, self._bins()) if index is None else index])  # type: ignore[attr-defined]
+        if signed and negate():
+            magnitude *= -1.0
+        return magnitude
+
+
+@native_transform(T1.TrivialAugmentWide, pil_only=True)
+class NativeTrivialAugmentWideV1(_V1Base, NativeTrivialAugmentWide):
+    """v1 ``TrivialAugmentWide`` on PIL images: op ``torch.randint(len(space), (1,))``, the
+    magnitude bin, the sign ``torch.randint(2, (1,))`` (nonzero negates)."""
+
+    draw_name = "TrivialAugmentWideV1"
+    _takes_size = False
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        op = self._random_op(draws)
+        magnitude = self._v1_magnitude(draws, steps, op, None, lambda: draws.randint(0, 2) != 0)
+        _apply_op(steps, op, magnitude, self._fill, v1=True)
+
+
+@native_transform(T1.RandAugment, pil_only=True)
+class NativeRandAugmentV1(_V1Base, NativeRandAugment):
+    """v1 ``RandAugment`` on PIL images: ``num_ops`` times v1's op draw, the magnitude at the fixed
+    bin, the sign ``torch.randint(2, (1,))``."""
+
+    draw_name = "RandAugmentV1"
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        for _ in range(self.transform.num_ops):
+            op = self._random_op(draws)
+            magnitude = self._v1_magnitude(draws, steps, op, self._index, lambda: draws.randint(0, 2) != 0)
+            _apply_op(steps, op, magnitude, self._fill, v1=True)
+
+
+@native_transform(T1.AutoAugment, pil_only=True)
+class NativeAutoAugmentV1(_V1Base, NativeAutoAugment):
+    """v1 ``AutoAugment`` on PIL images: ``get_params`` first (the sub-policy, ``torch.rand((2,))``,
+    ``torch.randint(2, (2,))``); op ``j`` applies when ``probs[j] <= probability`` and is negated
+    when ``signs[j] == 0``."""
+
+    draw_name = "AutoAugmentV1"
+
+    def _policy_list(self) -> list:
+        return list(self.transform.policies)
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        policies = self._policy_list()
+        policy = policies[draws.randint(0, len(policies))]
+        probs = [draws.rand(), draws.rand()]
+        signs = [draws.randint(0, 2), draws.randint(0, 2)]
+        for j, (op, probability, index) in enumerate(policy):
+            if not probs[j] <= f32(probability):
+                continue
+            magnitude = self._v1_magnitude(draws, steps, op, index, lambda j=j: signs[j] == 0)
+            _apply_op(steps, op, magnitude, self._fill, v1=True)
