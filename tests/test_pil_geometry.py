@@ -268,6 +268,17 @@ def _presets(augment, size=64):
                        v2.RandomErasing(p=0.25), v2.ToPureTensor()])
 
 
+def _presets_v1(size=64):
+    """ClassificationPresetTrain(backend="pil", use_v2=False, auto_augment_policy="ta_wide",
+    random_erase_prob=0.25): v1 classes, ConvertImageDtype for the float conversion."""
+    import torchvision.transforms as T
+
+    inter = T.InterpolationMode.BILINEAR
+    return T.Compose([T.RandomResizedCrop(size, interpolation=inter, antialias=True), T.RandomHorizontalFlip(0.5),
+                      T.TrivialAugmentWide(interpolation=inter), T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                      T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)), T.RandomErasing(p=0.25)])
+
+
 def _pipelines():
     import torchvision.transforms as T
     from torchvision.transforms import v2
@@ -275,6 +286,10 @@ def _pipelines():
     B = v2.InterpolationMode.BILINEAR
     return {
         "presets-ta_wide": lambda: _presets("ta_wide"),
+        "presets-v1-ta_wide": _presets_v1,
+        "v1-erasing": lambda: T.Compose([T.CenterCrop(48), T.RandomRotation(10), T.PILToTensor(),
+                                         T.ConvertImageDtype(torch.float), T.RandomErasing(p=0.7, value="random"),
+                                         T.RandomErasing(p=0.5, value=(1, 2, 3))]),
         "presets-ra": lambda: _presets("ra"),
         "presets-imagenet": lambda: _presets("imagenet"),
         "v2-affine": lambda: _v2(v2.RandomAffine(30, translate=(0.2, 0.1), scale=(0.8, 1.2), shear=(-10, 10, -5, 5),

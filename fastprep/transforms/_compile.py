@@ -538,7 +538,8 @@ def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None
         if to_float and kind in _FLOAT_NO_OPS:
             continue
         if to_float and not isinstance(step, v1.Normalize):
-            native = to_native(step)
+            with on_pil_images():  # v1's RandomErasing: native after a pipeline on PIL images
+                native = to_native(step)
             if native.stage == "uint8":
                 raise Unsupported(f"{kind.__name__} after ToDtype works on float images; natively it runs on uint8 "
                                   "images only")
