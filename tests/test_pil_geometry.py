@@ -126,7 +126,8 @@ class TestAffine:
 
     def test_float_image_refused(self):
         with pytest.raises(TypeError, match="uint8"):
-            torch.ops.fastprep.apply_pixel_kernel(torch.zeros(3, 4, 4), "pil_transform_affine", [0, 1], [1, 0, 0, 0, 1, 0, 0])
+            torch.ops.fastprep.apply_pixel_kernel(torch.zeros(3, 4, 4), "pil_transform_affine", [0, 1],
+                                                  [1, 0, 0, 0, 1, 0, 0])
 
 
 def _check_rotate(arr, angle, resample, fill, center=None):
@@ -350,7 +351,7 @@ def test_threads_engine_equals_dataset(root, name):
 
 
 def test_geometry_twins_are_proved():
-    from fastprep.transforms._pil_geometry import pil_geometry_reason
+    from fastprep.transforms._pil_geometry_ops import pil_geometry_reason
     from fastprep.transforms._pil_ops import twin_reason
 
     assert twin_reason("affine") is None and twin_reason("rotate90") is None

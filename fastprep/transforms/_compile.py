@@ -44,7 +44,7 @@ from . import (  # noqa: F401
     _native_flip,
     _native_geometry,
     _native_point,
-    _pil_geometry,
+    _pil_geometry_ops,
 )
 from ._compile_pad import image_type, image_type_after, padded_geometry
 from ._compose import Compose

@@ -396,16 +396,15 @@ class _V1Base:
     def _grid_fill(self) -> _GridFill:
         return grid_fill(self, self.transform.fill, v1_fill=True)  # type: ignore[arg-type]
 
-    def _v1_magnitude(self, draws: TorchDraws, steps: Steps, op: str, index: int | None,
-                      negate: Callable[[], bool]) -> float:
+    def _v1_magnitude(self, draws: TorchDraws, steps: Steps, op: str, index: int | None) -> tuple[float, bool]:
+        """``(float(magnitudes[index]), signed)`` of ``op`` (``index`` None: the bin drawn with
+        ``torch.randint``); 0.0 for an op without magnitudes. The caller draws the sign."""
         fn, signed = self._space[op]
-        magnitudes = fn(self._bins(), steps.height, steps.width)  # type: ignore[attr-defined]
-        magnitude = 0.0
-        if magnitudes is not None:
-            magnitude = float(magnitudes[draws.randint(0, self._bins()) if index is None else index])  # type: ignore[attr-defined]
-        if signed and negate():
-            magnitude *= -1.0
-        return magnitude
+        bins = self._bins()  # type: ignore[attr-defined]
+        magnitudes = fn(bins, steps.height, steps.width)
+        if magnitudes is None:
+            return 0.0, signed
+        return float(magnitudes[draws.randint(0, bins) if index is None else index]), signed
 
 
 @native_transform(T1.TrivialAugmentWide, pil_only=True)
@@ -418,7 +417,9 @@ class NativeTrivialAugmentWideV1(_V1Base, NativeTrivialAugmentWide):
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         op = self._random_op(draws)
-        magnitude = self._v1_magnitude(draws, steps, op, None, lambda: draws.randint(0, 2) != 0)
+        magnitude, signed = self._v1_magnitude(draws, steps, op, None)
+        if signed and draws.randint(0, 2) != 0:
+            magnitude *= -1.0
         _apply_op(steps, op, magnitude, self._fill, v1=True)
 
 
@@ -432,7 +433,9 @@ class NativeRandAugmentV1(_V1Base, NativeRandAugment):
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
         for _ in range(self.transform.num_ops):
             op = self._random_op(draws)
-            magnitude = self._v1_magnitude(draws, steps, op, self._index, lambda: draws.randint(0, 2) != 0)
+            magnitude, signed = self._v1_magnitude(draws, steps, op, self._index)
+            if signed and draws.randint(0, 2) != 0:
+                magnitude *= -1.0
             _apply_op(steps, op, magnitude, self._fill, v1=True)
 
 
@@ -455,5 +458,7 @@ class NativeAutoAugmentV1(_V1Base, NativeAutoAugment):
         for j, (op, probability, index) in enumerate(policy):
             if not probs[j] <= f32(probability):
                 continue
-            magnitude = self._v1_magnitude(draws, steps, op, index, lambda j=j: signs[j] == 0)
+            magnitude, signed = self._v1_magnitude(draws, steps, op, index)
+            if signed and signs[j] == 0:
+                magnitude *= -1.0
             _apply_op(steps, op, magnitude, self._fill, v1=True)

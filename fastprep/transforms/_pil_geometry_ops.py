@@ -54,7 +54,7 @@ def _affine_probes() -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
     )
     fills: tuple[tuple[int, tuple[float, ...]], ...] = ((0, ()), (1, (0.0,)), (1, (128.0,)), (1, (300.0,)),
                                                         (1, (-2.7,)))
-    out = []
+    out: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
     for k, (has_center, rotate, *args) in enumerate(kinds):
         for interpolation in range(3):
             has_fill, values = fills[(k + interpolation) % len(fills)]
@@ -97,7 +97,8 @@ _SHAPES = ((1, 1), (1, 9), (9, 1), (3, 700), (37, 41), (24, 24))
 
 def _run(arr: np.ndarray, name: str, ints: Sequence[int], floats: Sequence[float]) -> np.ndarray:
     t = torch.from_numpy(arr).permute(2, 0, 1).contiguous()
-    return torch.ops.fastprep.apply_pixel_kernel(t, name, list(ints), [float(v) for v in floats]).permute(1, 2, 0).numpy()
+    out = torch.ops.fastprep.apply_pixel_kernel(t, name, list(ints), [float(v) for v in floats])
+    return out.permute(1, 2, 0).numpy()
 
 
 def _mismatch() -> str | None:
@@ -105,15 +106,16 @@ def _mismatch() -> str | None:
         for c in (1, 3):
             arr = _probe(h, w, c, k)
             im = PIL.Image.fromarray(arr[..., 0] if c == 1 else arr, "L" if c == 1 else "RGB")
-            for resample in (0, 2, 3):
+            for resample in (PIL.Image.Resampling.NEAREST, PIL.Image.Resampling.BILINEAR,
+                             PIL.Image.Resampling.BICUBIC):
                 data = (0.93, 0.31, -2.5, -0.27, 1.05, 1.75)
                 want = np.asarray(im.transform(im.size, PIL.Image.Transform.AFFINE, data, resample)).reshape(h, w, c)
-                if not np.array_equal(_run(arr, "pil_transform_affine", (resample, 1), (*data, 0)), want):
-                    return f"pil_transform_affine of a {h}x{w}x{c} image, resample {resample}"
+                if not np.array_equal(_run(arr, "pil_transform_affine", (int(resample), 1), (*data, 0)), want):
+                    return f"pil_transform_affine of a {h}x{w}x{c} image, resample {resample.name}"
                 for angle in (0.0, 90.0, 180.0, 33.3):
                     want = np.asarray(im.rotate(angle, resample)).reshape(h, w, c)
-                    if not np.array_equal(_run(arr, "pil_rotate", (resample, 1, 0), (angle, 0, 0, 0)), want):
-                        return f"pil_rotate({angle}) of a {h}x{w}x{c} image, resample {resample}"
+                    if not np.array_equal(_run(arr, "pil_rotate", (int(resample), 1, 0), (angle, 0, 0, 0)), want):
+                        return f"pil_rotate({angle}) of a {h}x{w}x{c} image, resample {resample.name}"
             for radius in (0.1, 1.3, 2.0, 9.0):
                 want = np.asarray(im.filter(ImageFilter.GaussianBlur(radius))).reshape(h, w, c)
                 if not np.array_equal(_run(arr, "pil_gaussian_blur", (3,), (radius, radius)), want):
