@@ -288,6 +288,7 @@ def _pipelines():
     return {
         "presets-ta_wide": lambda: _presets("ta_wide"),
         "presets-v1-ta_wide": _presets_v1,
+        "v2-blur": lambda: _v2(v2.GaussianBlur((3, 7), (0.5, 3.0)), v2.RandomApply([v2.GaussianBlur(9, 1.5)], p=0.5)),
         "v1-erasing": lambda: T.Compose([T.CenterCrop(48), T.RandomRotation(10), T.PILToTensor(),
                                          T.ConvertImageDtype(torch.float), T.RandomErasing(p=0.7, value="random"),
                                          T.RandomErasing(p=0.5, value=(1, 2, 3))]),
@@ -354,7 +355,7 @@ def test_geometry_twins_are_proved():
     from fastprep.transforms._pil_geometry_ops import pil_geometry_reason
     from fastprep.transforms._pil_ops import twin_reason
 
-    assert twin_reason("affine") is None and twin_reason("rotate90") is None
+    assert twin_reason("affine") is None and twin_reason("rotate90") is None and twin_reason("gaussian_blur") is None
     assert pil_geometry_reason() is None
 
 

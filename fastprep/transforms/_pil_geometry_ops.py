@@ -7,6 +7,7 @@
   the twin computes what torchvision computes on a PIL image from them: the inverse matrix about
   the centre in pixels and ``Image.transform(size, AFFINE, ...)``, or ``Image.rotate``, with
   Pillow's nearest / bilinear / bicubic sampling and ``_parse_fill``'s fill;
+* ``gaussian_blur`` is its own twin: torchvision blurs a PIL image as a tensor;
 * ``rotate90`` is its own twin: ``Image.rotate``'s shortcuts for 180 degrees, and for 90 / 270 on
   square images, are the same data movement as ``torch.rot90``.
 
@@ -73,6 +74,14 @@ def _affine(image: PIL.Image.Image, ints: Sequence[int], floats: Sequence[float]
         return F2.rotate(image, floats[10], interpolation=interpolation, center=center, fill=fill)
     return F2.affine(image, angle=floats[10], translate=[floats[11], floats[12]], scale=floats[13],
                      shear=[floats[14], floats[15]], interpolation=interpolation, fill=fill, center=center)
+
+
+@pil_twin("gaussian_blur", "gaussian_blur",
+          [((5, 5), (0.7, 0.7)), ((3, 7), (1.3, 1.3)), ((1, 3), (0.1, 0.1)), ((7, 1), (2.0, 2.0))], min_side=4)
+def _gaussian_blur(image: PIL.Image.Image, ints: Sequence[int], floats: Sequence[float]) -> PIL.Image.Image:
+    """torchvision's GaussianBlur on a PIL image is its tensor blur (``pil_to_tensor``, the blur,
+    ``to_pil_image``): the kernel is its own twin."""
+    return F2.gaussian_blur(image, [ints[0], ints[1]], [floats[0], floats[1]])
 
 
 @pil_twin("rotate90", "rotate90", [((2,), ())])  # quarter turns change a non-square probe's size
