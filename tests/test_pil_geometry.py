@@ -389,3 +389,20 @@ def test_python_and_cpp_draws_agree(name):
         py = N.draw_steps(roots, N.TorchDraws(torch.Generator().manual_seed(key)), 3, h, w)
         cpp, _ = torch.ops.fastprep.native_draws(prog.nodes, prog.ints, prog.floats, prog.num_roots, key, 3, h, w)
         assert torch.equal(torch.from_numpy(py.records().view(np.uint8).copy()), cpp), (name, key, py.items)
+
+
+@pytest.mark.parametrize("transform, why", [
+    (lambda v2: v2.RandomAffine(10, fill=(1, 2)), "fill of 2 values"),
+    (lambda v2: v2.TrivialAugmentWide(fill=[1, 2]), "fill of 2 values"),
+    (lambda v2: v2.RandomRotation(30, expand=True), "expand=True"),
+])
+def test_refused_steps_run_as_written(root, transform, why):
+    """What torchvision raises on, or what gives each image its own size, runs as written."""
+    from torchvision.datasets import ImageFolder
+    from torchvision.transforms import v2
+
+    from fastprep.data import DataLoader
+
+    dataset = ImageFolder(root, transform=_v2(transform(v2)))
+    loader = DataLoader(dataset, batch_size=32, num_workers=2, seed=SEED)
+    assert loader.engine == "processes" and why in loader.engine_reason

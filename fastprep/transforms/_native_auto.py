@@ -98,6 +98,15 @@ def grid_fill(native: NativeTransform, fill_value: Any = None, *, v1_fill: bool 
     return _GridFill(_INTERPOLATION_IDS[interpolation], values)
 
 
+def check_fill_channels(native: NativeTransform, fill: _GridFill, channels: int) -> None:
+    """Unsupported where torchvision raises ValueError on every affine step: ``fill`` has neither
+    1 value nor one per channel (the transform then runs as written, raising as torchvision does)."""
+    count = len(fill.values or ())
+    if count not in (0, 1, channels):
+        raise native.unsupported(f"fill of {count} values on {channels}-channel images: torchvision raises "
+                                 "ValueError on every affine step")
+
+
 class AffineArgs(NamedTuple):
     """The arguments ``F.affine`` / ``F.rotate`` received, which the ``affine`` step carries
     besides its matrix (its PIL twin computes Pillow's matrix from them; csrc/ops/affine.h)."""
@@ -226,6 +235,10 @@ class _NativeAutoAugmentBase(NativeTransform):
 
     def _bins(self) -> int:
         return int(self.transform.num_magnitude_bins)
+
+    def check_channels(self, channels: int) -> None:
+        if self.kernels() & {"affine", "rotate90"}:
+            check_fill_channels(self, self._fill, channels)
 
     def kernels(self) -> set[str]:
         out: set[str] = set()

@@ -15,7 +15,7 @@ import torchvision.transforms as v1
 from torchvision.transforms import v2
 
 from ._native import NativeTransform, Steps, TorchDraws, native_transform
-from ._native_auto import AffineArgs, affine_step, fill_params, grid_fill, rotate_steps
+from ._native_auto import AffineArgs, affine_step, check_fill_channels, fill_params, grid_fill, rotate_steps
 
 
 def _center(center: Any, steps: Steps) -> list[float]:
@@ -79,6 +79,9 @@ class NativeRandomAffine(NativeTransform):
     def _grid_fill(self) -> Any:
         return grid_fill(self)
 
+    def check_channels(self, channels: int) -> None:
+        check_fill_channels(self, self._fill, channels)
+
 
 @native_transform(v2.RandomRotation)
 class NativeRandomRotation(NativeTransform):
@@ -112,6 +115,9 @@ class NativeRandomRotation(NativeTransform):
 
     def _grid_fill(self) -> Any:
         return grid_fill(self)
+
+    def check_channels(self, channels: int) -> None:
+        check_fill_channels(self, self._fill, channels)
 
 
 @native_transform(v1.RandomAffine, pil_only=True)
