@@ -406,3 +406,54 @@ def test_refused_steps_run_as_written(root, transform, why):
     dataset = ImageFolder(root, transform=_v2(transform(v2)))
     loader = DataLoader(dataset, batch_size=32, num_workers=2, seed=SEED)
     assert loader.engine == "processes" and why in loader.engine_reason
+
+
+def _random_geometry(rng, v1_classes):
+    """A random affine / rotation / auto-augment step of v1 or v2 with random parameters."""
+    import torchvision.transforms as T
+    from torchvision.transforms import v2
+
+    M = T if v1_classes else v2
+    inter = [M.InterpolationMode.NEAREST, M.InterpolationMode.BILINEAR, M.InterpolationMode.BICUBIC][rng.integers(3)]
+    fills = [None, 0, int(rng.integers(0, 256)), [int(v) for v in rng.integers(-20, 300, 3)],
+             [float(rng.uniform(0, 255))]]
+    fill = fills[rng.integers(5)]
+    if v1_classes and fill is None:
+        fill = 0
+    kind = int(rng.integers(5))
+    if kind == 0:
+        shears = [None, float(rng.uniform(0, 30)), [float(v) for v in sorted(rng.uniform(-20, 20, 2))] * 2]
+        shear = shears[rng.integers(3)]
+        return M.RandomAffine(float(rng.uniform(0, 180)), translate=(float(rng.uniform(0, 0.4)), 0.2),
+                              scale=(0.7, 1.3) if rng.random() < 0.5 else None, shear=shear, interpolation=inter,
+                              fill=fill, center=None if rng.random() < 0.5 else (int(rng.integers(0, 40)), 5.5))
+    if kind == 1:
+        degrees = float(rng.uniform(0, 360)) if rng.random() < 0.7 else (90.0, 90.0)
+        return M.RandomRotation(degrees, interpolation=inter, fill=fill,
+                                center=None if rng.random() < 0.7 else (7, 30))
+    if kind == 2:
+        return M.TrivialAugmentWide(num_magnitude_bins=int(rng.integers(2, 40)), interpolation=inter, fill=fill)
+    if kind == 3:
+        return M.RandAugment(num_ops=int(rng.integers(1, 4)), magnitude=int(rng.integers(0, 31)), interpolation=inter,
+                             fill=fill)
+    policy = list(M.AutoAugmentPolicy)[rng.integers(3)]
+    return M.AutoAugment(policy, interpolation=inter, fill=fill)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", range(24))
+def test_random_pipelines_equal_dataset(root, k):
+    from torchvision.datasets import ImageFolder
+
+    from fastprep.data import DataLoader
+
+    rng = np.random.default_rng(100 + k)
+    v1_classes = bool(k % 2)
+    steps = [_random_geometry(rng, v1_classes) for _ in range(int(rng.integers(1, 4)))]
+    transform = _v1(*steps, size=int(rng.integers(8, 50))) if v1_classes else _v2(*steps, size=int(rng.integers(8, 50)))
+    dataset = ImageFolder(root, transform=transform)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    for (gx, gy), (wx, wy) in zip(list(loader), _reference(dataset, 8), strict=True):
+        assert torch.equal(gx, wx), f"{steps}: {int((gx != wx).sum())} values differ"
+        assert torch.equal(gy, wy)
