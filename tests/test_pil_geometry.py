@@ -311,6 +311,10 @@ def _pipelines():
         "v1-auto-imagenet": lambda: _v1(T.AutoAugment(T.AutoAugmentPolicy.IMAGENET)),
         "v1-auto-svhn-bicubic": lambda: _v1(T.AutoAugment(T.AutoAugmentPolicy.SVHN,
                                                           interpolation=T.InterpolationMode.BICUBIC, fill=128)),
+        "v1-gray-geometry": lambda: T.Compose([
+            T.RandomResizedCrop(40), T.Grayscale(), T.RandomRotation(40, fill=200), T.TrivialAugmentWide(fill=[7]),
+            T.RandomAffine(0, shear=(5, 30), interpolation=T.InterpolationMode.BICUBIC), T.ToTensor(),
+            T.Normalize([0.5], [0.2])]),
         "v2-auto-cifar": lambda: _v2(v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10, fill=[1, 2, 3])),
     }
 

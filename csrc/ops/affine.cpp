@@ -176,7 +176,9 @@ void rotate90_ref(const PixelStep& s, Image& im, KernelScratch&) {
 
 FP_REGISTER_PIXEL_KERNEL({"affine",
                           "f0..f5=inverse matrix (_get_inverse_affine_matrix) i0=interpolation (0 nearest, 1 bilinear) "
-                          "i1=has fill i2=fill count (1 or C) f6..=fill",
+                          "i1=has fill i2=fill count (1 or C) f6..=fill; for the PIL twin pil_affine only (AffineArgs): "
+                          "i3=has center i4=kind (0 F.affine, 1 F.rotate) f10=angle f11, f12=translate f13=scale "
+                          "f14, f15=shear f16, f17=center in pixels",
                           affine_ref, nullptr, nullptr});
 FP_REGISTER_PIXEL_KERNEL({"rotate90", "i0=quarter turns (torch.rot90 k, dims (-2, -1))", rotate90_ref, nullptr,
                           nullptr});

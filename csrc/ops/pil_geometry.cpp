@@ -1,7 +1,10 @@
 // PIL-exact geometry and blur: Pillow's Image.transform(size, AFFINE, data, resample,
-// fillcolor) at the image's own size, Image.rotate(angle, resample, expand=False, center,
-// fillcolor) and Image.filter(ImageFilter.GaussianBlur(radius)) on uint8 images of 1 to 4
-// channels (planar [C, H, W]; Pillow's "L" and "RGB"), bit for bit.
+// fillcolor) at the image's own size (pil_transform_affine), Image.rotate(angle, resample,
+// expand=False, center, fillcolor) (pil_rotate) and Image.filter(ImageFilter.GaussianBlur(
+// radius)) (pil_gaussian_blur) on uint8 images of 1 to 4 channels (planar [C, H, W]; Pillow's
+// "L" and "RGB"), bit for bit; and pil_affine, the PIL twin of the tensor kernel "affine": what
+// torchvision's F.affine / F.rotate compute on a PIL image, from the arguments the draws record
+// in the step (csrc/ops/affine.h: AffineArgs).
 //
 // Arithmetic (Pillow's libImaging/Geometry.c and BoxBlur.c and PIL/Image.py, read there and
 // written here; nothing is copied):
