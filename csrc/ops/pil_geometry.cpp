@@ -169,20 +169,38 @@ inline int64_t clip(int64_t v, int64_t size) { return v < 0 ? 0 : (v < size ? v 
 inline double lerp_int(int a, int b, double d) { return (double)a + (double)(b - a) * d; }
 inline double lerp(double a, double b, double d) { return a + (b - a) * d; }
 
-uint8_t bilinear_at(const uint8_t* plane, int64_t W, int64_t H, double xin, double yin) {
+// The neighbourhood of a position (Pillow's filters compute it per band; it is the same for
+// every band, so it is computed once per pixel here): rows (-1: repeat the previous value),
+// clamped columns and the fractions.
+struct Taps2 {
+  int64_t row0, row1;  // row1 < 0: v2 = v1
+  int64_t x0, x1;
+  double dx, dy;
+};
+
+inline Taps2 bilinear_taps(int64_t W, int64_t H, double xin, double yin) {
   xin -= 0.5;
   yin -= 0.5;
   const int x = floor_int(xin), y = floor_int(yin);
-  const double dx = xin - x, dy = yin - y;
-  const int64_t x0 = clip(x, W), x1 = clip((int64_t)x + 1, W);
-  const uint8_t* row = plane + clip(y, H) * W;
-  double v1 = lerp_int(row[x0], row[x1], dx);
+  Taps2 t;
+  t.dx = xin - x;
+  t.dy = yin - y;
+  t.x0 = clip(x, W);
+  t.x1 = clip((int64_t)x + 1, W);
+  t.row0 = clip(y, H) * W;
+  t.row1 = ((int64_t)y + 1 >= 0 && (int64_t)y + 1 < H) ? ((int64_t)y + 1) * W : -1;
+  return t;
+}
+
+inline uint8_t bilinear_at(const uint8_t* plane, const Taps2& t) {
+  const uint8_t* row = plane + t.row0;
+  double v1 = lerp_int(row[t.x0], row[t.x1], t.dx);
   double v2 = v1;
-  if ((int64_t)y + 1 >= 0 && (int64_t)y + 1 < H) {
-    row = plane + ((int64_t)y + 1) * W;
-    v2 = lerp_int(row[x0], row[x1], dx);
+  if (t.row1 >= 0) {
+    row = plane + t.row1;
+    v2 = lerp_int(row[t.x0], row[t.x1], t.dx);
   }
-  v1 = lerp(v1, v2, dy);
+  v1 = lerp(v1, v2, t.dy);
   return (uint8_t)v1;
 }
 
@@ -202,41 +220,59 @@ inline double cubic(double v1, double v2, double v3, double v4, double d) {
   return p1 + d * (p2 + d * (p3 + d * p4));
 }
 
-uint8_t bicubic_at(const uint8_t* plane, int64_t W, int64_t H, double xin, double yin) {
+struct Taps4 {
+  int64_t rows[4];  // rows[k] < 0 (k > 0): repeat the previous row's value
+  int64_t xs[4];
+  double dx, dy;
+};
+
+inline Taps4 bicubic_taps(int64_t W, int64_t H, double xin, double yin) {
   xin -= 0.5;
   yin -= 0.5;
   int64_t x = floor_int(xin), y = floor_int(yin);
-  const double dx = xin - (double)x, dy = yin - (double)y;
+  Taps4 t;
+  t.dx = xin - (double)x;
+  t.dy = yin - (double)y;
   x--;
   y--;
-  const int64_t x0 = clip(x, W), x1 = clip(x + 1, W), x2 = clip(x + 2, W), x3 = clip(x + 3, W);
-  auto row_value = [&](int64_t r) {
-    const uint8_t* row = plane + r * W;
-    return cubic_int(row[x0], row[x1], row[x2], row[x3], dx);
-  };
-  const double v1 = row_value(clip(y, H));
-  const double v2 = (y + 1 >= 0 && y + 1 < H) ? row_value(y + 1) : v1;
-  const double v3 = (y + 2 >= 0 && y + 2 < H) ? row_value(y + 2) : v2;
-  const double v4 = (y + 3 >= 0 && y + 3 < H) ? row_value(y + 3) : v3;
-  const double v = cubic(v1, v2, v3, v4, dy);
-  if (v <= 0.0) return 0;
-  if (v >= 255.0) return 255;
-  return (uint8_t)v;
+  for (int k = 0; k < 4; k++) t.xs[k] = clip(x + k, W);
+  t.rows[0] = clip(y, H) * W;
+  for (int k = 1; k < 4; k++) t.rows[k] = (y + k >= 0 && y + k < H) ? (y + k) * W : -1;
+  return t;
+}
+
+inline uint8_t bicubic_at(const uint8_t* plane, const Taps4& t) {
+  double v[4];
+  for (int k = 0; k < 4; k++) {
+    if (k > 0 && t.rows[k] < 0) {
+      v[k] = v[k - 1];
+      continue;
+    }
+    const uint8_t* row = plane + t.rows[k];
+    v[k] = cubic_int(row[t.xs[0]], row[t.xs[1]], row[t.xs[2]], row[t.xs[3]], t.dx);
+  }
+  const double out = cubic(v[0], v[1], v[2], v[3], t.dy);
+  if (out <= 0.0) return 0;
+  if (out >= 255.0) return 255;
+  return (uint8_t)out;
 }
 
 // ImagingGenericTransform with affine_transform and the bilinear / bicubic filter.
 void filtered(const Planes& p, const double a[6], bool bicubic) {
-  const int64_t W = p.width, H = p.height;
+  const int64_t W = p.width, H = p.height, P = p.plane();
   for (int64_t y = 0; y < H; y++) {
     for (int64_t x = 0; x < W; x++) {
       const double xi = (double)x + 0.5, yi = (double)y + 0.5;
       const double xin = a[0] * xi + a[1] * yi + a[2];
       const double yin = a[3] * xi + a[4] * yi + a[5];
       if (xin < 0.0 || xin >= (double)W || yin < 0.0 || yin >= (double)H) continue;  // the fill
-      for (int64_t c = 0; c < p.channels; c++) {
-        const uint8_t* plane = p.in + c * p.plane();
-        p.out[c * p.plane() + y * W + x] =
-            bicubic ? bicubic_at(plane, W, H, xin, yin) : bilinear_at(plane, W, H, xin, yin);
+      uint8_t* out = p.out + y * W + x;
+      if (bicubic) {
+        const Taps4 t = bicubic_taps(W, H, xin, yin);
+        for (int64_t c = 0; c < p.channels; c++) out[c * P] = bicubic_at(p.in + c * P, t);
+      } else {
+        const Taps2 t = bilinear_taps(W, H, xin, yin);
+        for (int64_t c = 0; c < p.channels; c++) out[c * P] = bilinear_at(p.in + c * P, t);
       }
     }
   }
