@@ -10,6 +10,8 @@ of the fill colour (``Image.new(mode, (1, 1), fillcolor)``).
 from __future__ import annotations
 
 import math
+import os
+import warnings
 
 import numpy as np
 import PIL.Image
@@ -461,3 +463,32 @@ def test_random_pipelines_equal_dataset(root, k):
     for (gx, gy), (wx, wy) in zip(list(loader), _reference(dataset, 8), strict=True):
         assert torch.equal(gx, wx), f"{steps}: {int((gx != wx).sum())} values differ"
         assert torch.equal(gy, wy)
+
+
+def test_multiview_views_with_geometry(root):
+    """Views on PIL images with affine ops (DINO-style lists of v1 pipelines): each view drawn
+    after the other on the same PIL image under the sample's key."""
+    import torchvision.transforms as T
+    from torchvision.datasets.folder import default_loader
+
+    import fastprep.data as D
+    from fastprep._seeding import keyed_default_rng, sample_key
+    from fastprep.transforms import MultiView
+
+    views = [_v1(T.RandomRotation(30), size=32), _v1(T.TrivialAugmentWide(), size=24),
+             _v1(T.RandomAffine(10, shear=10, interpolation=T.InterpolationMode.BICUBIC), size=16)]
+    files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
+    loader = D.make_loader(files, transform=MultiView(views), engine="threads", seed=SEED, batch_size=len(files),
+                           shuffle=False, num_workers=2, device="cpu")
+    assert loader.engine == "threads", loader.engine_reason
+    with warnings.catch_warnings():  # the PNG, decoded by Pillow (warned once)
+        warnings.filterwarnings("ignore", message=".*decoded in full by Pillow", category=UserWarning)
+        (got, _), = list(loader)
+    want: list[list[torch.Tensor]] = [[] for _ in views]
+    for i, path in enumerate(files):
+        image = default_loader(path)
+        with keyed_default_rng(sample_key(SEED, 0, i)):
+            for k, view in enumerate(views):
+                want[k].append(view(image))
+    for k in range(len(views)):
+        assert torch.equal(got[k], torch.stack(want[k])), f"view {k}"
