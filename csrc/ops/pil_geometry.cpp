@@ -490,9 +490,42 @@ void box_rows(uint8_t* data, int64_t rows, int n, float r, int passes, uint8_t* 
   }
 }
 
-void transpose_plane(const uint8_t* in, uint8_t* out, int64_t h, int64_t w) {
-  for (int64_t y = 0; y < h; y++)
-    for (int64_t x = 0; x < w; x++) out[x * h + y] = in[y * w + x];
+// `passes` box passes of radius `r` down the columns of an h x w plane, in place: box_line's
+// arithmetic for every column at once (`acc` holds w sums, `out` an h x w plane).
+void box_columns(uint8_t* data, int64_t h, int64_t w, float r, int passes, uint32_t* acc, uint8_t* out) {
+  const int n = (int)h;
+  const int radius = (int)r;
+  const uint32_t ww = (uint32_t)((float)(uint32_t)(1 << 24) / (r * 2 + 1));
+  const uint32_t fw = ((uint32_t)(1 << 24) - (uint32_t)(radius * 2 + 1) * ww) / 2;
+  const int edge_a = std::min(radius + 1, n);
+  const int edge_b = std::max(n - radius - 1, 0);
+  const int last = n - 1;
+  auto row = [&](int k) { return data + (int64_t)k * w; };
+  auto step = [&](int y, int sub, int add, int left, int right) {
+    const uint8_t *s = row(sub), *a = row(add), *l = row(left), *rr = row(right);
+    uint8_t* o = out + (int64_t)y * w;
+    for (int64_t x = 0; x < w; x++) {
+      acc[x] += (uint32_t)((int)a[x] - (int)s[x]);
+      const uint32_t bulk = acc[x] * ww + (uint32_t)(l[x] + rr[x]) * fw;
+      o[x] = (uint8_t)((bulk + (1u << 23)) >> 24);
+    }
+  };
+  for (int p = 0; p < passes; p++) {
+    for (int64_t x = 0; x < w; x++) acc[x] = (uint32_t)row(0)[x] * (uint32_t)(radius + 1);
+    for (int k = 0; k < edge_a - 1; k++)
+      for (int64_t x = 0; x < w; x++) acc[x] += row(k)[x];
+    for (int64_t x = 0; x < w; x++) acc[x] += (uint32_t)row(last)[x] * (uint32_t)(radius - edge_a + 1);
+    if (edge_a <= edge_b) {
+      for (int y = 0; y < edge_a; y++) step(y, 0, y + radius, 0, y + radius + 1);
+      for (int y = edge_a; y < edge_b; y++) step(y, y - radius - 1, y + radius, y - radius - 1, y + radius + 1);
+      for (int y = edge_b; y <= last; y++) step(y, y - radius - 1, last, y - radius - 1, last);
+    } else {
+      for (int y = 0; y < edge_b; y++) step(y, 0, y + radius, 0, y + radius + 1);
+      for (int y = edge_b; y < edge_a; y++) step(y, 0, last, 0, last);
+      for (int y = edge_a; y <= last; y++) step(y, y - radius - 1, last, y - radius - 1, last);
+    }
+    std::memcpy(data, out, (size_t)(h * w));
+  }
 }
 
 void pil_gaussian_blur(const PixelStep& s, Image& im, KernelScratch& scratch) {
@@ -509,16 +542,13 @@ void pil_gaussian_blur(const PixelStep& s, Image& im, KernelScratch& scratch) {
   TORCH_CHECK_VALUE(rx >= 0 && ry >= 0, "pil_gaussian_blur: radius out of range (box radius ", rx, ", ", ry, ")");
   const int64_t H = im.height, W = im.width, P = im.plane();
   TORCH_CHECK_VALUE(H < INT_MAX && W < INT_MAX, "pil_gaussian_blur: image too large");
-  uint8_t* line = grown(scratch.u8, (size_t)(std::max(H, W) + P));
-  uint8_t* transposed = line + std::max(H, W);
+  uint8_t* line = grown(scratch.u8, (size_t)(W + P));
+  uint8_t* out = line + W;
+  uint32_t* acc = reinterpret_cast<uint32_t*>(grown(scratch.i32, (size_t)W));
   for (int64_t c = 0; c < im.channels; c++) {
     uint8_t* plane = im.u8() + c * P;
     if (rx != 0) box_rows(plane, H, (int)W, rx, (int)passes, line);
-    if (ry != 0) {
-      transpose_plane(plane, transposed, H, W);
-      box_rows(transposed, W, (int)H, ry, (int)passes, line);
-      transpose_plane(transposed, plane, W, H);
-    }
+    if (ry != 0) box_columns(plane, H, W, ry, (int)passes, acc, out);
   }
 }
 
