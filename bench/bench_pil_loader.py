@@ -11,7 +11,13 @@ Inputs: the JPEGs of ``--photos`` arranged as an ImageFolder under ``--root`` (s
   ``Normalize(mean, std)``;
 * val: ``Resize(256)``, ``CenterCrop(224)``, ``ToTensor()``, ``Normalize(mean, std)``;
 * train-color (``--pipelines``): train with ``ColorJitter(0.4, 0.4, 0.4, 0.1)`` and
-  ``RandomGrayscale(0.2)`` after the flip (Pillow's colour arithmetic: the PIL twins).
+  ``RandomGrayscale(0.2)`` after the flip (Pillow's colour arithmetic: the PIL twins);
+* presets-ta (``--pipelines``): torchvision's references/classification/presets.py
+  ``ClassificationPresetTrain(crop_size=224, auto_augment_policy="ta_wide",
+  random_erase_prob=0.25, backend="pil", use_v2=True)`` as it builds it: v2
+  ``RandomResizedCrop(224, BILINEAR, antialias=True)``, ``RandomHorizontalFlip(0.5)``,
+  ``TrivialAugmentWide(BILINEAR)``, ``PILToTensor``, ``ToDtype(float, scale=True)``, ``Normalize``,
+  ``RandomErasing(0.25)``, ``ToPureTensor`` (Pillow's affine, colour and point arithmetic).
 
 Rows: ``torchvision.datasets.ImageFolder(root, transform)`` in ``torch.utils.data.DataLoader
 (batch_size, shuffle=True, num_workers=--workers)``; ``fastprep.data.make_loader(root,
@@ -33,6 +39,7 @@ import time
 import torch
 import torchvision.transforms as T
 from torchvision.datasets import ImageFolder
+from torchvision.transforms import v2
 
 from fastprep._platform import describe
 from fastprep.data import DataLoader, make_loader
@@ -45,6 +52,11 @@ PIPELINES = {
     "train-color": lambda: T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
                                       T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.2), T.ToTensor(),
                                       T.Normalize(MEAN, STD)]),
+    "presets-ta": lambda: v2.Compose([
+        v2.RandomResizedCrop(224, interpolation=v2.InterpolationMode.BILINEAR, antialias=True),
+        v2.RandomHorizontalFlip(0.5), v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+        v2.PILToTensor(), v2.ToDtype(torch.float, scale=True), v2.Normalize(MEAN, STD), v2.RandomErasing(0.25),
+        v2.ToPureTensor()]),
 }
 
 
