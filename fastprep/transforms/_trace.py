@@ -1,0 +1,278 @@
+"""Tracing a user's transform on a stand-in image: what runs when the compiler cannot see in.
+
+A transform the compiler does not know by type -- a user's class such as DINO's multi-crop
+``DataAugmentationDINO``, whose ``__call__`` applies several ``Compose`` pipelines to the same
+PIL image and returns a list, with its own small steps drawing from Python's ``random`` -- is
+*traced* per sample: it is called, under the sample's seeds, on a :class:`LazyImage`, a
+``PIL.Image.Image`` with the image's mode and size but no pixels, which records the Pillow
+calls made on it instead of running them. The user's code runs for real, so its draws (torch,
+Python ``random``, NumPy) are its own, in its own order; the result -- each view a
+:class:`LazyTensor` -- is the sample's program, which an executor replays on the decoded pixels
+(:mod:`fastprep.data.traced`).
+
+What is recorded (everything else that needs pixel values raises :class:`PixelRead`, and the
+sample then runs as written on the real image):
+
+* ``Image`` methods: ``crop``, ``resize``, ``transpose``, ``filter`` (any ``ImageFilter``),
+  ``point`` (a table, or a function expanded over the 256 levels as Pillow expands it),
+  ``convert`` between ``"L"`` and ``"RGB"``, ``copy``; so ``ImageOps.solarize`` / ``posterize`` /
+  ``invert`` (tables) and ``img.filter(ImageFilter.GaussianBlur(r))`` are recorded as such;
+* torchvision's PIL functions (``torchvision.transforms._functional_pil``): the ``adjust_*``
+  colour ops (``ColorJitter``), ``to_grayscale`` (``RandomGrayscale``), ``autocontrast``,
+  ``equalize``, ``adjust_sharpness``, ``adjust_gamma`` (``invert``, ``posterize`` and ``solarize``
+  reach ``ImageOps``, whose tables are recorded as ``point``): recorded as the call, replayed by
+  calling the same function on the pixels (so an op whose result depends on the pixels, such
+  as contrast's mean or equalize's histogram, is still exact);
+* ``ToTensor`` / ``PILToTensor`` (``F.to_tensor`` / ``F.pil_to_tensor``), then ``Normalize``.
+
+torchvision's functions are reached through their module attributes, which
+:func:`install_hooks` wraps once per process: the wrapper records the call when given a
+:class:`LazyImage` / :class:`LazyTensor` and calls the original otherwise (the same arguments,
+the same result). Nothing is recorded outside a trace (no lazy image exists there).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import PIL.Image
+import torch
+
+__all__ = ["LazyImage", "LazyTensor", "PixelRead", "install_hooks", "view_leaves"]
+
+
+class PixelRead(Exception):
+    """The traced code needs something a stand-in image cannot give (pixel values, an op that
+    is not recorded); the message says what."""
+
+
+_MODES = ("L", "RGB")
+_SWAPS = (PIL.Image.Transpose.ROTATE_90, PIL.Image.Transpose.ROTATE_270, PIL.Image.Transpose.TRANSPOSE,
+          PIL.Image.Transpose.TRANSVERSE)
+
+
+class LazyImage(PIL.Image.Image):
+    """A PIL image with a mode and a size and, instead of pixels, the chain of recorded ops
+    that makes it from the traced sample's source image (``ops``: tuples ``(kind, ...)``)."""
+
+    def __init__(self, mode: str, size: tuple[int, int], source: object, ops: tuple = ()) -> None:
+        super().__init__()
+        self._mode = mode
+        self._size = (int(size[0]), int(size[1]))
+        self.trace_source = source
+        self.ops = ops
+
+    # -- pixels: none here
+    @property
+    def im(self):  # type: ignore[override]
+        raise PixelRead("the transform reads the image's pixels (its core image)")
+
+    @property
+    def __array_interface__(self):  # type: ignore[override]
+        raise PixelRead("the transform reads the image's pixels (a NumPy array of it)")
+
+    def load(self):  # type: ignore[override]
+        raise PixelRead("the transform reads the image's pixels (load())")
+
+    def _then(self, op: tuple | None, mode: str | None = None, size: tuple | None = None) -> LazyImage:
+        ops = self.ops if op is None else self.ops + (op,)
+        return LazyImage(mode or self.mode, size or self.size, self.trace_source, ops)
+
+    def _check_mode(self, what: str) -> None:
+        if self.mode not in _MODES:
+            raise PixelRead(f"{what} on a {self.mode!r} image is not recorded (L and RGB are)")
+
+    # -- recorded methods
+    def copy(self) -> LazyImage:  # type: ignore[override]
+        return self._then(None)
+
+    def crop(self, box=None) -> LazyImage:  # type: ignore[override]
+        if box is None:
+            return self.copy()
+        x0, y0, x1, y1 = (int(round(v)) for v in box)  # Pillow's _crop rounding
+        if x1 < x0 or y1 < y0:
+            raise PixelRead(f"crop box {box!r} is inverted (Pillow raises)")
+        return self._then(("crop", (x0, y0, x1, y1)), size=(x1 - x0, y1 - y0))
+
+    def resize(self, size, resample=None, box=None, reducing_gap=None) -> LazyImage:  # type: ignore[override]
+        self._check_mode("resize")
+        w, h = (int(v) for v in size)
+        if w < 1 or h < 1:
+            raise PixelRead(f"resize to {size!r} (Pillow raises)")
+        return self._then(("method", "resize", ((w, h),), {"resample": resample, "box": box,
+                                                           "reducing_gap": reducing_gap}), size=(w, h))
+
+    def transpose(self, method) -> LazyImage:  # type: ignore[override]
+        self._check_mode("transpose")
+        size = self.size[::-1] if method in _SWAPS else self.size
+        return self._then(("method", "transpose", (method,), {}), size=size)
+
+    def filter(self, filter) -> LazyImage:  # type: ignore[override]
+        self._check_mode("filter")
+        if callable(filter) and isinstance(filter, type):
+            filter = filter()  # Pillow instantiates a filter class
+        if not hasattr(filter, "filter"):
+            raise PixelRead(f"filter {filter!r} is not an ImageFilter (Pillow raises)")
+        return self._then(("method", "filter", (filter,), {}))
+
+    def point(self, lut, mode=None) -> LazyImage:  # type: ignore[override]
+        self._check_mode("point")
+        if mode is not None:
+            raise PixelRead("point(..., mode=...) is not recorded")
+        bands = len(self.getbands())
+        if callable(lut):  # Pillow: [lut(i) for i in range(256)] * bands, called now (its draws, if any)
+            lut = [lut(i) for i in range(256)] * bands
+        elif hasattr(lut, "point"):
+            raise PixelRead("point() with an ImagePointHandler is not recorded")
+        else:
+            lut = list(lut)
+        if len(lut) != 256 * bands:
+            raise PixelRead(f"point() table of {len(lut)} values for {bands} bands (Pillow raises)")
+        return self._then(("method", "point", (lut,), {}))
+
+    def convert(self, mode=None, matrix=None, dither=None, palette=PIL.Image.Palette.WEB,  # type: ignore[override]
+                colors=256) -> LazyImage:
+        self._check_mode("convert")
+        if matrix is not None or dither is not None or mode not in (None, *_MODES):
+            raise PixelRead(f"convert({mode!r}, matrix/dither) is not recorded")
+        if mode is None or mode == self.mode:
+            return self.copy()
+        return self._then(("method", "convert", (mode,), {}), mode=mode)
+
+
+class LazyTensor:
+    """The tensor ``ToTensor``/``PILToTensor`` (then ``Normalize``) makes of a :class:`LazyImage`:
+    its shape and dtype, the image and the tensor steps (``("normalize", mean, std)``).
+    Not a ``torch.Tensor``: any other use raises, and the sample runs as written."""
+
+    __slots__ = ("image", "divide", "dtype", "shape", "steps")
+
+    def __init__(self, image: LazyImage, divide: bool, steps: tuple = ()) -> None:
+        self.image = image
+        self.divide = divide  # ToTensor: float32 x / 255; PILToTensor: uint8
+        self.dtype = torch.float32 if divide else torch.uint8
+        self.shape = torch.Size((len(image.getbands()), image.size[1], image.size[0]))
+        self.steps = steps
+
+    @property
+    def ndim(self) -> int:
+        return 3
+
+    def dim(self) -> int:
+        return 3
+
+    def is_floating_point(self) -> bool:
+        return self.divide
+
+    def __getattr__(self, name: str):
+        raise PixelRead(f"the transform uses the tensor's {name!r} (only ToTensor/PILToTensor then Normalize are "
+                        "recorded)")
+
+
+def view_leaves(result: Any) -> tuple[list[LazyTensor], bool] | None:
+    """The traced transform's output as ``(views, listed)``: one :class:`LazyTensor` (``listed``
+    False) or a list/tuple of them; ``None`` for any other structure."""
+    if isinstance(result, LazyTensor):
+        return [result], False
+    if isinstance(result, (list, tuple)) and result and all(isinstance(v, LazyTensor) for v in result):
+        return list(result), True
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# torchvision's PIL functions
+
+
+def _same_image(img: LazyImage, *args, **kwargs) -> tuple[str, tuple[int, int]]:
+    return img.mode, img.size
+
+
+def _grayscale_shape(img: LazyImage, num_output_channels: int = 1, *args, **kwargs) -> tuple[str, tuple[int, int]]:
+    if num_output_channels not in (1, 3):
+        raise PixelRead(f"to_grayscale(num_output_channels={num_output_channels!r}) (torchvision raises)")
+    return ("L" if num_output_channels == 1 else "RGB"), img.size
+
+
+#: ``torchvision.transforms._functional_pil`` functions recorded as calls: name -> output mode and size
+_PIL_CALLS: dict[str, Callable] = {
+    "adjust_brightness": _same_image, "adjust_contrast": _same_image, "adjust_saturation": _same_image,
+    "adjust_hue": _same_image, "adjust_gamma": _same_image, "adjust_sharpness": _same_image,
+    "autocontrast": _same_image, "equalize": _same_image, "to_grayscale": _grayscale_shape,
+}
+
+
+def _recording_pil_call(name: str, original: Callable) -> Callable:
+    shape = _PIL_CALLS[name]
+
+    def call(img, *args, **kwargs):
+        if type(img) is not LazyImage:
+            return original(img, *args, **kwargs)
+        img._check_mode(name)
+        mode, size = shape(img, *args, **kwargs)
+        return img._then(("call", original, args, kwargs), mode=mode, size=size)
+
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = original.__doc__
+    return call
+
+
+def _recording_to_tensor(original: Callable, divide: bool) -> Callable:
+    def to_tensor(pic, *args, **kwargs):
+        if type(pic) is not LazyImage:
+            return original(pic, *args, **kwargs)
+        pic._check_mode(original.__name__)
+        return LazyTensor(pic, divide)
+
+    to_tensor.__wrapped__ = original  # type: ignore[attr-defined]
+    to_tensor.__name__ = to_tensor.__qualname__ = original.__name__
+    to_tensor.__doc__ = original.__doc__
+    return to_tensor
+
+
+def _recording_normalize(original: Callable) -> Callable:
+    def normalize(tensor, mean, std, inplace=False):
+        if type(tensor) is not LazyTensor:
+            return original(tensor, mean, std, inplace)
+        if not tensor.divide:
+            raise PixelRead("Normalize of a uint8 tensor (torchvision raises)")
+        mean_t = torch.as_tensor(mean, dtype=torch.float32)
+        std_t = torch.as_tensor(std, dtype=torch.float32)
+        channels = tensor.shape[0]
+        if mean_t.ndim != 1 or std_t.ndim != 1 or mean_t.numel() not in (1, channels) \
+                or std_t.numel() not in (1, channels) or bool((std_t == 0).any()):
+            raise PixelRead(f"Normalize(mean={mean!r}, std={std!r}) on {channels} channels is not recorded")
+        step = ("normalize", mean_t.view(-1, 1, 1), std_t.view(-1, 1, 1))
+        if inplace:  # the same tensor changes (whoever holds it sees it)
+            tensor.steps = tensor.steps + (step,)
+            return tensor
+        return LazyTensor(tensor.image, tensor.divide, tensor.steps + (step,))
+
+    normalize.__wrapped__ = original  # type: ignore[attr-defined]
+    normalize.__name__ = normalize.__qualname__ = "normalize"
+    normalize.__doc__ = original.__doc__
+    return normalize
+
+
+_installed: list[bool] = []
+_install_lock = threading.Lock()
+
+
+def install_hooks() -> None:
+    """Wrap torchvision's PIL functions and ``to_tensor``/``pil_to_tensor``/``normalize`` so
+    that they record calls on lazy images (once per process; see the module's docstring)."""
+    with _install_lock:
+        if _installed:
+            return
+        import torchvision.transforms._functional_pil as F_pil  # type: ignore[import-untyped, unused-ignore]
+        import torchvision.transforms.functional as F  # type: ignore[import-untyped, unused-ignore]
+
+        for name in _PIL_CALLS:
+            original = getattr(F_pil, name)
+            setattr(F_pil, name, _recording_pil_call(name, getattr(original, "__wrapped__", original)))
+        F.to_tensor = _recording_to_tensor(getattr(F.to_tensor, "__wrapped__", F.to_tensor), True)
+        F.pil_to_tensor = _recording_to_tensor(getattr(F.pil_to_tensor, "__wrapped__", F.pil_to_tensor), False)
+        F.normalize = _recording_normalize(getattr(F.normalize, "__wrapped__", F.normalize))
+        _installed.append(True)

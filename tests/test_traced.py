@@ -1,0 +1,258 @@
+"""A user's own transform (multi-crop classes, user steps on PIL images) traced on the threads
+engine: fastprep.data.traced and fastprep.transforms._trace.
+
+The reference is always the user's dataset run literally: ``default_collate([with sample_rng(S,
+e, i): dataset[i] ...])`` -- torchvision's ImageFolder opening the files with Pillow, the user's
+classes drawing from torch, Python's ``random`` and NumPy -- never another fastprep path.
+"""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+import torchvision.transforms.functional as F
+from PIL import Image, ImageFilter, ImageOps
+from torch.utils.data import Subset, default_collate
+from torchvision.datasets import ImageFolder
+
+from conftest import make_jpeg
+from fastprep.bench.synthetic import photo_like
+from fastprep.data import DataLoader, sample_rng
+from fastprep.transforms._trace import LazyImage, PixelRead, install_hooks
+
+SEED = 11
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+# (encoding, height, width): gray, CMYK, progressive, tiny, very wide; one PNG
+_FILES = [("420", 90, 120), ("gray", 64, 96), ("cmyk", 81, 70), ("420-progressive", 100, 66),
+          ("444", 77, 101), ("png", 72, 88), ("420", 3, 2), ("gray-progressive", 1, 1), ("422", 20, 300)]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    top = tmp_path_factory.mktemp("traced")
+    for k, (encoding, h, w) in enumerate(_FILES):
+        folder = top / f"class{k % 2}"
+        folder.mkdir(exist_ok=True)
+        if encoding == "png":
+            Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
+        else:
+            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
+    return str(top)
+
+
+# --- DINO's multi-crop, as its repository writes it (utils.py / main_dino.py) --------------
+
+class GaussianBlur:
+    def __init__(self, p=0.5, radius_min=0.1, radius_max=2.0):
+        self.prob, self.radius_min, self.radius_max = p, radius_min, radius_max
+
+    def __call__(self, img):
+        if not random.random() <= self.prob:
+            return img
+        return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(self.radius_min, self.radius_max)))
+
+
+class Solarization:
+    def __init__(self, p):
+        self.p = p
+
+    def __call__(self, img):
+        if random.random() < self.p:
+            return ImageOps.solarize(img)
+        return img
+
+
+class DataAugmentationDINO:
+    def __init__(self, global_crops_scale=(0.4, 1.0), local_crops_scale=(0.05, 0.4), local_crops_number=8):
+        flip_and_color_jitter = T.Compose([
+            T.RandomHorizontalFlip(p=0.5),
+            T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)], p=0.8),
+            T.RandomGrayscale(p=0.2),
+        ])
+        normalize = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
+        bicubic = T.InterpolationMode.BICUBIC
+        self.global_transfo1 = T.Compose([T.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
+                                          flip_and_color_jitter, GaussianBlur(1.0), normalize])
+        self.global_transfo2 = T.Compose([T.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
+                                          flip_and_color_jitter, GaussianBlur(0.1), Solarization(0.2), normalize])
+        self.local_crops_number = local_crops_number
+        self.local_transfo = T.Compose([T.RandomResizedCrop(96, scale=local_crops_scale, interpolation=bicubic),
+                                        flip_and_color_jitter, GaussianBlur(p=0.5), normalize])
+
+    def __call__(self, image):
+        crops = [self.global_transfo1(image), self.global_transfo2(image)]
+        for _ in range(self.local_crops_number):
+            crops.append(self.local_transfo(image))
+        return crops
+
+
+# --- another multi-crop, with steps invented here ----------------------------------------
+
+class LevelsAndEdges:
+    """A user step: a NumPy coin, then a Pillow point table from a Python draw and a filter
+    chosen by ``random.choice``."""
+
+    def __call__(self, img):
+        if np.random.rand() < 0.3:
+            return img
+        gain = random.uniform(0.7, 1.3)
+        img = img.point(lambda v: min(255, int(v * gain)))
+        return img.filter(random.choice([ImageFilter.SHARPEN, ImageFilter.EDGE_ENHANCE, ImageFilter.SMOOTH]))
+
+
+class ThreeViews:
+    """A tuple of three views of other sizes: bilinear and lanczos crops, v1 Resize + CenterCrop,
+    posterize through ImageOps, grayscale, vertical flips, PILToTensor-free float output."""
+
+    def __init__(self):
+        self.a = T.Compose([T.RandomResizedCrop(64, scale=(0.2, 1.0)), T.RandomVerticalFlip(), LevelsAndEdges(),
+                            T.ToTensor(), T.Normalize((0.5,), (0.25,))])
+        self.b = T.Compose([T.Resize(56), T.CenterCrop(48), T.RandomApply([T.ColorJitter(0.3, 0.3, 0.3, 0.05)]),
+                            T.Grayscale(3), T.ToTensor()])
+        self.c = T.Compose([T.RandomResizedCrop((40, 30), interpolation=T.InterpolationMode.LANCZOS),
+                            LevelsAndEdges(), T.ToTensor(), T.Normalize(MEAN, STD, inplace=True)])
+
+    def __call__(self, img):
+        posterized = ImageOps.posterize(img, random.choice([3, 5]))
+        return self.a(img), self.b(posterized), self.c(img)
+
+
+class AutoLevel:
+    """A user step that reads pixels (``getextrema``)."""
+
+    def __init__(self, small_only=False):
+        self.small_only = small_only
+
+    def __call__(self, img):
+        if self.small_only and min(img.size) > 10:
+            return img
+        lo, hi = img.convert("L").getextrema()
+        return img.point(lambda v: (v - lo) * 255 // max(1, hi - lo))
+
+
+def reference(dataset, order, batch_size, seed=SEED, epoch=0):
+    out = []
+    for start in range(0, len(order), batch_size):
+        samples = []
+        for i in order[start:start + batch_size]:
+            with sample_rng(seed, epoch, i):
+                samples.append(dataset[i])
+        out.append(default_collate(samples))
+    return out
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w) and len(g) == len(w)
+        views_g, views_w = g[0], w[0]
+        assert type(views_g) is type(views_w)
+        if isinstance(views_w, torch.Tensor):
+            views_g, views_w = [views_g], [views_w]
+        assert len(views_g) == len(views_w)
+        for a, b in zip(views_g, views_w):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b)
+        assert torch.equal(g[1], w[1])
+
+
+class TestMultiCrop:
+    def test_dino_unchanged_runs_on_threads_bit_for_bit(self, root):
+        ds = ImageFolder(root, DataAugmentationDINO())
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        got = list(loader)
+        assert len(got[0][0]) == 10
+        assert [tuple(v.shape[1:]) for v in got[0][0]] == [(3, 224, 224)] * 2 + [(3, 96, 96)] * 8
+        assert_same(got, reference(ds, list(range(len(ds))), 4))
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # the next epoch
+
+    def test_dino_shuffled_subset(self, root):
+        ds = ImageFolder(root, DataAugmentationDINO(local_crops_number=2))
+        sub = Subset(ds, [8, 0, 3, 5, 2, 7])
+        loader = DataLoader(sub, batch_size=4, shuffle=True, num_workers=1, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        it = iter(loader)
+        order = list(loader.sampler)
+        assert_same(list(it), reference(sub, order, 4))
+
+    def test_other_views_and_user_steps(self, root):
+        ds = ImageFolder(root, ThreeViews())
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        got = list(loader)
+        assert [tuple(v.shape[1:]) for v in got[0][0]] == [(3, 64, 64), (3, 48, 48), (3, 40, 30)]
+        assert_same(got, reference(ds, list(range(len(ds))), 3))
+
+    def test_single_view_pil_colour_pipeline(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                                          T.RandomGrayscale(0.5), T.ToTensor()]))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+class TestFallback:
+    def test_pixel_reading_transform_runs_as_written(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), AutoLevel(), T.ToTensor()]))
+        loader = DataLoader(ds, batch_size=4, seed=SEED)
+        assert loader.engine == "processes"
+        assert "reads the image's pixels" in loader.engine_reason and "runs as written" in loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+    def test_pixel_read_on_some_samples_runs_them_as_written(self, root):
+        ds = ImageFolder(root, T.Compose([AutoLevel(small_only=True), T.RandomResizedCrop(32), T.ToTensor()]))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+        assert loader.literal_samples, "the tiny images read pixels"
+        assert all("pixels" in reason for reason in loader.literal_samples)
+
+    def test_user_error_surfaces(self, root):
+        class Fails:
+            def __call__(self, img):
+                if img.size == (2, 3):
+                    raise ValueError("no tiny images here")
+                return F.to_tensor(F.resize(img, [8, 8]))
+
+        ds = ImageFolder(root, Fails())
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        with pytest.raises(ValueError, match="no tiny images here"):
+            list(loader)
+
+    def test_output_of_another_kind_is_not_traced(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32)]))  # PIL images out
+        loader = DataLoader(ds, batch_size=None, seed=SEED)
+        assert loader.engine == "processes"
+
+
+class TestLazyImage:
+    def test_pixel_reads_raise(self):
+        img = LazyImage("RGB", (10, 8), object())
+        for read in (lambda: np.asarray(img), img.histogram, lambda: img.getpixel((0, 0)), img.tobytes,
+                     lambda: Image.blend(img, img, 0.5), lambda: img.rotate(10)):
+            with pytest.raises(PixelRead):
+                read()
+
+    def test_records_sizes_and_modes(self):
+        img = LazyImage("RGB", (10, 8), object())
+        out = img.crop((1, 2, 7, 8)).resize((5, 4)).transpose(Image.Transpose.ROTATE_90).convert("L")
+        assert (out.size, out.mode) == ((4, 5), "L")
+        assert [op[0] for op in out.ops] == ["crop", "method", "method", "method"]
+
+    def test_hooks_leave_real_images_alone(self):
+        install_hooks()
+        arr = photo_like(20, 30, 3)
+        im = Image.fromarray(arr)
+        got = np.asarray(F.adjust_hue(F.adjust_contrast(im, 1.3), 0.1))
+        import torchvision.transforms._functional_pil as F_pil
+
+        want = np.asarray(F_pil.adjust_hue.__wrapped__(F_pil.adjust_contrast.__wrapped__(im, 1.3), 0.1))
+        assert np.array_equal(got, want)
+        assert torch.equal(F.normalize(F.to_tensor(im), MEAN, STD),
+                           (torch.from_numpy(arr).permute(2, 0, 1).float() / 255 - torch.tensor(MEAN).view(3, 1, 1))
+                           / torch.tensor(STD).view(3, 1, 1))
