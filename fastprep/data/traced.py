@@ -36,11 +36,12 @@ import numpy as np
 import PIL.Image
 import torch
 
+from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
 from .._seeding import keyed_sample_rng, sample_key
 from .._threads import usable_cpus
 from ..transforms._native import Unsupported
-from ..transforms._pil import open_rgb, pil_exact_reason
+from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
 from ..transforms._trace import LazyImage, LazyTensor, PixelRead, install_hooks, view_leaves
 
 __all__ = ["TracedPipeline", "TracedPlan"]
@@ -88,16 +89,89 @@ def _union_window(views: list[LazyTensor], width: int, height: int) -> tuple[int
     return y0, x0, y1 - y0, x1 - x0
 
 
-def _replay(ops: tuple, base: PIL.Image.Image, origin: tuple[int, int]) -> PIL.Image.Image:
-    """A view's image: its recorded ops applied to ``base`` (the decoded window at ``origin``
-    ``(left, top)`` of the image), each as the traced code called it."""
-    img = base
-    for k, op in enumerate(ops):
+def _native_resize(op: tuple, mode: str) -> int | None:
+    """``torch.ops.fastprep.pil_resize``'s filter id for a recorded ``resize`` it reproduces
+    (Pillow's default filter is bicubic), ``None`` for one it does not."""
+    if op[0] != "method" or op[1] != "resize" or mode != "RGB":
+        return None
+    kwargs = op[3]
+    if kwargs["box"] is not None or kwargs["reducing_gap"] is not None:
+        return None
+    resample = PIL.Image.Resampling.BICUBIC if kwargs["resample"] is None else kwargs["resample"]
+    try:
+        return PIL_FILTERS.get(PIL.Image.Resampling(resample))
+    except ValueError:
+        return None
+
+
+class _Decoded:
+    """A sample's decoded window: ``rgb`` ``[3, h, w]`` uint8 (interleaved memory) whose pixel
+    ``(0, 0)`` is the image's ``(left, top)`` = ``origin``; its PIL image made on first use."""
+
+    __slots__ = ("rgb", "origin", "_pil")
+
+    def __init__(self, rgb: torch.Tensor | None, origin: tuple[int, int], pil: PIL.Image.Image | None = None):
+        self.rgb, self.origin, self._pil = rgb, origin, pil
+
+    def pil(self) -> PIL.Image.Image:
+        if self._pil is None:
+            assert self.rgb is not None
+            self._pil = PIL.Image.fromarray(self.rgb.permute(1, 2, 0).numpy(), "RGB")
+        return self._pil
+
+
+def _first_resize(ops: tuple, base: _Decoded, mode: str) -> torch.Tensor | None:
+    """A view that starts with ``crop`` + ``resize`` inside the decoded window, resized by
+    ``pil_resize`` straight from the window (Pillow's arithmetic, no copy of the crop);
+    ``None`` where it does not apply."""
+    if base.rgb is None or len(ops) < 2 or ops[0][0] != "crop":
+        return None
+    fid = _native_resize(ops[1], mode)
+    if fid is None:
+        return None
+    x0, y0, x1, y1 = ops[0][1]
+    x0, y0, x1, y1 = x0 - base.origin[0], y0 - base.origin[1], x1 - base.origin[0], y1 - base.origin[1]
+    _, h, w = base.rgb.shape
+    if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+        return None
+    ow, oh = ops[1][2][0]
+    crop = base.rgb[:, y0:y1, x0:x1]
+    if (ow, oh) == (x1 - x0, y1 - y0):  # Pillow returns a copy at the same size
+        return crop
+    return torch.ops.fastprep.pil_resize(crop, [oh, ow], [0, 0, oh, ow], [y1 - y0, x1 - x0], [0, 0], fid, False)
+
+
+def _to_pil(image: PIL.Image.Image | torch.Tensor) -> PIL.Image.Image:
+    if isinstance(image, PIL.Image.Image):
+        return image
+    return PIL.Image.fromarray(image.permute(1, 2, 0).contiguous().numpy(), "RGB")
+
+
+#: flips of an RGB tensor, by Pillow's transpose method
+_FLIPS = {PIL.Image.Transpose.FLIP_LEFT_RIGHT: -1, PIL.Image.Transpose.FLIP_TOP_BOTTOM: -2}
+
+
+def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | torch.Tensor:
+    """A view's image (a PIL image, or an RGB uint8 tensor ``[3, H, W]`` of the same pixels):
+    its recorded ops applied to the decoded window, each as the traced code called it, but a
+    leading crop + resize by ``pil_resize`` and flips of such a tensor by ``flip``."""
+    img: PIL.Image.Image | torch.Tensor | None = _first_resize(ops, base, mode)
+    start = 2 if img is not None else 0
+    if img is None:
+        img = base.pil()
+    for k in range(start, len(ops)):
+        op = ops[k]
         kind = op[0]
+        if isinstance(img, torch.Tensor):
+            if kind == "method" and op[1] == "transpose" and op[2][0] in _FLIPS:
+                img = img.flip(_FLIPS[op[2][0]])
+                continue
+            img = _to_pil(img)
         if kind == "crop":
             x0, y0, x1, y1 = op[1]
             if k == 0:
-                x0, y0, x1, y1 = x0 - origin[0], y0 - origin[1], x1 - origin[0], y1 - origin[1]
+                left, top = base.origin
+                x0, y0, x1, y1 = x0 - left, y0 - top, x1 - left, y1 - top
             img = img.crop((x0, y0, x1, y1))
         elif kind == "method":
             img = getattr(img, op[1])(*op[2], **op[3])
@@ -106,12 +180,14 @@ def _replay(ops: tuple, base: PIL.Image.Image, origin: tuple[int, int]) -> PIL.I
     return img
 
 
-def _write_tensor(view: LazyTensor, img: PIL.Image.Image, out: torch.Tensor) -> None:
+def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
     """``ToTensor`` (``x.to(float32).div(255)``) or ``PILToTensor`` of ``img``, then the view's
     ``Normalize`` steps (``sub_(mean).div_(std)``), written into ``out`` ``[C, H, W]``."""
-    arr = np.array(img)  # writable (torch warns on a read-only array)
-    pixels = torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1)
-    out.copy_(pixels)
+    if isinstance(img, torch.Tensor):
+        out.copy_(img)
+    else:
+        arr = np.array(img)  # writable (torch warns on a read-only array)
+        out.copy_(torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1))
     if view.divide:
         out.div_(255)
     for _name, mean, std in view.steps:
@@ -294,9 +370,9 @@ class TracedPipeline:
         try:
             if plan.literal is None:
                 try:
-                    base, origin = self._source(data, plan)
+                    base = self._source(data, plan)
                     for view, row in zip(plan.views, rows):
-                        _write_tensor(view, _replay(view.image.ops, base, origin), row)
+                        _write_tensor(view, _replay(view.image.ops, base), row)
                     return 0, ""
                 except Exception as e:  # noqa: BLE001 -- an op the replay could not make: as written
                     plan = self._literal(data, plan.key, f"replaying raised {type(e).__name__}")
@@ -312,19 +388,18 @@ class TracedPipeline:
         except Exception as e:  # noqa: BLE001 -- reported for this sample
             return 2, f"{type(e).__name__}: {e}"
 
-    def _source(self, data: torch.Tensor, plan: TracedPlan) -> tuple[PIL.Image.Image, tuple[int, int]]:
-        """The decoded image the views are cut from and its ``(left, top)`` in the file."""
+    def _source(self, data: torch.Tensor, plan: TracedPlan) -> _Decoded:
+        """The decoded image (window) the views are cut from."""
         if not plan.pillow:
             top, left, height, width = plan.window
             try:
                 rgb = fio.decode_jpeg_roi(data, top, left, height, width, "RGB", max_pixels=self.max_pixels,
-                                          strict=True)
+                                          strict=True, channels_last=True)
             except fio.DecodeError:
                 pass  # a warning or an error: Pillow's decode is the reference
             else:
-                arr = np.ascontiguousarray(rgb.permute(1, 2, 0).numpy())
-                return PIL.Image.fromarray(arr, "RGB"), (left, top)
-        return open_rgb(data.numpy().tobytes(), self.max_pixels), (0, 0)
+                return _Decoded(rgb, (left, top))
+        return _Decoded(None, (0, 0), open_rgb(data.numpy().tobytes(), self.max_pixels))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.transform).__name__}, views={self.shapes})"

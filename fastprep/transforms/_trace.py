@@ -238,13 +238,7 @@ def _recording_normalize(original: Callable) -> Callable:
             return original(tensor, mean, std, inplace)
         if not tensor.divide:
             raise PixelRead("Normalize of a uint8 tensor (torchvision raises)")
-        mean_t = torch.as_tensor(mean, dtype=torch.float32)
-        std_t = torch.as_tensor(std, dtype=torch.float32)
-        channels = tensor.shape[0]
-        if mean_t.ndim != 1 or std_t.ndim != 1 or mean_t.numel() not in (1, channels) \
-                or std_t.numel() not in (1, channels) or bool((std_t == 0).any()):
-            raise PixelRead(f"Normalize(mean={mean!r}, std={std!r}) on {channels} channels is not recorded")
-        step = ("normalize", mean_t.view(-1, 1, 1), std_t.view(-1, 1, 1))
+        step = _normalize_step(mean, std, tensor.shape[0])
         if inplace:  # the same tensor changes (whoever holds it sees it)
             tensor.steps = tensor.steps + (step,)
             return tensor
@@ -254,6 +248,30 @@ def _recording_normalize(original: Callable) -> Callable:
     normalize.__name__ = normalize.__qualname__ = "normalize"
     normalize.__doc__ = original.__doc__
     return normalize
+
+
+_normalize_steps: dict = {}
+
+
+def _normalize_step(mean, std, channels: int) -> tuple:
+    """``("normalize", mean [C, 1, 1], std [C, 1, 1])`` as torchvision makes them (float32
+    ``as_tensor``), cached by value for lists and tuples (fewer torch calls per trace)."""
+    key = None
+    if isinstance(mean, (list, tuple)) and isinstance(std, (list, tuple)) \
+            and all(type(v) in (int, float) for v in (*mean, *std)):
+        key = (tuple(mean), tuple(std), channels)
+        found = _normalize_steps.get(key)
+        if found is not None:
+            return found
+    mean_t = torch.as_tensor(mean, dtype=torch.float32)
+    std_t = torch.as_tensor(std, dtype=torch.float32)
+    if mean_t.ndim != 1 or std_t.ndim != 1 or mean_t.numel() not in (1, channels) \
+            or std_t.numel() not in (1, channels) or bool((std_t == 0).any()):
+        raise PixelRead(f"Normalize(mean={mean!r}, std={std!r}) on {channels} channels is not recorded")
+    step = ("normalize", mean_t.view(-1, 1, 1), std_t.view(-1, 1, 1))
+    if key is not None and len(_normalize_steps) < 256:
+        _normalize_steps[key] = step
+    return step
 
 
 _installed: list[bool] = []
