@@ -16,6 +16,7 @@ import torchvision.transforms.functional as F
 from PIL import Image, ImageFilter, ImageOps
 from torch.utils.data import Subset, default_collate
 from torchvision.datasets import ImageFolder
+from torchvision.transforms import v2
 
 from conftest import make_jpeg
 from fastprep.bench.synthetic import photo_like
@@ -256,3 +257,18 @@ class TestLazyImage:
         assert torch.equal(F.normalize(F.to_tensor(im), MEAN, STD),
                            (torch.from_numpy(arr).permute(2, 0, 1).float() / 255 - torch.tensor(MEAN).view(3, 1, 1))
                            / torch.tensor(STD).view(3, 1, 1))
+
+    def test_lazy_tensor_refuses_computation(self):
+        """A v2 transform would pass an object it does not know through unchanged: the stand-in
+        tensor is a torch.Tensor whose every computation raises instead."""
+        install_hooks()
+        t = F.to_tensor(LazyImage("RGB", (10, 8), object()))
+        assert t.shape == (3, 8, 10) and t.dtype == torch.float32
+        for compute in (lambda: v2.Normalize(MEAN, STD)(t), lambda: t + 1, lambda: torch.stack([t])):
+            with pytest.raises(PixelRead):
+                compute()
+
+    def test_v1_to_tensor_then_v2_normalize_is_exact(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(24), T.ToTensor(), v2.Normalize(MEAN, STD)]))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))

@@ -142,33 +142,46 @@ class LazyImage(PIL.Image.Image):
         return self._then(("method", "convert", (mode,), {}), mode=mode)
 
 
-class LazyTensor:
-    """The tensor ``ToTensor``/``PILToTensor`` (then ``Normalize``) makes of a :class:`LazyImage`:
-    its shape and dtype, the image and the tensor steps (``("normalize", mean, std)``).
-    Not a ``torch.Tensor``: any other use raises, and the sample runs as written."""
+#: tensor functions a :class:`LazyTensor` answers (its shape and dtype); any other raises
+_TENSOR_QUERIES = frozenset([torch.Tensor.dim, torch.Tensor.size, torch.Tensor.is_floating_point, torch.Tensor.numel])
 
-    __slots__ = ("image", "divide", "dtype", "shape", "steps")
+
+class LazyTensor(torch.Tensor):
+    """The tensor ``ToTensor``/``PILToTensor`` (then ``Normalize``) makes of a :class:`LazyImage`:
+    a ``torch.Tensor`` with its shape and dtype but no storage, holding the image (``image``),
+    whether it is ``ToTensor``'s float ``x / 255`` (``divide``) or ``PILToTensor``'s uint8, and
+    the tensor steps after it (``steps``: ``("normalize", mean, std)``). Anything else done with
+    it (any torch function, a v2 transform on it) raises :class:`PixelRead`."""
+
+    image: LazyImage
+    divide: bool
+    steps: tuple
+
+    @staticmethod
+    def __new__(cls, image: LazyImage, divide: bool, steps: tuple = ()):
+        shape = (len(image.getbands()), image.size[1], image.size[0])
+        dtype = torch.float32 if divide else torch.uint8
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu")
 
     def __init__(self, image: LazyImage, divide: bool, steps: tuple = ()) -> None:
         self.image = image
-        self.divide = divide  # ToTensor: float32 x / 255; PILToTensor: uint8
-        self.dtype = torch.float32 if divide else torch.uint8
-        self.shape = torch.Size((len(image.getbands()), image.size[1], image.size[0]))
+        self.divide = divide
         self.steps = steps
 
-    @property
-    def ndim(self) -> int:
-        return 3
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in _TENSOR_QUERIES or getattr(func, "__name__", "") == "__get__":
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+        raise PixelRead(f"the transform computes on the tensor ({getattr(func, '__name__', func)}; only ToTensor/"
+                        "PILToTensor then Normalize are recorded)")
 
-    def dim(self) -> int:
-        return 3
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise PixelRead(f"the transform computes on the tensor ({func})")
 
-    def is_floating_point(self) -> bool:
-        return self.divide
-
-    def __getattr__(self, name: str):
-        raise PixelRead(f"the transform uses the tensor's {name!r} (only ToTensor/PILToTensor then Normalize are "
-                        "recorded)")
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"LazyTensor(shape={tuple(self.shape)}, dtype={self.dtype})"
 
 
 def view_leaves(result: Any) -> tuple[list[LazyTensor], bool] | None:
