@@ -188,7 +188,7 @@ def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: to
     else:
         arr = np.array(img)  # writable (torch warns on a read-only array)
         out.copy_(torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1))
-    if view.divide:
+    if view.scaled:
         out.div_(255)
     for _name, mean, std in view.steps:
         out.sub_(mean).div_(std)

@@ -66,14 +66,18 @@ class LazyImage(PIL.Image.Image):
 
     # -- pixels: none here
     @property
-    def im(self):  # type: ignore[override]
+    def im(self):
         raise PixelRead("the transform reads the image's pixels (its core image)")
 
+    @im.setter
+    def im(self, value) -> None:
+        raise PixelRead("the transform replaces the image's pixels")
+
     @property
-    def __array_interface__(self):  # type: ignore[override]
+    def __array_interface__(self):
         raise PixelRead("the transform reads the image's pixels (a NumPy array of it)")
 
-    def load(self):  # type: ignore[override]
+    def load(self):
         raise PixelRead("the transform reads the image's pixels (load())")
 
     def _then(self, op: tuple | None, mode: str | None = None, size: tuple | None = None) -> LazyImage:
@@ -85,10 +89,10 @@ class LazyImage(PIL.Image.Image):
             raise PixelRead(f"{what} on a {self.mode!r} image is not recorded (L and RGB are)")
 
     # -- recorded methods
-    def copy(self) -> LazyImage:  # type: ignore[override]
+    def copy(self) -> LazyImage:
         return self._then(None)
 
-    def crop(self, box=None) -> LazyImage:  # type: ignore[override]
+    def crop(self, box=None) -> LazyImage:
         if box is None:
             return self.copy()
         x0, y0, x1, y1 = (int(round(v)) for v in box)  # Pillow's _crop rounding
@@ -96,7 +100,7 @@ class LazyImage(PIL.Image.Image):
             raise PixelRead(f"crop box {box!r} is inverted (Pillow raises)")
         return self._then(("crop", (x0, y0, x1, y1)), size=(x1 - x0, y1 - y0))
 
-    def resize(self, size, resample=None, box=None, reducing_gap=None) -> LazyImage:  # type: ignore[override]
+    def resize(self, size, resample=None, box=None, reducing_gap=None) -> LazyImage:
         self._check_mode("resize")
         w, h = (int(v) for v in size)
         if w < 1 or h < 1:
@@ -104,12 +108,12 @@ class LazyImage(PIL.Image.Image):
         return self._then(("method", "resize", ((w, h),), {"resample": resample, "box": box,
                                                            "reducing_gap": reducing_gap}), size=(w, h))
 
-    def transpose(self, method) -> LazyImage:  # type: ignore[override]
+    def transpose(self, method) -> LazyImage:
         self._check_mode("transpose")
         size = self.size[::-1] if method in _SWAPS else self.size
         return self._then(("method", "transpose", (method,), {}), size=size)
 
-    def filter(self, filter) -> LazyImage:  # type: ignore[override]
+    def filter(self, filter) -> LazyImage:
         self._check_mode("filter")
         if callable(filter) and isinstance(filter, type):
             filter = filter()  # Pillow instantiates a filter class
@@ -117,7 +121,7 @@ class LazyImage(PIL.Image.Image):
             raise PixelRead(f"filter {filter!r} is not an ImageFilter (Pillow raises)")
         return self._then(("method", "filter", (filter,), {}))
 
-    def point(self, lut, mode=None) -> LazyImage:  # type: ignore[override]
+    def point(self, lut, mode=None) -> LazyImage:
         self._check_mode("point")
         if mode is not None:
             raise PixelRead("point(..., mode=...) is not recorded")
@@ -132,7 +136,7 @@ class LazyImage(PIL.Image.Image):
             raise PixelRead(f"point() table of {len(lut)} values for {bands} bands (Pillow raises)")
         return self._then(("method", "point", (lut,), {}))
 
-    def convert(self, mode=None, matrix=None, dither=None, palette=PIL.Image.Palette.WEB,  # type: ignore[override]
+    def convert(self, mode=None, matrix=None, dither=None, palette=PIL.Image.Palette.WEB,
                 colors=256) -> LazyImage:
         self._check_mode("convert")
         if matrix is not None or dither is not None or mode not in (None, *_MODES):
@@ -149,23 +153,23 @@ _TENSOR_QUERIES = frozenset([torch.Tensor.dim, torch.Tensor.size, torch.Tensor.i
 class LazyTensor(torch.Tensor):
     """The tensor ``ToTensor``/``PILToTensor`` (then ``Normalize``) makes of a :class:`LazyImage`:
     a ``torch.Tensor`` with its shape and dtype but no storage, holding the image (``image``),
-    whether it is ``ToTensor``'s float ``x / 255`` (``divide``) or ``PILToTensor``'s uint8, and
+    whether it is ``ToTensor``'s float ``x / 255`` (``scaled``) or ``PILToTensor``'s uint8, and
     the tensor steps after it (``steps``: ``("normalize", mean, std)``). Anything else done with
     it (any torch function, a v2 transform on it) raises :class:`PixelRead`."""
 
     image: LazyImage
-    divide: bool
+    scaled: bool
     steps: tuple
 
     @staticmethod
     def __new__(cls, image: LazyImage, divide: bool, steps: tuple = ()):
         shape = (len(image.getbands()), image.size[1], image.size[0])
         dtype = torch.float32 if divide else torch.uint8
-        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu")
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=torch.device("cpu"))
 
     def __init__(self, image: LazyImage, divide: bool, steps: tuple = ()) -> None:
         self.image = image
-        self.divide = divide
+        self.scaled = divide
         self.steps = steps
 
     @classmethod
@@ -249,13 +253,13 @@ def _recording_normalize(original: Callable) -> Callable:
     def normalize(tensor, mean, std, inplace=False):
         if type(tensor) is not LazyTensor:
             return original(tensor, mean, std, inplace)
-        if not tensor.divide:
+        if not tensor.scaled:
             raise PixelRead("Normalize of a uint8 tensor (torchvision raises)")
         step = _normalize_step(mean, std, tensor.shape[0])
         if inplace:  # the same tensor changes (whoever holds it sees it)
             tensor.steps = tensor.steps + (step,)
             return tensor
-        return LazyTensor(tensor.image, tensor.divide, tensor.steps + (step,))
+        return LazyTensor(tensor.image, tensor.scaled, tensor.steps + (step,))
 
     normalize.__wrapped__ = original  # type: ignore[attr-defined]
     normalize.__name__ = normalize.__qualname__ = "normalize"
