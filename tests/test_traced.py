@@ -235,7 +235,7 @@ class TestLazyImage:
     def test_pixel_reads_raise(self):
         img = LazyImage("RGB", (10, 8), object())
         for read in (lambda: np.asarray(img), img.histogram, lambda: img.getpixel((0, 0)), img.tobytes,
-                     lambda: Image.blend(img, img, 0.5), lambda: img.rotate(10)):
+                     lambda: Image.blend(img, img, 0.5), lambda: img.rotate(10, expand=True)):
             with pytest.raises(PixelRead):
                 read()
 
@@ -272,3 +272,57 @@ class TestLazyImage:
         ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(24), T.ToTensor(), v2.Normalize(MEAN, STD)]))
         loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
         assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+class TestTimm:
+    """timm's create_transform pipelines (its own classes on PIL images: random interpolation,
+    RandAugment drawing from random and NumPy, MaybeToTensor, RandomErasing on the tensor)."""
+
+    @pytest.mark.parametrize("training", [True, False])
+    def test_create_transform_traced_bit_for_bit(self, root, training):
+        timm_data = pytest.importorskip("timm.data")
+        t = timm_data.create_transform(48, is_training=training, auto_augment="rand-m9-mstd0.5", re_prob=0.5,
+                                       re_mode="pixel", interpolation="random" if training else "bicubic")
+        ds = ImageFolder(root, t)
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))
+
+    def test_posterize_zero_bits_raises_as_the_dataset_does(self, tmp_path):
+        """DeiT's rand-m9-mstd0.5-inc1 can ask Pillow to posterize to 0 bits, which it refuses: the
+        loader raises the same error for the same sample, never "fixes" it."""
+        timm_data = pytest.importorskip("timm.data")
+        path = tmp_path / "img.jpg"
+        path.write_bytes(make_jpeg("420", 20, 20, seed=1))
+
+        class Repeated(torch.utils.data.Dataset):
+            def __init__(self, transform):
+                self.files, self.targets, self.transform = [str(path)] * 3000, [0] * 3000, transform
+
+            def __len__(self):
+                return len(self.files)
+
+            def __getitem__(self, i):
+                return self.transform(Image.open(self.files[i]).convert("RGB")), self.targets[i]
+
+            def __fastprep_source__(self):
+                return self.files, self.targets, self.transform
+
+        ds = Repeated(timm_data.create_transform(16, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
+                                                 interpolation="bicubic"))
+        failing = None
+        for i in range(len(ds)):
+            try:
+                with sample_rng(SEED, 0, i):
+                    ds[i]
+            except ValueError as e:
+                failing, message = i, str(e)
+                break
+        assert failing is not None and "bits must be between" in message
+        for engine in ("threads", "processes"):
+            loader = DataLoader(ds, batch_size=2, sampler=[failing - 1, failing], seed=SEED, engine=engine)
+            assert loader.engine == engine
+            with pytest.raises(ValueError, match="bits must be between") as info:
+                list(loader)
+            assert str(path) in str(info.value)

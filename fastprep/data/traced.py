@@ -182,7 +182,8 @@ def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | 
 
 def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
     """``ToTensor`` (``x.to(float32).div(255)``) or ``PILToTensor`` of ``img``, then the view's
-    ``Normalize`` steps (``sub_(mean).div_(std)``), written into ``out`` ``[C, H, W]``."""
+    tensor steps (``Normalize``'s ``sub_(mean).div_(std)``, ``tensor[index] = values``), written
+    into ``out`` ``[C, H, W]``."""
     if isinstance(img, torch.Tensor):
         out.copy_(img)
     else:
@@ -190,8 +191,11 @@ def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: to
         out.copy_(torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1))
     if view.scaled:
         out.div_(255)
-    for _name, mean, std in view.steps:
-        out.sub_(mean).div_(std)
+    for step in view.steps:
+        if step[0] == "normalize":
+            out.sub_(step[1]).div_(step[2])
+        else:  # "setitem"
+            out[step[1]] = step[2]
 
 
 def _flat_output(result: Any) -> list:
@@ -249,6 +253,7 @@ class TracedPipeline:
                               "float32")
         install_hooks()
         found: set = set()
+        errors = []
         for w, h in _PROBE_SIZES:
             for k in range(_PROBES_PER_SIZE):
                 key = sample_key(0x7472616365, w * 1000 + h, k)
@@ -257,10 +262,14 @@ class TracedPipeline:
                 except PixelRead as e:
                     raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image: {e}; it runs as "
                                       "written") from None
-                except Exception as e:  # noqa: BLE001 -- the user's code on a stand-in: run it as written
-                    raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image raised "
-                                      f"{type(e).__name__}: {e}; it runs as written") from None
+                except Exception as e:  # noqa: BLE001 -- maybe the user's own error on some draws
+                    errors.append(e)
+                    continue
                 found.add((tuple(tuple(v.shape) for v in views), tuple(v.dtype for v in views), listed))
+        if not found:
+            e = errors[0]
+            raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image raised {type(e).__name__}: "
+                              f"{e}; it runs as written")
         if len(found) > 1:
             raise Unsupported(f"{type(transform).__name__}'s outputs change shape or dtype with the image or the "
                               f"draws ({sorted(str(f[0]) for f in found)[:3]}): a batch needs one")

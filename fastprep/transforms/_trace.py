@@ -136,6 +136,23 @@ class LazyImage(PIL.Image.Image):
             raise PixelRead(f"point() table of {len(lut)} values for {bands} bands (Pillow raises)")
         return self._then(("method", "point", (lut,), {}))
 
+    def rotate(self, angle, resample=PIL.Image.Resampling.NEAREST, expand=False, center=None, translate=None,
+               fillcolor=None) -> LazyImage:
+        self._check_mode("rotate")
+        if expand:
+            raise PixelRead("rotate(expand=True) is not recorded")
+        return self._then(("method", "rotate", (angle,), {"resample": resample, "expand": expand, "center": center,
+                                                          "translate": translate, "fillcolor": fillcolor}))
+
+    def transform(self, size, method, data=None, resample=PIL.Image.Resampling.NEAREST, fill=1,
+                  fillcolor=None) -> LazyImage:
+        self._check_mode("transform")
+        if not isinstance(method, int):
+            raise PixelRead(f"transform() with a {type(method).__name__} handler is not recorded")
+        w, h = (int(v) for v in size)
+        return self._then(("method", "transform", ((w, h), method, data), {"resample": resample, "fill": fill,
+                                                                            "fillcolor": fillcolor}), size=(w, h))
+
     def convert(self, mode=None, matrix=None, dither=None, palette=PIL.Image.Palette.WEB,
                 colors=256) -> LazyImage:
         self._check_mode("convert")
@@ -154,8 +171,9 @@ class LazyTensor(torch.Tensor):
     """The tensor ``ToTensor``/``PILToTensor`` (then ``Normalize``) makes of a :class:`LazyImage`:
     a ``torch.Tensor`` with its shape and dtype but no storage, holding the image (``image``),
     whether it is ``ToTensor``'s float ``x / 255`` (``scaled``) or ``PILToTensor``'s uint8, and
-    the tensor steps after it (``steps``: ``("normalize", mean, std)``). Anything else done with
-    it (any torch function, a v2 transform on it) raises :class:`PixelRead`."""
+    the tensor steps after it (``steps``: ``("normalize", mean, std)``, ``("setitem", index,
+    values)`` for ``tensor[index] = values``). Anything else done with it (any other torch
+    function, a v2 transform on it) raises :class:`PixelRead`."""
 
     image: LazyImage
     scaled: bool
@@ -174,6 +192,15 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__setitem__ and type(args[0]) is LazyTensor and len(args) == 3 \
+                and isinstance(args[2], (torch.Tensor, int, float)) and not isinstance(args[2], LazyTensor):
+            # an in-place write of values computed now (timm's RandomErasing: its noise drawn here)
+            target, index, value = args
+            if isinstance(value, torch.Tensor):
+                with torch._C.DisableTorchFunctionSubclass():
+                    value = value.detach().clone()
+            target.steps = target.steps + (("setitem", index, value),)
+            return None
         if func in _TENSOR_QUERIES or getattr(func, "__name__", "") == "__get__":
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **(kwargs or {}))
@@ -291,6 +318,62 @@ def _normalize_step(mean, std, channels: int) -> tuple:
     return step
 
 
+def _recording_image_op(name: str, original: Callable) -> Callable:
+    """A ``PIL.ImageOps`` function whose result depends on the pixels (a histogram), recorded as
+    the call."""
+
+    def call(image, *args, **kwargs):
+        if type(image) is not LazyImage:
+            return original(image, *args, **kwargs)
+        image._check_mode(name)
+        return image._then(("call", original, args, kwargs))
+
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = original.__doc__
+    return call
+
+
+#: ``PIL.ImageOps`` functions recorded as calls (the others reach ``point``/``transpose``/...)
+_IMAGE_OPS = ("autocontrast", "equalize")
+#: ``PIL.ImageEnhance`` classes: their degenerate image needs pixels (a mean, a blend)
+_ENHANCERS = ("Color", "Contrast", "Brightness", "Sharpness")
+
+
+def _enhanced(image: PIL.Image.Image, enhancer: type, factor: float) -> PIL.Image.Image:
+    """``enhancer(image).enhance(factor)``: the replay of a recorded ``ImageEnhance`` call."""
+    return enhancer(image).enhance(factor)
+
+
+def _hook_enhancers() -> None:
+    """``ImageEnhance.<Enhancer>(lazy).enhance(f)`` records ``_enhanced(img, Enhancer, f)``; with
+    a real image the classes run as they are (their ``__init__`` and ``enhance`` wrapped)."""
+    import PIL.ImageEnhance as E
+
+    for name in _ENHANCERS:
+        cls = getattr(E, name)
+        original_init = getattr(cls.__init__, "__wrapped__", cls.__init__)
+
+        def init(self, image, _original=original_init):
+            if type(image) is LazyImage:
+                image._check_mode(type(self).__name__)
+                self.image = image
+                return
+            _original(self, image)
+
+        init.__wrapped__ = original_init  # type: ignore[attr-defined]
+        cls.__init__ = init
+    original_enhance = getattr(E._Enhance.enhance, "__wrapped__", E._Enhance.enhance)
+
+    def enhance(self, factor):
+        if type(getattr(self, "image", None)) is LazyImage and not hasattr(self, "degenerate"):
+            return self.image._then(("call", _enhanced, (type(self), factor), {}))
+        return original_enhance(self, factor)
+
+    enhance.__wrapped__ = original_enhance  # type: ignore[attr-defined]
+    E._Enhance.enhance = enhance  # type: ignore[method-assign]
+
+
 _installed: list[bool] = []
 _install_lock = threading.Lock()
 
@@ -310,4 +393,10 @@ def install_hooks() -> None:
         F.to_tensor = _recording_to_tensor(getattr(F.to_tensor, "__wrapped__", F.to_tensor), True)
         F.pil_to_tensor = _recording_to_tensor(getattr(F.pil_to_tensor, "__wrapped__", F.pil_to_tensor), False)
         F.normalize = _recording_normalize(getattr(F.normalize, "__wrapped__", F.normalize))
+        import PIL.ImageOps as ImageOps
+
+        for name in _IMAGE_OPS:
+            original = getattr(ImageOps, name)
+            setattr(ImageOps, name, _recording_image_op(name, getattr(original, "__wrapped__", original)))
+        _hook_enhancers()
         _installed.append(True)
