@@ -1,9 +1,11 @@
-"""A user's multi-crop class (DINO's, as its repository writes it), unchanged, in an ImageFolder:
-fastprep.data.DataLoader (the transform traced per sample, its ops replayed on the threads
-engine) against torch.utils.data.DataLoader, a shuffled Subset, the same batch size and
-workers; samples/s and their ratio, measured in one run.
+"""Transforms written as their users write them, unchanged, in an ImageFolder -- DINO's multi-crop
+class (``--transform dino``), timm's ``create_transform`` train (``rand-m9-mstd0.5``,
+``re_prob=0.25``, ``re_mode="pixel"``) and eval pipelines (``timm-train``, ``timm-eval``; timm
+installed) -- through fastprep.data.DataLoader (the transform traced per sample, its ops
+replayed on the threads engine) against torch.utils.data.DataLoader, a shuffled Subset, the same
+batch size and workers; samples/s and their ratio, measured in one run.
 
-    python bench/bench_multicrop.py --photos /work/cuts --runs 3
+    python bench/bench_multicrop.py --photos /work/cuts --runs 3 --transform dino
 
 ``--photos``: a folder of JPEGs (e.g. the real-photo cuts of ``bench/make_photo_cuts.py``),
 linked into 4 class folders in a temporary directory; without it, synthetic photo-like JPEGs.
@@ -116,11 +118,22 @@ def _folder(top: str, photos: str | None, count: int) -> str:
     return top
 
 
+def _transform(name: str):
+    if name == "dino":
+        return DataAugmentationDINO(), "DINO multi-crop (2x224 + 8x96)"
+    from timm.data import create_transform
+
+    if name == "timm-train":
+        return (create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5", re_prob=0.25, re_mode="pixel",
+                                 interpolation="random"), "timm create_transform train rand-m9-mstd0.5, re_prob=0.25")
+    return create_transform(224, is_training=False), "timm create_transform eval"
+
+
 def _epoch(loader, limit: int) -> float:
     start = time.perf_counter()
     n = 0
-    for views, _ in loader:
-        n += views[0].shape[0]
+    for _, targets in loader:
+        n += targets.shape[0]
         if n >= limit:
             break
     return n / (time.perf_counter() - start)
@@ -134,18 +147,20 @@ def main(argv=None) -> dict:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--transform", choices=("dino", "timm-train", "timm-eval"), default="dino")
     parser.add_argument("--quick", action="store_true", help="24 synthetic images, one run")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.count, args.samples, args.photos, args.batch_size = 1, 24, 16, None, 8
     with tempfile.TemporaryDirectory() as tmp:
         root = _folder(tmp, args.photos, args.count)
-        dataset = ImageFolder(root, DataAugmentationDINO())
+        transform, described = _transform(args.transform)
+        dataset = ImageFolder(root, transform)
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:args.samples].tolist()
         subset = Subset(dataset, order)
         print(f"CPU: {_cpu()}; Python {platform.python_version()}, torch {torch.__version__}")
         print(f"ImageFolder of {len(dataset)} images from {args.photos or '(synthetic)'}, shuffled Subset of "
-              f"{len(subset)}, DINO multi-crop (2x224 + 8x96), batch {args.batch_size}, num_workers={args.workers}, "
+              f"{len(subset)}, {described}, batch {args.batch_size}, num_workers={args.workers}, "
               f"{args.runs} runs per loader (alternating), median samples/s")
         fast = fd.DataLoader(subset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
         ref = torch.utils.data.DataLoader(subset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
