@@ -152,10 +152,28 @@ void DrawContext::draw_children(const NodeSpec& node) {
 }
 
 PixelStep& DrawContext::emit(int64_t kernel) {
+  if (kernel_map_ != nullptr) {
+    int64_t twin = -1;
+    for (int64_t k = 0; k < kernel_map_pairs_; k++)
+      if (kernel_map_[2 * k] == kernel) twin = kernel_map_[2 * k + 1];
+    TORCH_CHECK(twin >= 0, "fastprep: pixel kernel ", kernel, " has no twin in this program's kernel map");
+    kernel = twin;
+  }
   steps_->emplace_back();  // extra = -1 until the draw keeps a tensor for it
   PixelStep& s = steps_->back();
   s.kernel = kernel;
   return s;
+}
+
+void DrawContext::set_kernel_map(const int64_t* pairs, int64_t count) {
+  TORCH_CHECK_VALUE(count % 2 == 0, "fastprep: a kernel map holds pairs, got ", count, " ints");
+  for (int64_t k = 0; k < count; k++) {
+    PixelStep s;
+    s.kernel = pairs[k];
+    check_pixel_step(s, "KernelMap");
+  }
+  kernel_map_ = count > 0 ? pairs : nullptr;
+  kernel_map_pairs_ = count / 2;
 }
 
 int64_t DrawContext::keep(at::Tensor t) {
@@ -212,7 +230,12 @@ void draw_random_order(const NodeSpec& node, DrawContext& ctx) {
   for (const int64_t k : ctx.draws.randperm(node.num_children)) ctx.draw(node.first_child + k);
 }
 
+// The kernel map of a pipeline on PIL images (DrawContext::set_kernel_map): no draw.
+// ints: (kernel id, twin id) pairs.
+void draw_kernel_map(const NodeSpec& node, DrawContext& ctx) { ctx.set_kernel_map(ctx.ints(node), node.num_ints); }
+
 FP_REGISTER_NODE_DRAW("RandomApply", draw_random_apply);
+FP_REGISTER_NODE_DRAW("KernelMap", draw_kernel_map);
 FP_REGISTER_NODE_DRAW("RandomChoice", draw_random_choice);
 FP_REGISTER_NODE_DRAW("RandomOrder", draw_random_order);
 

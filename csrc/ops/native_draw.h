@@ -88,14 +88,23 @@ class DrawContext {
   void draw_children(const NodeSpec& node);
   const int64_t* ints(const NodeSpec& node) const { return program.ints + node.ints_at; }
   const double* floats(const NodeSpec& node) const { return program.floats + node.floats_at; }
-  // Appends a step for kernel `kernel` (pixel_kernel_id) and returns it, for its parameters.
+  // Appends a step for kernel `kernel` (pixel_kernel_id) and returns it, for its parameters;
+  // under a kernel map, the step runs the kernel's twin instead.
   PixelStep& emit(int64_t kernel);
+  // The numerics of the rest of the program: from here on, emit(k) emits twin t for each pair
+  // (k, t) of `pairs` (`count` ints, pairs of kernel ids; the "KernelMap" node that a pipeline
+  // on PIL images starts with, fastprep/transforms/_pil_ops.py); no pairs: kernels as drawn
+  // again. Under a map, a kernel without a pair is an error: the compiler proves that every
+  // kernel a transform may emit has its twin.
+  void set_kernel_map(const int64_t* pairs, int64_t count);
   // Keeps a tensor a step needs (RandomErasing's noise) and returns its index.
   int64_t keep(at::Tensor t);
 
  private:
   std::vector<PixelStep>* steps_;
   std::vector<at::Tensor>* extras_;
+  const int64_t* kernel_map_ = nullptr;  // (kernel, twin) pairs, or null: kernels as drawn
+  int64_t kernel_map_pairs_ = 0;
 };
 
 using DrawFn = void (*)(const NodeSpec& node, DrawContext& ctx);

@@ -56,8 +56,9 @@ from ._decode import (
     is_decode_transform,
 )
 from ._kernel_transforms import RandomMask
-from ._native import NativeTransform, Unsupported, to_native
+from ._native import NativeTransform, Unsupported, on_pil_images, to_native
 from ._pil import OnPIL, needs_pil, pil_exact_reason, pil_filter_id
+from ._pil_ops import kernel_map_node
 from ._plan import INTERPOLATIONS
 
 __all__ = ["CompiledPipeline", "compile_pil", "compile_pipeline", "input_kind", "output_dtype",
@@ -389,18 +390,24 @@ def compile_pipeline(transform: Any, decode_kwargs: dict | None = None) -> Compi
                             divide=divide)
 
 
-def _channels(decode: Any, augment: Sequence[NativeTransform]) -> int:
+#: v2's Grayscale, and v1's (native on PIL images only)
+_GRAYSCALE = (v2.Grayscale, v1.Grayscale)
+
+
+def _channels(decode: Any, augment: Sequence[NativeTransform], is_pil: bool = False) -> int:
     """The channels of the uint8 augmentations' output; each is checked against what it receives
-    (:meth:`NativeTransform.check_channels`)."""
+    (:meth:`NativeTransform.check_channels`); ``is_pil``: they run on PIL images."""
     mode = str(getattr(decode, "mode", "RGB")).upper()
     channels = 1 if mode.endswith("GRAY") else 3
     for t in augment:
         t.check_channels(channels)
         out = getattr(t.transform, "num_output_channels", None)
-        if type(t.transform) is v2.Grayscale and out is not None:
+        if type(t.transform) in _GRAYSCALE and out is not None:
+            if channels == 1 and out == 3 and is_pil:
+                raise Unsupported("Grayscale(3) of a 1-channel PIL image is not native")
             channels = int(out)
         for inner in _descendants(t):
-            if type(inner.transform) is v2.Grayscale and inner.transform.num_output_channels != channels:
+            if type(inner.transform) in _GRAYSCALE and inner.transform.num_output_channels != channels:
                 raise Unsupported(f"{type(t.transform).__name__} holds Grayscale({inner.transform.num_output_channels})"
                                   f" on {channels}-channel images: the channel count would depend on the draw (a "
                                   "batch needs one)")
@@ -474,6 +481,33 @@ def _pil_geometry(steps: list[Any], decode_kwargs: dict) -> tuple[Any, int, int]
                       "CenterCrop, Resize((h, w)) or CenterCrop first")
 
 
+#: what ends the steps on the PIL image: its conversion to a tensor (or a step on one)
+_PIL_END = (*_PIL_NO_OPS, *_DIVIDE, v1.ConvertImageDtype, v2.ConvertImageDtype, v2.ToDtype, v1.Normalize,
+            v2.Normalize)
+
+
+def _pil_augment(rest: list[Any]) -> tuple[list[NativeTransform], list[Any]]:
+    """The native sides of the steps on the PIL image after the geometry (v1 or v2 classes,
+    run with Pillow's numerics), and the steps after them.
+
+    Raises:
+        Unsupported: a step has no native side (the message names it).
+    """
+    natives: list[NativeTransform] = []
+    with on_pil_images():
+        for k, step in enumerate(rest):
+            if isinstance(step, _PIL_END):
+                return natives, rest[k:]
+            if type(step) in (v1.RandomChoice, v1.RandomOrder):
+                raise Unsupported(f"v1 {type(step).__name__} draws from Python's random module, which the native draws "
+                                  "do not reproduce (v2's draws from torch and is native)")
+            native = to_native(step)
+            if native.stage == "float":
+                raise Unsupported(f"{type(step).__name__} runs natively on float tensors only, not on PIL images")
+            natives.append(native)
+    return natives, []
+
+
 def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None]:
     """``(to_float, divide, mean, std)`` of the steps after the geometry: the conversion to a
     tensor, to float and ``Normalize``; Unsupported for anything else."""
@@ -493,15 +527,18 @@ def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None
         if kind in (v1.Normalize, v2.Normalize) and to_float and mean is None:
             mean, std = tuple(float(m) for m in step.mean), tuple(float(s) for s in step.std)
             continue
-        raise Unsupported(f"{kind.__name__} on PIL images is not native: the PIL-exact steps are the geometry "
-                          "(RandomResizedCrop + RandomHorizontalFlip, Resize + CenterCrop, CenterCrop), ToTensor "
+        raise Unsupported(f"{kind.__name__} after the conversion to a tensor of a PIL pipeline is not native: the "
+                          "PIL-exact steps are the geometry (RandomResizedCrop + RandomHorizontalFlip, Resize + "
+                          "CenterCrop, CenterCrop), the augmentations on the PIL image (docs/augment.md), ToTensor "
                           "or PILToTensor + ToDtype/ConvertImageDtype, and Normalize")
     return to_float, divide, mean, std
 
 
 def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> CompiledPipeline:
     """The native form of a pipeline on PIL images (:class:`OnPIL`): Pillow's resampling over
-    fastprep's decode (Pillow's bits), fused with ``ToTensor`` and ``Normalize``.
+    fastprep's decode (Pillow's bits), the augmentations on the PIL image with Pillow's numerics
+    (their native sides' draws, a :func:`~fastprep.transforms._pil_ops.kernel_map_node` first),
+    fused with ``ToTensor`` and ``Normalize``.
 
     Raises:
         Unsupported: a step has no PIL-exact native side, or the installed Pillow does not
@@ -517,12 +554,21 @@ def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> Compiled
     if not steps:
         raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
     decode, taken, fid = _pil_geometry(steps, kwargs)
-    to_float, divide, mean, std = _pil_output(steps[taken:])
+    natives, rest = _pil_augment(steps[taken:])
+    to_float, divide, mean, std = _pil_output(rest)
     if not to_float:
         raise Unsupported("the PIL pipeline ends on a PIL image or a uint8 tensor: natively it must end with "
                           "ToTensor (or PILToTensor + ToDtype(torch.float32, scale=True))")
     size = _output_size(decode)
-    if mean is not None and std is not None and not (len(mean) in (1, 3) and len(std) in (1, 3)):
-        raise Unsupported(f"Normalize has {len(mean)} means for 3 channels")
-    return CompiledPipeline(decode, None, (), True, mean, std, (), 3, size, pil_filter=fid, divide=divide)
+    augment: tuple[NativeTransform, ...] = ()
+    channels = 3
+    if natives:
+        for native in natives:
+            native.check_size(*size)
+        channels = _channels(decode, natives, is_pil=True)
+        augment = (kernel_map_node(natives), *natives)
+    if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
+        raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")
+    return CompiledPipeline(decode, None, augment, True, mean, std, (), channels, size, pil_filter=fid,
+                            divide=divide)
 

@@ -15,16 +15,24 @@ differently). It carries the transform's whole native side:
 
 :func:`build_program` lays a list of native transforms out as the node tables the C++ planner
 reads (csrc/ops/native_draw.h: NodeSpec), :func:`draw_steps` runs the Python draws.
+
+The same native sides serve pipelines on PIL images, whose reference numerics are Pillow's:
+there a program starts with a kernel map that makes every step run the kernel's *PIL twin*
+(:mod:`fastprep.transforms._pil_ops`), and :func:`to_native` also accepts the classes
+registered with ``pil_only=True`` (v1 classes, whose tensor arithmetic is not v2's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
+import torchvision.transforms as v1
 from torchvision.transforms import v2
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
@@ -36,10 +44,15 @@ __all__ = [
     "Steps",
     "TorchDraws",
     "Unsupported",
+    "V1ItemProbability",
     "build_program",
+    "compiling_for_pil",
     "draw_steps",
+    "f32_above",
+    "f32_ceil",
     "kernel_id",
     "native_transform",
+    "on_pil_images",
     "to_native",
 ]
 
@@ -52,6 +65,19 @@ class Unsupported(ValueError):
 def f32(x: float) -> float:
     """``x`` rounded to float32, as torch rounds a Python float compared with a float32 tensor."""
     return float(np.float32(x))
+
+
+def f32_ceil(x: float) -> float:
+    """The least float32 ``>= x``: for a float32 ``r``, ``r < x`` (v1's ``torch.rand(1).item() < p``,
+    compared in double) is ``r < f32_ceil(x)`` (the draws' float32 comparison)."""
+    y = np.float32(x)
+    return float(y if float(y) >= x else np.nextafter(y, np.float32(np.inf)))
+
+
+def f32_above(x: float) -> float:
+    """The least float32 ``> f32(x)``: for a float32 ``r``, ``r <= f32(x)`` (v1's ``p < torch.rand(1)``
+    skips) is ``r < f32_above(x)``."""
+    return float(np.nextafter(np.float32(x), np.float32(np.inf)))
 
 
 class TorchDraws:
@@ -119,9 +145,17 @@ class Steps:
         self.extras: list[torch.Tensor] = []
         #: how many of the items run on the uint8 image (the rest on the float image); ``None``: all
         self.num_uint8: int | None = None
+        #: kernel name -> the name of the kernel that runs instead (a pipeline on PIL images:
+        #: the PIL twins, set by its ``KernelMap`` node); ``None``: kernels as drawn
+        self.kernel_map: dict[str, str] | None = None
 
     def emit(self, kernel: str, ints: Sequence[int] = (), floats: Sequence[float] = (), extra: int = -1) -> None:
-        """Append a step of kernel ``kernel``; ``extra``: the index of a tensor it needs (:meth:`keep`)."""
+        """Append a step of kernel ``kernel`` (or of its twin under :attr:`kernel_map`); ``extra``:
+        the index of a tensor it needs (:meth:`keep`)."""
+        if self.kernel_map is not None:
+            if kernel not in self.kernel_map:
+                raise RuntimeError(f"pixel kernel {kernel!r} has no twin in this program's kernel map")
+            kernel = self.kernel_map[kernel]
         self.items.append((kernel, tuple(int(v) for v in ints), tuple(float(v) for v in floats), int(extra)))
 
     def keep(self, tensor: torch.Tensor) -> int:
@@ -154,6 +188,11 @@ class NativeTransform:
     #: ``"uint8"``: runs on the uint8 image (before ToDtype); ``"float"``: on the float32 image
     #: after ToDtype + Normalize; ``"any"``: on either (RandomErasing).
     stage: ClassVar[str] = "uint8"
+    #: The pixel kernels its draw may emit (its children's aside), by name; ``None``:
+    #: undeclared, which keeps the transform off PIL images (:meth:`kernels`).
+    emits: ClassVar[tuple[str, ...] | None] = None
+    #: Served on PIL images only (a v1 class: its tensor arithmetic is not v2's).
+    pil_only: ClassVar[bool] = False
 
     def __init__(self, transform: Any):
         self.transform = transform
@@ -165,6 +204,20 @@ class NativeTransform:
     def children(self) -> list[NativeTransform]:
         """The native sides of the transforms this one contains (containers)."""
         return []
+
+    def kernels(self) -> set[str]:
+        """Every pixel kernel its draw, and its children's, may emit (what a pipeline on PIL
+        images needs a PIL twin of).
+
+        Raises:
+            Unsupported: it does not declare them (:attr:`emits`).
+        """
+        if self.emits is None:
+            raise self.unsupported("its native side does not declare the kernels it emits (NativeTransform.emits)")
+        out = set(self.emits)
+        for child in self.children():
+            out |= child.kernels()
+        return out
 
     def check_size(self, height: int, width: int) -> None:
         """Raise :class:`Unsupported` where torchvision raises for every image of this size
@@ -193,18 +246,40 @@ class NativeTransform:
 _REGISTRY: dict[type, type[NativeTransform]] = {}
 
 
-def native_transform(source_type: type):
+_ON_PIL: contextvars.ContextVar[bool] = contextvars.ContextVar("fastprep_native_on_pil", default=False)
+
+
+def native_transform(source_type: type, *, pil_only: bool = False):
     """Class decorator: register a :class:`NativeTransform` subclass as the native side of
-    ``source_type`` (exactly that class, not its subclasses)."""
+    ``source_type`` (exactly that class, not its subclasses); ``pil_only``: only for pipelines
+    on PIL images (:func:`on_pil_images`)."""
 
     def register(cls: type[NativeTransform]) -> type[NativeTransform]:
         if source_type in _REGISTRY:
             raise ValueError(f"{source_type.__name__} already has a native side: {_REGISTRY[source_type].__name__}")
         cls.source_type = source_type
+        cls.pil_only = pil_only
         _REGISTRY[source_type] = cls
         return cls
 
     return register
+
+
+def compiling_for_pil() -> bool:
+    """Whether :func:`to_native` runs inside :func:`on_pil_images` (a native side whose
+    parameters are refused on PIL images only checks it)."""
+    return _ON_PIL.get()
+
+
+@contextlib.contextmanager
+def on_pil_images() -> Iterator[None]:
+    """Within it, :func:`to_native` compiles for a pipeline on PIL images: it also accepts the
+    classes registered with ``pil_only=True``."""
+    token = _ON_PIL.set(True)
+    try:
+        yield
+    finally:
+        _ON_PIL.reset(token)
 
 
 def to_native(transform: Any) -> NativeTransform:
@@ -221,6 +296,9 @@ def to_native(transform: Any) -> NativeTransform:
             raise Unsupported(f"{type(transform).__name__} subclasses {served[0].__name__}, whose native side "
                               "may not match it; only the torchvision class itself runs natively")
         raise Unsupported(f"{type(transform).__name__} has no native implementation")
+    if cls.pil_only and not _ON_PIL.get():
+        raise Unsupported(f"{type(transform).__name__} runs natively on PIL images only (on tensors its arithmetic "
+                          "is not v2's); use the torchvision v2 class")
     return cls(transform)
 
 
@@ -276,18 +354,35 @@ class RandomStep(NativeTransform):
 
     kernel: str
 
+    def kernels(self) -> set[str]:
+        return {self.kernel}
+
+    def probability(self) -> float:
+        """The ``p`` the draws compare ``torch.rand(1)`` with, in float32 (v2: the transform's ``p``)."""
+        return float(self.transform.p)
+
     def kernel_params(self) -> tuple[list[int], list[float]]:
         """The kernel's ``(ints, floats)``."""
         return [], []
 
     def params(self) -> tuple[list[int], list[float]]:
         ints, floats = self.kernel_params()
-        return ints, [float(self.transform.p), *floats]
+        return ints, [self.probability(), *floats]
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        if draws.rand() >= f32(self.transform.p):
+        if draws.rand() >= f32(self.probability()):
             return
         steps.emit(self.kernel, *self.kernel_params())
+
+
+class V1ItemProbability:
+    """Mixin for a v1 class that applies when ``torch.rand(1).item() < p`` (a double comparison):
+    the draws' ``p`` is :func:`f32_ceil` of it, the same decision in float32."""
+
+    transform: Any
+
+    def probability(self) -> float:
+        return f32_ceil(float(self.transform.p))
 
 
 # ---------------------------------------------------------------------------------------
@@ -296,6 +391,8 @@ class RandomStep(NativeTransform):
 
 class _Container(NativeTransform):
     """A container of transforms; each child is compiled with :func:`to_native`."""
+
+    emits = ()
 
     def __init__(self, transform: Any):
         super().__init__(transform)
@@ -311,14 +408,28 @@ class NativeRandomApply(_Container):
 
     draw_name = "RandomApply"
 
+    def probability(self) -> float:
+        """The ``p`` the draw compares ``torch.rand(1)`` with, in float32."""
+        return float(self.transform.p)
+
     def params(self) -> tuple[list[int], list[float]]:
-        return [], [float(self.transform.p)]
+        return [], [self.probability()]
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        if draws.rand() >= f32(self.transform.p):
+        if draws.rand() >= f32(self.probability()):
             return
         for t in self._children:
             t.draw(draws, steps)
+
+
+@native_transform(v1.RandomApply, pil_only=True)
+class NativeRandomApplyV1(NativeRandomApply):
+    """v1 ``RandomApply(transforms, p)``: ``p < torch.rand(1)`` (float32) skips, so it applies when
+    ``torch.rand(1) < f32_above(p)``. (v1's ``RandomChoice`` and ``RandomOrder`` draw from Python's
+    ``random`` and are not native.)"""
+
+    def probability(self) -> float:
+        return f32_above(float(self.transform.p))
 
 
 @native_transform(v2.RandomChoice)

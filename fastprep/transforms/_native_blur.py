@@ -1,14 +1,16 @@
 """Native sides of v2's RandomAdjustSharpness and GaussianBlur (kernels and C++ draws:
-csrc/ops/sharpness.cpp, csrc/ops/gaussian_blur.cpp)."""
+csrc/ops/sharpness.cpp, csrc/ops/gaussian_blur.cpp), and of v1's RandomAdjustSharpness on PIL
+images (PIL twin: csrc/ops/pil_color.cpp)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torchvision.transforms as v1
 from torchvision.transforms import v2
 
 from ._fast import SeparableGaussianBlur
-from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
+from ._native import NativeTransform, Steps, TorchDraws, V1ItemProbability, f32, native_transform
 
 
 @native_transform(v2.RandomAdjustSharpness)
@@ -16,6 +18,11 @@ class NativeRandomAdjustSharpness(NativeTransform):
     """``v2.RandomAdjustSharpness(sharpness_factor, p)``: ``torch.rand(1) >= p`` skips."""
 
     draw_name = "RandomAdjustSharpness"
+    emits = ("adjust_sharpness",)
+
+    def probability(self) -> float:
+        """The ``p`` the draws compare ``torch.rand(1)`` with, in float32."""
+        return float(self.transform.p)
 
     def __init__(self, transform: Any):
         super().__init__(transform)
@@ -26,12 +33,18 @@ class NativeRandomAdjustSharpness(NativeTransform):
             raise self.unsupported(f"sharpness_factor ({factor}) is not non-negative")
 
     def params(self) -> tuple[list[int], list[float]]:
-        return [], [float(self.transform.p), float(self.transform.sharpness_factor)]
+        return [], [self.probability(), float(self.transform.sharpness_factor)]
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        if draws.rand() >= f32(self.transform.p):
+        if draws.rand() >= f32(self.probability()):
             return
         steps.emit("adjust_sharpness", floats=(float(self.transform.sharpness_factor),))
+
+
+@native_transform(v1.RandomAdjustSharpness, pil_only=True)
+class NativeRandomAdjustSharpnessV1(V1ItemProbability, NativeRandomAdjustSharpness):
+    """v1 ``RandomAdjustSharpness(sharpness_factor, p)`` (on PIL images): applies when
+    ``torch.rand(1).item() < p``."""
 
 
 @native_transform(v2.GaussianBlur)

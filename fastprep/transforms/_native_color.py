@@ -1,10 +1,12 @@
 """Native sides of v2's colour transforms: ColorJitter, Grayscale, RandomGrayscale
-(kernels and C++ draws: csrc/ops/adjust_color.cpp)."""
+(kernels and C++ draws: csrc/ops/adjust_color.cpp), and of their v1 classes on PIL images
+(the same torch draws; PIL twins: csrc/ops/pil_color.cpp)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torchvision.transforms as v1
 from torchvision.transforms import v2
 
 from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
@@ -19,6 +21,9 @@ class NativeColorJitter(NativeTransform):
     (brightness, contrast, saturation, hue); the adjustments run in the permutation's order."""
 
     draw_name = "ColorJitter"
+
+    def kernels(self) -> set[str]:
+        return {k for k, r in zip(_JITTER_KERNELS, self._ranges()) if r is not None}
 
     def _ranges(self) -> list[tuple[float, float] | None]:
         return [getattr(self.transform, name) for name in _JITTER]
@@ -44,6 +49,7 @@ class NativeGrayscale(NativeTransform):
     """``v2.Grayscale(num_output_channels)``: no draw."""
 
     draw_name = "Grayscale"
+    emits = ("rgb_to_grayscale",)
 
     def __init__(self, transform: Any):
         super().__init__(transform)
@@ -63,6 +69,7 @@ class NativeRandomGrayscale(NativeTransform):
     """``v2.RandomGrayscale(p)``: ``torch.rand(1) >= p`` skips; the image keeps its channel count."""
 
     draw_name = "RandomGrayscale"
+    emits = ("rgb_to_grayscale",)
 
     def params(self) -> tuple[list[int], list[float]]:
         return [], [float(self.transform.p)]
@@ -71,3 +78,22 @@ class NativeRandomGrayscale(NativeTransform):
         if draws.rand() >= f32(self.transform.p):
             return
         steps.emit("rgb_to_grayscale", ints=(steps.channels,))
+
+
+# v1's classes make the same torch calls (ColorJitter's ``get_params``; RandomGrayscale's
+# ``torch.rand(1) < p`` in float32) and, on PIL images, call the same Pillow functions.
+
+
+@native_transform(v1.ColorJitter, pil_only=True)
+class NativeColorJitterV1(NativeColorJitter):
+    """v1 ``ColorJitter`` (on PIL images)."""
+
+
+@native_transform(v1.Grayscale, pil_only=True)
+class NativeGrayscaleV1(NativeGrayscale):
+    """v1 ``Grayscale`` (on PIL images)."""
+
+
+@native_transform(v1.RandomGrayscale, pil_only=True)
+class NativeRandomGrayscaleV1(NativeRandomGrayscale):
+    """v1 ``RandomGrayscale`` (on PIL images)."""

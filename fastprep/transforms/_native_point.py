@@ -2,16 +2,18 @@
 RandomInvert (kernels and C++ draws: csrc/ops/point_ops.cpp).
 
 Each is a ``_RandomApplyTransform``: ``torch.rand(1) >= p`` skips, else its kernel runs with the
-transform's static parameters."""
+transform's static parameters. Their v1 classes (on PIL images only) apply when
+``torch.rand(1).item() < p``, compared in double (:class:`V1ItemProbability`)."""
 
 from __future__ import annotations
 
 import numbers
 from typing import Any
 
+import torchvision.transforms as v1
 from torchvision.transforms import v2
 
-from ._native import RandomStep, native_transform
+from ._native import RandomStep, V1ItemProbability, compiling_for_pil, native_transform
 
 
 @native_transform(v2.RandomPosterize)
@@ -27,6 +29,9 @@ class NativeRandomPosterize(RandomStep):
         # posterize_image raises TypeError on every applied call otherwise
         if not isinstance(bits, int) or not 0 <= bits <= 8:
             raise self.unsupported(f"bits must be an int in [0, 8] (torchvision raises TypeError), got {bits!r}")
+        if bits == 0 and compiling_for_pil():
+            raise self.unsupported("bits=0 on PIL images is left to Pillow (ImageOps.posterize refuses it from Pillow "
+                                   "13 on)")
 
     def kernel_params(self) -> tuple[list[int], list[float]]:
         return [int(self.transform.bits)], []
@@ -86,3 +91,28 @@ class NativeRandomInvert(RandomStep):
 
     draw_name = "RandomInvert"
     kernel = "invert"
+
+
+@native_transform(v1.RandomPosterize, pil_only=True)
+class NativeRandomPosterizeV1(V1ItemProbability, NativeRandomPosterize):
+    """v1 ``RandomPosterize(bits, p)`` (on PIL images)."""
+
+
+@native_transform(v1.RandomSolarize, pil_only=True)
+class NativeRandomSolarizeV1(V1ItemProbability, NativeRandomSolarize):
+    """v1 ``RandomSolarize(threshold, p)`` (on PIL images)."""
+
+
+@native_transform(v1.RandomAutocontrast, pil_only=True)
+class NativeRandomAutocontrastV1(V1ItemProbability, NativeRandomAutocontrast):
+    """v1 ``RandomAutocontrast(p)`` (on PIL images)."""
+
+
+@native_transform(v1.RandomEqualize, pil_only=True)
+class NativeRandomEqualizeV1(V1ItemProbability, NativeRandomEqualize):
+    """v1 ``RandomEqualize(p)`` (on PIL images)."""
+
+
+@native_transform(v1.RandomInvert, pil_only=True)
+class NativeRandomInvertV1(V1ItemProbability, NativeRandomInvert):
+    """v1 ``RandomInvert(p)`` (on PIL images)."""

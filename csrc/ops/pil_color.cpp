@@ -1,0 +1,340 @@
+// PIL twins of the colour and point kernels: what torchvision's transforms compute on a PIL
+// image (v1 ops before ToTensor, v2 ops before PILToTensor), which is Pillow's arithmetic, not
+// ATen's. Each `pil_<name>` kernel reads the same PixelStep fields as the kernel `<name>` it
+// stands in for (adjust_color.cpp, point_ops.cpp, sharpness.cpp), so the same draws serve
+// both numerics; a pipeline on PIL images swaps the ids through its kernel map
+// (native_draw.h: DrawContext::set_kernel_map).
+//
+// Written from Pillow's libImaging (Blend.c, Convert.c, Filter.c, the point op) and PIL's
+// ImageEnhance / ImageOps, as torchvision's _functional_pil calls them:
+//
+// * ImageEnhance (brightness, contrast, colour, sharpness) is Image.blend(degenerate, image,
+//   factor): `in1 + alpha * (in2 - in1)` in float32 (alpha = (float)factor), clamped to
+//   [0, 255] and truncated;
+// * convert("L") is `(r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16`;
+// * the hue goes through convert("HSV") and back (Convert.c's rgb2hsv / hsv2rgb, their mix
+//   of float and double), with numpy's uint8 wraparound on H;
+// * ImageOps' point ops are per-channel lookup tables (Python ints clipped to [0, 255]).
+//
+// Pillow's numerics are not a standard (Pillow-SIMD rounds otherwise), so these kernels are
+// used only after fastprep/transforms/_pil_ops.py has proved each against the installed
+// Pillow (through torchvision's functional) on probe images. Build flags keep float
+// expressions unfused (-ffp-contract=off), as Pillow's baseline builds compute them.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/pixel_kernel.h"
+
+namespace fastprep {
+namespace {
+
+constexpr int32_t kLumaR = 19595, kLumaG = 38470, kLumaB = 7471, kLumaRound = 0x8000;
+
+inline uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
+  return (uint8_t)(((int32_t)r * kLumaR + (int32_t)g * kLumaG + (int32_t)b * kLumaB + kLumaRound) >> 16);
+}
+
+// Blend.c: in1 + alpha * (in2 - in1) in float32, clamped, truncated.
+inline uint8_t blend(int32_t in1, int32_t in2, float alpha) {
+  float t = (float)in1 + alpha * (float)(in2 - in1);
+  t = t < 0.0f ? 0.0f : t;
+  t = t > 255.0f ? 255.0f : t;
+  return (uint8_t)t;
+}
+
+void check_uint8(const Image& image, const char* name) {
+  TORCH_CHECK(image.dtype == at::kByte, name, " runs on uint8 images, got ", image.dtype);
+  TORCH_CHECK(image.channels == 1 || image.channels == 3, name, " runs on 1- or 3-channel images, got ",
+              image.channels);
+}
+
+// Applies `lut` (256 entries per channel, channel c at lut + 256 * c) to every channel.
+void apply_luts(Image& image, const uint8_t* lut) {
+  const int64_t n = image.plane();
+  for (int64_t c = 0; c < image.channels; c++) {
+    uint8_t* p = image.u8() + c * n;
+    const uint8_t* l = lut + 256 * c;
+    for (int64_t k = 0; k < n; k++) p[k] = l[p[k]];
+  }
+}
+
+// The "L" image of `image` (convert("L"), or the image itself when it has one channel).
+const uint8_t* gray_of(const Image& image, KernelScratch& scratch) {
+  if (image.channels == 1) return image.u8();
+  const int64_t n = image.plane();
+  uint8_t* g = grown(scratch.u8, (size_t)n);
+  const uint8_t *r = image.u8(), *gr = r + n, *b = r + 2 * n;
+  for (int64_t k = 0; k < n; k++) g[k] = luma(r[k], gr[k], b[k]);
+  return g;
+}
+
+// ImageEnhance.Brightness: blend(black, image, factor).
+void pil_brightness(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_adjust_brightness");
+  const float alpha = (float)step.f[0];
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = blend(0, v, alpha);
+  const int64_t n = image.numel();
+  uint8_t* p = image.u8();
+  for (int64_t k = 0; k < n; k++) p[k] = lut[p[k]];
+}
+
+// ImageEnhance.Contrast: blend(the mean grey, image, factor); the mean is
+// int(ImageStat.Stat(image.convert("L")).mean[0] + 0.5).
+void pil_contrast(const PixelStep& step, Image& image, KernelScratch& scratch) {
+  check_uint8(image, "pil_adjust_contrast");
+  const int64_t n = image.plane();
+  const uint8_t* g = gray_of(image, scratch);
+  int64_t sum = 0;
+  for (int64_t k = 0; k < n; k++) sum += g[k];
+  const int32_t mean = n > 0 ? (int32_t)((double)sum / (double)n + 0.5) : 0;
+  const float alpha = (float)step.f[0];
+  uint8_t lut[256];
+  for (int v = 0; v < 256; v++) lut[v] = blend(mean, v, alpha);
+  uint8_t* p = image.u8();
+  for (int64_t k = 0; k < image.numel(); k++) p[k] = lut[p[k]];
+}
+
+// ImageEnhance.Color: blend(image.convert("L").convert("RGB"), image, factor); an "L" image is
+// its own degenerate (a copy).
+void pil_saturation(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_adjust_saturation");
+  if (image.channels == 1) return;
+  const float alpha = (float)step.f[0];
+  const int64_t n = image.plane();
+  uint8_t *r = image.u8(), *g = r + n, *b = r + 2 * n;
+  for (int64_t k = 0; k < n; k++) {
+    const int32_t l = luma(r[k], g[k], b[k]);
+    r[k] = blend(l, r[k], alpha);
+    g[k] = blend(l, g[k], alpha);
+    b[k] = blend(l, b[k], alpha);
+  }
+}
+
+inline uint8_t clip8(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+
+// Convert.c's rgb2hsv_row (following colorsys.py), its float and double steps as written.
+inline void rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b, uint8_t& uh, uint8_t& us, uint8_t& uv) {
+  const uint8_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+  uv = maxc;
+  if (minc == maxc) {
+    uh = 0, us = 0;
+    return;
+  }
+  const float cr = (float)(maxc - minc);
+  const float s = cr / (float)maxc;
+  const float rc = ((float)(maxc - r)) / cr, gc = ((float)(maxc - g)) / cr, bc = ((float)(maxc - b)) / cr;
+  float h;
+  if (r == maxc) {
+    h = bc - gc;
+  } else if (g == maxc) {
+    h = (float)(2.0 + rc - bc);
+  } else {
+    h = (float)(4.0 + gc - rc);
+  }
+  h = (float)std::fmod((h / 6.0 + 1.0), 1.0);
+  uh = clip8((int)(h * 255.0));
+  us = clip8((int)(s * 255.0));
+}
+
+// Convert.c's hsv2rgb.
+inline void hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v, uint8_t& r, uint8_t& g, uint8_t& b) {
+  if (s == 0) {
+    r = g = b = v;
+    return;
+  }
+  const int i = (int)std::floor((float)h * 6.0 / 255.0);
+  const float f = (float)((float)h * 6.0 / 255.0 - (float)i);
+  const float fs = (float)(((float)s) / 255.0);
+  const uint8_t up = clip8((int)std::round((float)v * (1.0 - fs)));
+  const uint8_t uq = clip8((int)std::round((float)v * (1.0 - fs * f)));
+  const uint8_t ut = clip8((int)std::round((float)v * (1.0 - fs * (1.0 - f))));
+  switch (i % 6) {
+    case 0: r = v, g = ut, b = up; break;
+    case 1: r = uq, g = v, b = up; break;
+    case 2: r = up, g = v, b = ut; break;
+    case 3: r = up, g = uq, b = v; break;
+    case 4: r = ut, g = up, b = v; break;
+    default: r = v, g = up, b = uq; break;
+  }
+}
+
+// torchvision's adjust_hue on PIL: convert("HSV"), H += uint8(hue_factor * 255) with uint8
+// wraparound (numpy's cast of the double: truncation, then modulo 256), back to RGB; an "L"
+// image is returned as is.
+void pil_hue(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_adjust_hue");
+  if (image.channels == 1) return;
+  const uint8_t shift = (uint8_t)(int32_t)(step.f[0] * 255.0);
+  const int64_t n = image.plane();
+  uint8_t *r = image.u8(), *g = r + n, *b = r + 2 * n;
+  for (int64_t k = 0; k < n; k++) {
+    uint8_t h, s, v;
+    rgb_to_hsv(r[k], g[k], b[k], h, s, v);
+    hsv_to_rgb((uint8_t)(h + shift), s, v, r[k], g[k], b[k]);
+  }
+}
+
+// torchvision's to_grayscale on PIL: convert("L"), stacked three times for 3 output channels.
+// i0 = output channels (1 or 3); an "L" image stays one channel (convert("L") copies it).
+void pil_grayscale(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_rgb_to_grayscale");
+  const int64_t out = step.i[0];
+  TORCH_CHECK(out == 1 || out == 3, "pil_rgb_to_grayscale: i0 must be 1 or 3, got ", out);
+  TORCH_CHECK(image.channels == 3 || out == 1, "pil_rgb_to_grayscale: 3 output channels of a 1-channel image");
+  if (image.channels == 1) return;
+  const int64_t n = image.plane();
+  uint8_t *r = image.u8(), *g = r + n, *b = r + 2 * n;
+  for (int64_t k = 0; k < n; k++) r[k] = luma(r[k], g[k], b[k]);
+  if (out == 3) {
+    std::memcpy(g, r, (size_t)n);
+    std::memcpy(b, r, (size_t)n);
+  }
+  image.channels = out;
+}
+
+// ImageOps.posterize: i & ~(2 ** (8 - bits) - 1). i0 = bits (0..8).
+void pil_posterize(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_posterize");
+  const int64_t bits = step.i[0];
+  TORCH_CHECK(bits >= 0 && bits <= 8, "pil_posterize: bits must be in [0, 8], got ", bits);
+  const int mask = ~((1 << (8 - bits)) - 1);
+  uint8_t lut[3 * 256];
+  for (int v = 0; v < 256; v++) lut[v] = lut[256 + v] = lut[512 + v] = (uint8_t)(v & mask);
+  apply_luts(image, lut);
+}
+
+// ImageOps.solarize: i if i < threshold else 255 - i (Python compares the int with the
+// threshold exactly: no wrap of a negative int). f0 = threshold.
+void pil_solarize(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_solarize");
+  const double threshold = step.f[0];
+  uint8_t lut[3 * 256];
+  for (int v = 0; v < 256; v++) lut[v] = lut[256 + v] = lut[512 + v] = (uint8_t)((double)v < threshold ? v : 255 - v);
+  apply_luts(image, lut);
+}
+
+// ImageOps.invert: 255 - i.
+void pil_invert(const PixelStep&, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_invert");
+  uint8_t* p = image.u8();
+  for (int64_t k = 0; k < image.numel(); k++) p[k] = (uint8_t)(255 - p[k]);
+}
+
+void histograms(const Image& image, int64_t hist[3][256]) {
+  const int64_t n = image.plane();
+  for (int64_t c = 0; c < image.channels; c++) {
+    for (int v = 0; v < 256; v++) hist[c][v] = 0;
+    const uint8_t* p = image.u8() + c * n;
+    for (int64_t k = 0; k < n; k++) hist[c][p[k]]++;
+  }
+}
+
+// ImageOps.autocontrast(image) (no cutoff): per channel, the lowest and highest levels present
+// map to 0 and 255 through int(i * scale + offset) in double, clamped.
+void pil_autocontrast(const PixelStep&, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_autocontrast");
+  int64_t hist[3][256];
+  histograms(image, hist);
+  uint8_t lut[3 * 256];
+  for (int64_t c = 0; c < image.channels; c++) {
+    int lo = 0, hi = 255;
+    while (lo < 255 && hist[c][lo] == 0) lo++;
+    while (hi > 0 && hist[c][hi] == 0) hi--;
+    uint8_t* l = lut + 256 * c;
+    if (hi <= lo) {
+      for (int v = 0; v < 256; v++) l[v] = (uint8_t)v;
+      continue;
+    }
+    const double scale = 255.0 / (double)(hi - lo);
+    const double offset = -(double)lo * scale;
+    for (int v = 0; v < 256; v++) {
+      const double x = (double)v * scale + offset;
+      const int64_t ix = (int64_t)x;  // Python's int(): truncation
+      l[v] = (uint8_t)(ix < 0 ? 0 : ix > 255 ? 255 : ix);
+    }
+  }
+  apply_luts(image, lut);
+}
+
+// ImageOps.equalize(image): per channel, step = (count - count of the last level present) // 255,
+// lut[i] = (step // 2 + count below i) // step, clipped to 255 (Pillow clips a point table's ints).
+void pil_equalize(const PixelStep&, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_equalize");
+  int64_t hist[3][256];
+  histograms(image, hist);
+  uint8_t lut[3 * 256];
+  for (int64_t c = 0; c < image.channels; c++) {
+    uint8_t* l = lut + 256 * c;
+    int64_t total = 0, levels = 0, last = 0;
+    for (int v = 0; v < 256; v++) {
+      if (hist[c][v] == 0) continue;
+      total += hist[c][v], levels++, last = hist[c][v];
+    }
+    const int64_t step_size = levels <= 1 ? 0 : (total - last) / 255;
+    if (step_size == 0) {
+      for (int v = 0; v < 256; v++) l[v] = (uint8_t)v;
+      continue;
+    }
+    int64_t acc = step_size / 2;
+    for (int v = 0; v < 256; v++) {
+      const int64_t out = acc / step_size;
+      l[v] = (uint8_t)(out > 255 ? 255 : out);
+      acc += hist[c][v];
+    }
+  }
+  apply_luts(image, lut);
+}
+
+// ImageFilter.SMOOTH (Filter.c's 3x3 path): weights 1/13 around, 5/13 at the centre (float32
+// divisions), offset 0.5, rows summed next, current, previous; the border rows and columns,
+// and images under 3x3, are copied.
+void smooth3x3(const uint8_t* in, uint8_t* out, int64_t h, int64_t w) {
+  std::memcpy(out, in, (size_t)(h * w));
+  if (h < 3 || w < 3) return;
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+  for (int64_t y = 1; y < h - 1; y++) {
+    const uint8_t *above = in + (y - 1) * w, *row = in + y * w, *below = in + (y + 1) * w;
+    uint8_t* o = out + y * w;
+    for (int64_t x = 1; x < w - 1; x++) {
+      float ss = 0.5f;
+      ss += (float)below[x - 1] * k1 + (float)below[x] * k1 + (float)below[x + 1] * k1;
+      ss += (float)row[x - 1] * k1 + (float)row[x] * k5 + (float)row[x + 1] * k1;
+      ss += (float)above[x - 1] * k1 + (float)above[x] * k1 + (float)above[x + 1] * k1;
+      ss = ss < 0.0f ? 0.0f : ss;
+      ss = ss > 255.0f ? 255.0f : ss;
+      o[x] = (uint8_t)ss;
+    }
+  }
+}
+
+// ImageEnhance.Sharpness: blend(image.filter(SMOOTH), image, factor).
+void pil_sharpness(const PixelStep& step, Image& image, KernelScratch& scratch) {
+  check_uint8(image, "pil_adjust_sharpness");
+  const float alpha = (float)step.f[0];
+  const int64_t n = image.plane();
+  uint8_t* smooth = grown(scratch.u8, (size_t)n);
+  for (int64_t c = 0; c < image.channels; c++) {
+    uint8_t* p = image.u8() + c * n;
+    smooth3x3(p, smooth, image.height, image.width);
+    for (int64_t k = 0; k < n; k++) p[k] = blend(smooth[k], p[k], alpha);
+  }
+}
+
+FP_REGISTER_PIXEL_KERNEL({"pil_adjust_brightness", "f0=brightness_factor", pil_brightness, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_adjust_contrast", "f0=contrast_factor", pil_contrast, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_adjust_saturation", "f0=saturation_factor", pil_saturation, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_adjust_hue", "f0=hue_factor", pil_hue, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_rgb_to_grayscale", "i0=num_output_channels (1 or 3)", pil_grayscale, nullptr,
+                          nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_posterize", "i0=bits (0..8)", pil_posterize, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_solarize", "f0=threshold", pil_solarize, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_invert", "", pil_invert, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_autocontrast", "", pil_autocontrast, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_equalize", "", pil_equalize, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_adjust_sharpness", "f0=sharpness_factor", pil_sharpness, nullptr, nullptr});
+
+}  // namespace
+}  // namespace fastprep

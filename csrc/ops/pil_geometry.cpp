@@ -1,0 +1,472 @@
+// PIL-exact geometry and blur: Pillow's Image.transform(size, AFFINE, data, resample,
+// fillcolor) at the image's own size, Image.rotate(angle, resample, expand=False, center,
+// fillcolor) and Image.filter(ImageFilter.GaussianBlur(radius)) on uint8 images of 1 to 4
+// channels (planar [C, H, W]; Pillow's "L" and "RGB"), bit for bit.
+//
+// Arithmetic (Pillow's libImaging/Geometry.c and BoxBlur.c and PIL/Image.py, read there and
+// written here; nothing is copied):
+// * affine, NEAREST: output pixel (x, y) reads input (floor-ish of a0 (x + 0.5) + a1 (y + 0.5)
+//   + a2, same for a3..a5), in one of three engines: a pure scale (a1 == a3 == 0) with
+//   positions accumulated in double from a2 + a0 / 2 (truncation toward zero, negatives
+//   outside); otherwise, when the four corners map within +-32768, 16.16 fixed point
+//   accumulated in 32-bit integers (coefficients rounded as floor(v * 65536 + 0.5));
+//   otherwise positions accumulated in double;
+// * affine, BILINEAR / BICUBIC: each output pixel's position computed afresh in double; a
+//   position outside [0, size) in either axis is outside; else the 2x2 (4x4) neighbourhood of
+//   position - 0.5, columns clamped to the image, missing rows repeating the last one read,
+//   interpolated in double (bicubic with a = -0.5 in Pillow's factored form, the first pass
+//   on integer differences), truncated to uint8 (bicubic clamped to [0, 255] first);
+// * outside pixels take the fill colour (what Image.new(mode, size, fillcolor) holds; the
+//   caller resolves torchvision's fill to bytes);
+// * rotate: angle % 360 (Python's), no change for 0, a half turn for 180 and quarter turns for
+//   90 / 270 on square images when no centre is given; else the affine of the matrix
+//   [cos, sin, 0, -sin, cos, 0] of -radians(angle), each rounded to 15 decimals (Python's
+//   round), translated about the centre (default (w / 2, h / 2));
+// * GaussianBlur(radius): radius 0 is a copy; else the radius of each axis, as a C float, is
+//   turned into an extended box radius (sigma^2 = r^2 / 3; L = sqrt(12 sigma^2 + 1); l =
+//   floor((L - 1) / 2); fraction a = (2l + 1)(l(l + 1) - 3 sigma^2) / (6 (sigma^2 - (l + 1)^2)),
+//   float arithmetic as Pillow's) and three box passes run per axis, rows first then columns
+//   (an axis of box radius 0.0 is skipped): a sliding sum in 32-bit unsigned integers with
+//   edge pixels repeated, weights ww = 2^24 / (2 r + 1) (float, truncated) for the 2 floor(r)
+//   + 1 inner taps and fw = (2^24 - (2 floor(r) + 1) ww) / 2 for the two outer ones, each
+//   output (sum + 2^23) >> 24.
+// Pillow's numerics are its own (a fork or another version may round differently): the
+// Python side proves these kernels against the installed Pillow before using them
+// (fastprep/transforms/_pil.py).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/affine.h"
+#include "ops/pixel_kernel.h"
+#include "ops/pil_geometry.h"
+
+namespace fastprep {
+
+namespace {
+
+// Pillow's resampling ids for transforms.
+constexpr int64_t kNearest = 0, kBilinear = 2, kBicubic = 3;
+
+// C's (int)v as x86-64 computes it: truncation toward zero, INT_MIN for values out of range
+// (and NaN), where C leaves it undefined.
+inline int c_int(double v) {
+  if (!(v > -2147483649.0 && v < 2147483648.0)) return INT_MIN;
+  return (int)v;
+}
+
+// Geometry.c's COORD and FLOOR.
+inline int coord(double v) { return v < 0.0 ? -1 : c_int(v); }
+inline int floor_int(double v) { return v < 0.0 ? c_int(std::floor(v)) : c_int(v); }
+
+// The C library's functions called through a pointer, as CPython's math module calls them (the
+// compiler neither folds them nor merges sin and cos into sincos).
+double (*volatile const libm_sin)(double) = ::sin;
+double (*volatile const libm_cos)(double) = ::cos;
+
+struct Planes {
+  const uint8_t* in;
+  uint8_t* out;
+  int64_t channels, height, width;
+  int64_t plane() const { return height * width; }
+};
+
+void fill_output(const Planes& p, const uint8_t* fill) {
+  for (int64_t c = 0; c < p.channels; c++) std::memset(p.out + c * p.plane(), fill[c], (size_t)p.plane());
+}
+
+inline void copy_pixel(const Planes& p, int64_t from, int64_t to) {
+  for (int64_t c = 0; c < p.channels; c++) p.out[c * p.plane() + to] = p.in[c * p.plane() + from];
+}
+
+// ImagingScaleAffine: a1 == a3 == 0.
+void nearest_scale(const Planes& p, const double a[6], std::vector<int32_t>& tab) {
+  const int64_t W = p.width, H = p.height;
+  tab.assign((size_t)W, 0);
+  double xo = a[2] + a[0] * 0.5;
+  double yo = a[5] + a[4] * 0.5;
+  int64_t xmin = W, xmax = 0;
+  for (int64_t x = 0; x < W; x++) {
+    const int xin = coord(xo);
+    if (xin >= 0 && xin < W) {
+      xmax = x + 1;
+      if (x < xmin) xmin = x;
+      tab[(size_t)x] = xin;
+    }
+    xo += a[0];
+  }
+  for (int64_t y = 0; y < H; y++) {
+    const int yi = coord(yo);
+    if (yi >= 0 && yi < H)
+      for (int64_t x = xmin; x < xmax; x++) copy_pixel(p, (int64_t)yi * W + tab[(size_t)x], y * W + x);
+    yo += a[4];
+  }
+}
+
+bool fixed_ok(const double a[6], int x, int y) {
+  return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+// 32-bit two's complement arithmetic, as the C code's int overflow behaves on x86-64.
+inline int32_t wrap_add(int32_t x, int32_t y) { return (int32_t)((uint32_t)x + (uint32_t)y); }
+
+// affine_fixed: 16.16 fixed point.
+void nearest_fixed(const Planes& p, const double a[6]) {
+  const int64_t W = p.width, H = p.height;
+  auto fix = [](double v) { return (int32_t)floor_int(v * 65536.0 + 0.5); };
+  const int32_t a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
+  int32_t a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
+  int32_t a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+  for (int64_t y = 0; y < H; y++) {
+    int32_t xx = a2, yy = a5;
+    for (int64_t x = 0; x < W; x++) {
+      const int32_t xin = xx >> 16;
+      if (xin >= 0 && xin < W) {
+        const int32_t yin = yy >> 16;
+        if (yin >= 0 && yin < H) copy_pixel(p, (int64_t)yin * W + xin, y * W + x);
+      }
+      xx = wrap_add(xx, a0);
+      yy = wrap_add(yy, a3);
+    }
+    a2 = wrap_add(a2, a1);
+    a5 = wrap_add(a5, a4);
+  }
+}
+
+// ImagingTransformAffine's floating-point nearest loop.
+void nearest_float(const Planes& p, const double a[6]) {
+  const int64_t W = p.width, H = p.height;
+  double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
+  double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+  for (int64_t y = 0; y < H; y++) {
+    double xx = xo, yy = yo;
+    for (int64_t x = 0; x < W; x++) {
+      const int xin = coord(xx);
+      if (xin >= 0 && xin < W) {
+        const int yin = coord(yy);
+        if (yin >= 0 && yin < H) copy_pixel(p, (int64_t)yin * W + xin, y * W + x);
+      }
+      xx += a[0];
+      yy += a[3];
+    }
+    xo += a[1];
+    yo += a[4];
+  }
+}
+
+inline int64_t clip(int64_t v, int64_t size) { return v < 0 ? 0 : (v < size ? v : size - 1); }
+
+// BILINEAR(v, a, b, d): a + (b - a) * d, the difference in the operands' type.
+inline double lerp_int(int a, int b, double d) { return (double)a + (double)(b - a) * d; }
+inline double lerp(double a, double b, double d) { return a + (b - a) * d; }
+
+uint8_t bilinear_at(const uint8_t* plane, int64_t W, int64_t H, double xin, double yin) {
+  xin -= 0.5;
+  yin -= 0.5;
+  const int x = floor_int(xin), y = floor_int(yin);
+  const double dx = xin - x, dy = yin - y;
+  const int64_t x0 = clip(x, W), x1 = clip((int64_t)x + 1, W);
+  const uint8_t* row = plane + clip(y, H) * W;
+  double v1 = lerp_int(row[x0], row[x1], dx);
+  double v2 = v1;
+  if ((int64_t)y + 1 >= 0 && (int64_t)y + 1 < H) {
+    row = plane + ((int64_t)y + 1) * W;
+    v2 = lerp_int(row[x0], row[x1], dx);
+  }
+  v1 = lerp(v1, v2, dy);
+  return (uint8_t)v1;
+}
+
+// BICUBIC(v, v1, v2, v3, v4, d) on integer samples (the differences are C ints) and on doubles.
+inline double cubic_int(int v1, int v2, int v3, int v4, double d) {
+  const double p1 = v2;
+  const double p2 = -v1 + v3;
+  const double p3 = 2 * (v1 - v2) + v3 - v4;
+  const double p4 = -v1 + v2 - v3 + v4;
+  return p1 + d * (p2 + d * (p3 + d * p4));
+}
+inline double cubic(double v1, double v2, double v3, double v4, double d) {
+  const double p1 = v2;
+  const double p2 = -v1 + v3;
+  const double p3 = 2 * (v1 - v2) + v3 - v4;
+  const double p4 = -v1 + v2 - v3 + v4;
+  return p1 + d * (p2 + d * (p3 + d * p4));
+}
+
+uint8_t bicubic_at(const uint8_t* plane, int64_t W, int64_t H, double xin, double yin) {
+  xin -= 0.5;
+  yin -= 0.5;
+  int64_t x = floor_int(xin), y = floor_int(yin);
+  const double dx = xin - (double)x, dy = yin - (double)y;
+  x--;
+  y--;
+  const int64_t x0 = clip(x, W), x1 = clip(x + 1, W), x2 = clip(x + 2, W), x3 = clip(x + 3, W);
+  auto row_value = [&](int64_t r) {
+    const uint8_t* row = plane + r * W;
+    return cubic_int(row[x0], row[x1], row[x2], row[x3], dx);
+  };
+  const double v1 = row_value(clip(y, H));
+  const double v2 = (y + 1 >= 0 && y + 1 < H) ? row_value(y + 1) : v1;
+  const double v3 = (y + 2 >= 0 && y + 2 < H) ? row_value(y + 2) : v2;
+  const double v4 = (y + 3 >= 0 && y + 3 < H) ? row_value(y + 3) : v3;
+  const double v = cubic(v1, v2, v3, v4, dy);
+  if (v <= 0.0) return 0;
+  if (v >= 255.0) return 255;
+  return (uint8_t)v;
+}
+
+// ImagingGenericTransform with affine_transform and the bilinear / bicubic filter.
+void filtered(const Planes& p, const double a[6], bool bicubic) {
+  const int64_t W = p.width, H = p.height;
+  for (int64_t y = 0; y < H; y++) {
+    for (int64_t x = 0; x < W; x++) {
+      const double xi = (double)x + 0.5, yi = (double)y + 0.5;
+      const double xin = a[0] * xi + a[1] * yi + a[2];
+      const double yin = a[3] * xi + a[4] * yi + a[5];
+      if (xin < 0.0 || xin >= (double)W || yin < 0.0 || yin >= (double)H) continue;  // the fill
+      for (int64_t c = 0; c < p.channels; c++) {
+        const uint8_t* plane = p.in + c * p.plane();
+        p.out[c * p.plane() + y * W + x] =
+            bicubic ? bicubic_at(plane, W, H, xin, yin) : bilinear_at(plane, W, H, xin, yin);
+      }
+    }
+  }
+}
+
+void check_image(const Image& im, const char* name) {
+  TORCH_CHECK_TYPE(im.dtype == at::kByte, name, ": the PIL-exact kernels take uint8 images, got ", im.dtype);
+  TORCH_CHECK_VALUE(im.channels >= 1 && im.channels <= 4, name, ": images of 1 to 4 channels, got ", im.channels);
+}
+
+// The fill bytes of a step: `count` values from f[first] (1 broadcast, or one per channel),
+// each a whole number in [0, 255].
+void step_fill(const PixelStep& s, const Image& im, int64_t count, int first, uint8_t fill[4], const char* name) {
+  TORCH_CHECK_VALUE(count == 1 || count == im.channels, name, ": 1 or ", im.channels,
+                    " fill values (one per channel), got ", count);
+  for (int64_t c = 0; c < im.channels; c++) {
+    const double v = s.f[first + (count == 1 ? 0 : c)];
+    TORCH_CHECK_VALUE(v >= 0.0 && v <= 255.0 && v == std::floor(v), name,
+                      ": fill values must be whole numbers in [0, 255] (Pillow's ink), got ", v);
+    fill[c] = (uint8_t)v;
+  }
+}
+
+// Image.transform(size, AFFINE, a, resample, fillcolor) at the image's size, into `out`.
+void transform_into(const Image& im, uint8_t* out, const double a[6], int64_t resample, const uint8_t fill[4],
+                    std::vector<int32_t>& tab) {
+  const Planes p{im.u8(), out, im.channels, im.height, im.width};
+  fill_output(p, fill);
+  if (resample != kNearest) return filtered(p, a, resample == kBicubic);
+  if (a[1] == 0 && a[3] == 0) return nearest_scale(p, a, tab);
+  const int w = (int)im.width, h = (int)im.height;
+  if (fixed_ok(a, 0, 0) && fixed_ok(a, w, h) && fixed_ok(a, 0, h) && fixed_ok(a, w, 0)) return nearest_fixed(p, a);
+  nearest_float(p, a);
+}
+
+void check_resample(int64_t resample, const char* name) {
+  TORCH_CHECK_VALUE(resample == kNearest || resample == kBilinear || resample == kBicubic, name,
+                    ": resample must be Pillow's NEAREST (0), BILINEAR (2) or BICUBIC (3), got ", resample);
+}
+
+void run_transform(const Image& im, const double a[6], int64_t resample, const uint8_t fill[4],
+                   KernelScratch& scratch) {
+  if (im.numel() == 0) return;
+  uint8_t* out = grown(scratch.u8, (size_t)im.numel());
+  transform_into(im, out, a, resample, fill, scratch.i32);
+  std::memcpy(im.u8(), out, (size_t)im.numel());
+}
+
+void pil_affine(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  check_image(im, "pil_affine");
+  check_resample(s.i[0], "pil_affine");
+  uint8_t fill[4] = {};
+  step_fill(s, im, s.i[1], 6, fill, "pil_affine");
+  double a[6];
+  for (int k = 0; k < 6; k++) a[k] = s.f[k];
+  run_transform(im, a, s.i[0], fill, scratch);
+}
+
+// Python's round(x, 15): the correctly rounded decimal, read back (glibc's printf and strtod
+// are correctly rounded, as CPython's dtoa is).
+double round15(double x) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "%.15f", x);
+  return std::strtod(buf, nullptr);
+}
+
+// A half turn, or a quarter turn (counter-clockwise: Pillow's ROTATE_90; k = 3: ROTATE_270)
+// of a square image, into `out`.
+void turn_into(const Image& im, uint8_t* out, int k) {
+  const int64_t H = im.height, W = im.width, P = im.plane();
+  for (int64_t c = 0; c < im.channels; c++) {
+    const uint8_t* in = im.u8() + c * P;
+    uint8_t* o = out + c * P;
+    for (int64_t y = 0; y < H; y++)
+      for (int64_t x = 0; x < W; x++) {
+        int64_t from = 0;
+        if (k == 2) from = (H - 1 - y) * W + (W - 1 - x);
+        if (k == 1) from = x * W + (W - 1 - y);
+        if (k == 3) from = (H - 1 - x) * W + y;
+        o[y * W + x] = in[from];
+      }
+  }
+}
+
+}  // namespace
+
+void pil_rotate_matrix(double angle, int64_t width, int64_t height, const double* center, double matrix[6]) {
+  const double cx = center ? center[0] : (double)width / 2.0;
+  const double cy = center ? center[1] : (double)height / 2.0;
+  constexpr double kDegToRad = 3.14159265358979323846 / 180.0;  // CPython's math.radians
+  const double rad = -(angle * kDegToRad);
+  matrix[0] = round15(libm_cos(rad));
+  matrix[1] = round15(libm_sin(rad));
+  matrix[2] = 0.0;
+  matrix[3] = round15(-libm_sin(rad));
+  matrix[4] = round15(libm_cos(rad));
+  matrix[5] = 0.0;
+  const double x = -cx - 0.0, y = -cy - 0.0;  // -center - post_trans (0, 0)
+  const double tx = matrix[0] * x + matrix[1] * y + matrix[2];
+  const double ty = matrix[3] * x + matrix[4] * y + matrix[5];
+  matrix[2] = tx + cx;
+  matrix[5] = ty + cy;
+}
+
+int64_t pil_rotate_turns(double angle, int64_t width, int64_t height, bool has_center) {
+  if (has_center) return -1;
+  if (angle == 0.0) return 0;
+  if (angle == 180.0) return 2;
+  if ((angle == 90.0 || angle == 270.0) && width == height) return angle == 90.0 ? 1 : 3;
+  return -1;
+}
+
+namespace {
+
+void pil_rotate(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  check_image(im, "pil_rotate");
+  check_resample(s.i[0], "pil_rotate");
+  const bool has_center = s.i[2] != 0;
+  uint8_t fill[4] = {};
+  step_fill(s, im, s.i[1], 3, fill, "pil_rotate");
+  TORCH_CHECK_VALUE(std::isfinite(s.f[0]), "pil_rotate: the angle must be finite, got ", s.f[0]);
+  if (im.numel() == 0) return;
+  const double angle = python_float_mod(s.f[0], 360.0);
+  const int64_t turns = pil_rotate_turns(angle, im.width, im.height, has_center);
+  if (turns == 0) return;
+  if (turns > 0) {
+    uint8_t* out = grown(scratch.u8, (size_t)im.numel());
+    turn_into(im, out, (int)turns);
+    std::memcpy(im.u8(), out, (size_t)im.numel());
+    return;
+  }
+  double a[6];
+  pil_rotate_matrix(angle, im.width, im.height, has_center ? s.f + 1 : nullptr, a);
+  run_transform(im, a, s.i[0], fill, scratch);
+}
+
+// ---------------------------------------------------------------------------------------
+// GaussianBlur
+
+// One box pass over a line of `n` values (stride 1) into `out`.
+void box_line(const uint8_t* in, uint8_t* out, int n, int radius, int edge_a, int edge_b, uint32_t ww, uint32_t fw) {
+  const int last = n - 1;
+  uint32_t acc = (uint32_t)in[0] * (uint32_t)(radius + 1);
+  for (int x = 0; x < edge_a - 1; x++) acc += in[x];
+  acc += (uint32_t)in[last] * (uint32_t)(radius - edge_a + 1);
+  auto step = [&](int x, int sub, int add, int left, int right) {
+    acc += (uint32_t)((int)in[add] - (int)in[sub]);
+    const uint32_t bulk = acc * ww + (uint32_t)(in[left] + in[right]) * fw;
+    out[x] = (uint8_t)((bulk + (1u << 23)) >> 24);
+  };
+  if (edge_a <= edge_b) {
+    for (int x = 0; x < edge_a; x++) step(x, 0, x + radius, 0, x + radius + 1);
+    for (int x = edge_a; x < edge_b; x++) step(x, x - radius - 1, x + radius, x - radius - 1, x + radius + 1);
+    for (int x = edge_b; x <= last; x++) step(x, x - radius - 1, last, x - radius - 1, last);
+  } else {
+    for (int x = 0; x < edge_b; x++) step(x, 0, x + radius, 0, x + radius + 1);
+    for (int x = edge_b; x < edge_a; x++) step(x, 0, last, 0, last);
+    for (int x = edge_a; x <= last; x++) step(x, x - radius - 1, last, x - radius - 1, last);
+  }
+}
+
+// `passes` box passes of radius `r` over each of the `rows` lines of `n` values at `data`,
+// in place (`line` holds n values).
+void box_rows(uint8_t* data, int64_t rows, int n, float r, int passes, uint8_t* line) {
+  const int radius = (int)r;
+  const uint32_t ww = (uint32_t)((float)(uint32_t)(1 << 24) / (r * 2 + 1));
+  const uint32_t fw = ((uint32_t)(1 << 24) - (uint32_t)(radius * 2 + 1) * ww) / 2;
+  const int edge_a = std::min(radius + 1, n);
+  const int edge_b = std::max(n - radius - 1, 0);
+  for (int64_t y = 0; y < rows; y++) {
+    uint8_t* row = data + y * n;
+    for (int k = 0; k < passes; k++) {
+      box_line(row, line, n, radius, edge_a, edge_b, ww, fw);
+      std::memcpy(row, line, (size_t)n);
+    }
+  }
+}
+
+void transpose_plane(const uint8_t* in, uint8_t* out, int64_t h, int64_t w) {
+  for (int64_t y = 0; y < h; y++)
+    for (int64_t x = 0; x < w; x++) out[x * h + y] = in[y * w + x];
+}
+
+void pil_gaussian_blur(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  check_image(im, "pil_gaussian_blur");
+  const int64_t passes = s.i[0];
+  TORCH_CHECK_VALUE(passes >= 1 && passes <= 16, "pil_gaussian_blur: passes must be 1..16 (GaussianBlur: 3), got ",
+                    passes);
+  for (int k = 0; k < 2; k++)
+    TORCH_CHECK_VALUE(std::isfinite(s.f[k]) && std::fabs(s.f[k]) < 1e18, "pil_gaussian_blur: radius must be finite, got ",
+                      s.f[k]);
+  if (im.numel() == 0 || (s.f[0] == 0.0 && s.f[1] == 0.0)) return;  // GaussianBlur(0): a copy
+  const float rx = pil_box_radius((float)s.f[0], (int)passes);
+  const float ry = pil_box_radius((float)s.f[1], (int)passes);
+  TORCH_CHECK_VALUE(rx >= 0 && ry >= 0, "pil_gaussian_blur: radius out of range (box radius ", rx, ", ", ry, ")");
+  const int64_t H = im.height, W = im.width, P = im.plane();
+  TORCH_CHECK_VALUE(H < INT_MAX && W < INT_MAX, "pil_gaussian_blur: image too large");
+  uint8_t* line = grown(scratch.u8, (size_t)(std::max(H, W) + P));
+  uint8_t* transposed = line + std::max(H, W);
+  for (int64_t c = 0; c < im.channels; c++) {
+    uint8_t* plane = im.u8() + c * P;
+    if (rx != 0) box_rows(plane, H, (int)W, rx, (int)passes, line);
+    if (ry != 0) {
+      transpose_plane(plane, transposed, H, W);
+      box_rows(transposed, W, (int)H, ry, (int)passes, line);
+      transpose_plane(transposed, plane, W, H);
+    }
+  }
+}
+
+}  // namespace
+
+float pil_box_radius(float radius, int passes) {
+  const float sigma2 = radius * radius / (float)passes;
+  const float L = (float)std::sqrt(12.0 * (double)sigma2 + 1.0);
+  const float l = (float)std::floor(((double)L - 1.0) / 2.0);
+  float a = (2 * l + 1) * (l * (l + 1) - 3 * sigma2);
+  a /= 6 * (sigma2 - (l + 1) * (l + 1));
+  return l + a;
+}
+
+FP_REGISTER_PIXEL_KERNEL({"pil_affine",
+                          "Image.transform(size, AFFINE, f0..f5, resample=i0, fillcolor) at the image's size: "
+                          "i0=resample (Pillow's NEAREST 0, BILINEAR 2, BICUBIC 3) i1=fill count (1 or C) "
+                          "f6..=fill bytes (Pillow's ink of the fillcolor; 0 for None)",
+                          pil_affine, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_rotate",
+                          "Image.rotate(f0 degrees, resample=i0, expand=False, center, fillcolor): i0=resample "
+                          "(0, 2, 3) i1=fill count (1 or C) i2=has center f1, f2=center (x, y) f3..=fill bytes",
+                          pil_rotate, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_gaussian_blur",
+                          "Image.filter(ImageFilter.GaussianBlur((f0, f1))): f0, f1=radius x, y (the filter's "
+                          "radius, read as a C float as Pillow does; 0, 0: a copy) i0=box passes (3)",
+                          pil_gaussian_blur, nullptr, nullptr});
+
+}  // namespace fastprep
