@@ -27,6 +27,7 @@ A transform that does so on the probe traces at build time is not traced at all
 from __future__ import annotations
 
 import collections
+import functools
 import io as _io
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import PIL.Image
+import PIL.ImageFilter
 import torch
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
@@ -42,7 +44,8 @@ from .._seeding import keyed_sample_rng, sample_key
 from .._threads import usable_cpus
 from ..transforms._native import Unsupported
 from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
-from ..transforms._trace import LazyImage, LazyTensor, PixelRead, install_hooks, view_leaves
+from ..transforms._pil_ops import twin_reason
+from ..transforms._trace import LazyImage, LazyTensor, PixelRead, enhanced, install_hooks, view_leaves
 
 __all__ = ["TracedPipeline", "TracedPlan"]
 
@@ -144,7 +147,61 @@ def _first_resize(ops: tuple, base: _Decoded, mode: str) -> torch.Tensor | None:
 def _to_pil(image: PIL.Image.Image | torch.Tensor) -> PIL.Image.Image:
     if isinstance(image, PIL.Image.Image):
         return image
-    return PIL.Image.fromarray(image.permute(1, 2, 0).contiguous().numpy(), "RGB")
+    hwc = image.permute(1, 2, 0).contiguous().numpy()
+    return PIL.Image.fromarray(hwc[..., 0] if hwc.shape[2] == 1 else hwc, "L" if hwc.shape[2] == 1 else "RGB")
+
+
+def _kernel(image: torch.Tensor, name: str, ints: list, floats: list) -> torch.Tensor:
+    return torch.ops.fastprep.apply_pixel_kernel(image.contiguous(), name, ints, floats)
+
+
+def _tensor_op(op: tuple, img: torch.Tensor) -> torch.Tensor | None:
+    """``op`` applied to the uint8 ``[C, H, W]`` ``img`` by a kernel that gives Pillow's bits
+    (a PIL twin proved against the installed Pillow, a flip, a lookup table), or ``None`` where
+    there is none: the op then runs on Pillow itself."""
+    kind, channels = op[0], img.shape[0]
+    if kind == "method":
+        name, args, kwargs = op[1], op[2], op[3]
+        if name == "transpose" and args[0] in _FLIPS:
+            return img.flip(_FLIPS[args[0]])
+        if name == "point" and not kwargs:
+            return _point(img, args[0])
+        if name == "filter" and type(args[0]) is PIL.ImageFilter.GaussianBlur and _blur_ok():
+            radius = args[0].radius
+            rx, ry = (radius, radius) if isinstance(radius, (int, float)) else radius
+            return _kernel(img, "pil_gaussian_blur", [3], [float(rx), float(ry)])
+        if name == "convert" and args[0] == "L" and channels == 3 and _twin_ok("rgb_to_grayscale"):
+            return _kernel(img, "pil_rgb_to_grayscale", [1], [])
+        if name == "convert" and args[0] == "RGB" and channels == 1:
+            return img.expand(3, -1, -1)
+        return None
+    if kind == "call":
+        found = _CALL_TWINS.get(op[1])
+        if found is None and op[1] is enhanced and not op[3]:
+            found = _ENHANCER_TWINS.get(op[2][0].__name__)
+            args = op[2][1:]
+        else:
+            args = op[2]
+        if found is None or op[3] or not _twin_ok(found[0]):
+            return None
+        kernel, twin, arity = found
+        if len(args) != arity:
+            return None
+        if kernel == "rgb_to_grayscale":
+            if channels != 3 or args[0] not in (1, 3):
+                return None
+            return _kernel(img, twin, [int(args[0])], [])
+        return _kernel(img, twin, [], [float(a) for a in args])
+    return None
+
+
+def _point(img: torch.Tensor, lut: list) -> torch.Tensor | None:
+    """``Image.point(lut)`` of an 8-bit image: band ``c`` maps ``v`` to ``lut[256 * c + v]``."""
+    if any(type(v) is not int or not 0 <= v <= 255 for v in lut):
+        return None
+    table = torch.tensor(lut, dtype=torch.uint8).view(img.shape[0], 256)
+    flat = img.reshape(img.shape[0], -1).long()
+    return torch.gather(table, 1, flat).view(img.shape)
 
 
 #: flips of an RGB tensor, by Pillow's transpose method
@@ -152,9 +209,10 @@ _FLIPS = {PIL.Image.Transpose.FLIP_LEFT_RIGHT: -1, PIL.Image.Transpose.FLIP_TOP_
 
 
 def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | torch.Tensor:
-    """A view's image (a PIL image, or an RGB uint8 tensor ``[3, H, W]`` of the same pixels):
-    its recorded ops applied to the decoded window, each as the traced code called it, but a
-    leading crop + resize by ``pil_resize`` and flips of such a tensor by ``flip``."""
+    """A view's image (a PIL image, or a uint8 tensor ``[C, H, W]`` of the same pixels): its
+    recorded ops applied to the decoded window, each as the traced code called it, but a
+    leading crop + resize by ``pil_resize`` and, on such a tensor, the ops with a PIL-exact
+    kernel (:func:`_tensor_op`)."""
     img: PIL.Image.Image | torch.Tensor | None = _first_resize(ops, base, mode)
     start = 2 if img is not None else 0
     if img is None:
@@ -163,8 +221,9 @@ def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | 
         op = ops[k]
         kind = op[0]
         if isinstance(img, torch.Tensor):
-            if kind == "method" and op[1] == "transpose" and op[2][0] in _FLIPS:
-                img = img.flip(_FLIPS[op[2][0]])
+            done = _tensor_op(op, img)
+            if done is not None:
+                img = done
                 continue
             img = _to_pil(img)
         if kind == "crop":
@@ -196,6 +255,62 @@ def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: to
             out.sub_(step[1]).div_(step[2])
         else:  # "setitem"
             out[step[1]] = step[2]
+
+
+#: recorded torchvision PIL functions with a PIL twin: original -> (kernel, twin, number of args)
+_CALL_TWINS: dict = {}
+#: ImageEnhance classes (recorded as ``enhanced``) -> (kernel, twin, number of args)
+_ENHANCER_TWINS = {"Brightness": ("adjust_brightness", "pil_adjust_brightness", 1),
+                   "Contrast": ("adjust_contrast", "pil_adjust_contrast", 1),
+                   "Color": ("adjust_saturation", "pil_adjust_saturation", 1),
+                   "Sharpness": ("adjust_sharpness", "pil_adjust_sharpness", 1)}
+
+
+def _fill_call_twins() -> None:
+    """``_CALL_TWINS`` from torchvision's PIL functions (the originals, which the records hold)
+    and ``ImageOps``' histogram ops (with their default arguments only)."""
+    import PIL.ImageOps as ImageOps
+    import torchvision.transforms._functional_pil as F_pil  # type: ignore[import-untyped, unused-ignore]
+
+    def original(fn):
+        return getattr(fn, "__wrapped__", fn)
+
+    for name in ("adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "adjust_sharpness"):
+        _CALL_TWINS[original(getattr(F_pil, name))] = (name, f"pil_{name}", 1)
+    _CALL_TWINS[original(F_pil.to_grayscale)] = ("rgb_to_grayscale", "pil_rgb_to_grayscale", 1)
+    _CALL_TWINS[original(F_pil.autocontrast)] = ("autocontrast", "pil_autocontrast", 0)
+    _CALL_TWINS[original(F_pil.equalize)] = ("equalize", "pil_equalize", 0)
+    _CALL_TWINS[original(ImageOps.autocontrast)] = ("autocontrast", "pil_autocontrast", 0)
+    _CALL_TWINS[original(ImageOps.equalize)] = ("equalize", "pil_equalize", 0)
+
+
+@functools.cache
+def _twin_ok(kernel: str) -> bool:
+    """The PIL twin of ``kernel`` gives the installed Pillow's bits on its probe."""
+    return twin_reason(kernel) is None
+
+
+@functools.cache
+def _blur_ok() -> bool:
+    """``pil_gaussian_blur`` gives ``ImageFilter.GaussianBlur``'s bits on probe images of the
+    installed Pillow (radii of the self-supervised recipes, 0, fractional, anisotropic; tiny,
+    thin and very wide images of 1 and 3 channels)."""
+    rng = np.random.default_rng(5)
+    try:
+        for h, w in ((37, 41), (1, 1), (2, 9), (9, 1), (3, 700), (96, 96)):
+            for c in (1, 3):
+                arr = rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+                image = PIL.Image.fromarray(arr[..., 0] if c == 1 else arr, "L" if c == 1 else "RGB")
+                tensor = torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+                for radius in (0.1, 0.5, 1.0, 1.37, 2.0, 0.0, (0.7, 1.9), 5.5):
+                    rx, ry = (radius, radius) if isinstance(radius, float) else radius
+                    want = np.asarray(image.filter(PIL.ImageFilter.GaussianBlur(radius))).reshape(h, w, c)
+                    got = _kernel(tensor, "pil_gaussian_blur", [3], [rx, ry]).permute(1, 2, 0).numpy()
+                    if not np.array_equal(got, want):
+                        return False
+    except Exception:  # noqa: BLE001 -- a probe that cannot run proves nothing
+        return False
+    return True
 
 
 def _flat_output(result: Any) -> list:
@@ -252,6 +367,8 @@ class TracedPipeline:
             raise Unsupported(f"torch's default dtype is {torch.get_default_dtype()}: ToTensor's output is traced as "
                               "float32")
         install_hooks()
+        if not _CALL_TWINS:
+            _fill_call_twins()
         found: set = set()
         errors = []
         for w, h in _PROBE_SIZES:
@@ -267,9 +384,9 @@ class TracedPipeline:
                     continue
                 found.add((tuple(tuple(v.shape) for v in views), tuple(v.dtype for v in views), listed))
         if not found:
-            e = errors[0]
-            raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image raised {type(e).__name__}: "
-                              f"{e}; it runs as written")
+            first = errors[0]
+            raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image raised "
+                              f"{type(first).__name__}: {first}; it runs as written")
         if len(found) > 1:
             raise Unsupported(f"{type(transform).__name__}'s outputs change shape or dtype with the image or the "
                               f"draws ({sorted(str(f[0]) for f in found)[:3]}): a batch needs one")

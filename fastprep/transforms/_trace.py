@@ -40,7 +40,7 @@ from typing import Any
 import PIL.Image
 import torch
 
-__all__ = ["LazyImage", "LazyTensor", "PixelRead", "install_hooks", "view_leaves"]
+__all__ = ["LazyImage", "LazyTensor", "PixelRead", "enhanced", "install_hooks", "view_leaves"]
 
 
 class PixelRead(Exception):
@@ -340,13 +340,13 @@ _IMAGE_OPS = ("autocontrast", "equalize")
 _ENHANCERS = ("Color", "Contrast", "Brightness", "Sharpness")
 
 
-def _enhanced(image: PIL.Image.Image, enhancer: type, factor: float) -> PIL.Image.Image:
+def enhanced(image: PIL.Image.Image, enhancer: type, factor: float) -> PIL.Image.Image:
     """``enhancer(image).enhance(factor)``: the replay of a recorded ``ImageEnhance`` call."""
     return enhancer(image).enhance(factor)
 
 
 def _hook_enhancers() -> None:
-    """``ImageEnhance.<Enhancer>(lazy).enhance(f)`` records ``_enhanced(img, Enhancer, f)``; with
+    """``ImageEnhance.<Enhancer>(lazy).enhance(f)`` records ``enhanced(img, Enhancer, f)``; with
     a real image the classes run as they are (their ``__init__`` and ``enhance`` wrapped)."""
     import PIL.ImageEnhance as E
 
@@ -367,7 +367,7 @@ def _hook_enhancers() -> None:
 
     def enhance(self, factor):
         if type(getattr(self, "image", None)) is LazyImage and not hasattr(self, "degenerate"):
-            return self.image._then(("call", _enhanced, (type(self), factor), {}))
+            return self.image._then(("call", enhanced, (type(self), factor), {}))
         return original_enhance(self, factor)
 
     enhance.__wrapped__ = original_enhance  # type: ignore[attr-defined]
