@@ -13,7 +13,7 @@ import pytest
 import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
-from PIL import Image, ImageFilter, ImageOps
+from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch.utils.data import Subset, default_collate
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
@@ -326,3 +326,35 @@ class TestTimm:
             with pytest.raises(ValueError, match="bits must be between") as info:
                 list(loader)
             assert str(path) in str(info.value)
+
+
+def _recorded(fn):
+    """The op a lazy image records for ``fn(image)``."""
+    install_hooks()
+    return fn(LazyImage("RGB", (7, 5), object())).ops[-1]
+
+
+@pytest.mark.parametrize("make", [
+    lambda im: F.adjust_hue(im, 0.23), lambda im: F.adjust_contrast(im, 1.7), lambda im: F.adjust_saturation(im, 0.4),
+    lambda im: F.adjust_brightness(im, 1.3), lambda im: F.adjust_sharpness(im, 1.9), lambda im: F.rgb_to_grayscale(im, 3),
+    lambda im: F.rgb_to_grayscale(im, 1), lambda im: F.autocontrast(im), lambda im: F.equalize(im),
+    lambda im: ImageOps.autocontrast(im), lambda im: ImageOps.equalize(im), lambda im: ImageOps.solarize(im, 100),
+    lambda im: ImageOps.posterize(im, 3), lambda im: im.filter(ImageFilter.GaussianBlur(1.3)),
+    lambda im: im.filter(ImageFilter.GaussianBlur((0.4, 2.2))), lambda im: im.convert("L"),
+    lambda im: im.transpose(Image.Transpose.FLIP_LEFT_RIGHT), lambda im: im.transpose(Image.Transpose.FLIP_TOP_BOTTOM),
+    lambda im: ImageEnhance.Color(im).enhance(0.3), lambda im: ImageEnhance.Contrast(im).enhance(0.3),
+])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 2), (2, 300), (41, 37)])
+def test_tensor_replay_equals_pillow(make, shape):
+    """Each op the replay runs on a view's tensor (a PIL twin, a flip, a table) gives what Pillow
+    itself gives, on tiny, thin, very wide and odd images."""
+    from fastprep.data.traced import _fill_call_twins, _tensor_op, _to_pil
+
+    op = _recorded(make)
+    _fill_call_twins()
+    h, w = shape
+    arr = photo_like(max(h, 8), max(w, 8), h * w)[:h, :w]
+    want = np.asarray(make(Image.fromarray(arr)))
+    got = _tensor_op(op, torch.from_numpy(arr).permute(2, 0, 1))
+    assert got is not None, f"{op[:2]} has no kernel"
+    assert np.array_equal(np.asarray(_to_pil(got)), want)
