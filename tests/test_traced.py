@@ -337,7 +337,8 @@ def _recorded(fn):
 @pytest.mark.parametrize("make", [
     lambda im: F.adjust_hue(im, 0.23), lambda im: F.adjust_contrast(im, 1.7), lambda im: F.adjust_saturation(im, 0.4),
     lambda im: F.adjust_brightness(im, 1.3), lambda im: F.adjust_sharpness(im, 1.9),
-    lambda im: F.rgb_to_grayscale(im, 3), lambda im: F.rgb_to_grayscale(im, 1), lambda im: F.autocontrast(im), lambda im: F.equalize(im),
+    lambda im: F.rgb_to_grayscale(im, 3), lambda im: F.rgb_to_grayscale(im, 1), lambda im: F.autocontrast(im),
+    lambda im: F.equalize(im),
     lambda im: ImageOps.autocontrast(im), lambda im: ImageOps.equalize(im), lambda im: ImageOps.solarize(im, 100),
     lambda im: ImageOps.posterize(im, 3), lambda im: im.filter(ImageFilter.GaussianBlur(1.3)),
     lambda im: im.filter(ImageFilter.GaussianBlur((0.4, 2.2))), lambda im: im.convert("L"),
