@@ -180,13 +180,21 @@ class TestMultiCrop:
         order = list(loader.sampler)
         assert_same(list(it), reference(sub, order, 4))
 
-    def test_other_views_and_user_steps(self, root):
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_other_views_and_user_steps(self, root, workers):
         ds = ImageFolder(root, ThreeViews())
-        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        loader = DataLoader(ds, batch_size=3, num_workers=workers, seed=SEED)
         assert loader.engine == "threads", loader.engine_reason
         got = list(loader)
         assert [tuple(v.shape[1:]) for v in got[0][0]] == [(3, 64, 64), (3, 48, 48), (3, 40, 30)]
         assert_same(got, reference(ds, list(range(len(ds))), 3))
+        if workers:  # resume mid-epoch 1: the batches the saving loader would have given
+            it = iter(loader)
+            next(it)
+            state = loader.state_dict()
+            resumed = DataLoader(ds, batch_size=3, num_workers=workers, seed=SEED)
+            resumed.load_state_dict(state)
+            assert_same(list(resumed), reference(ds, list(range(3, len(ds))), 3, epoch=1))
 
     def test_single_view_pil_colour_pipeline(self, root):
         ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
