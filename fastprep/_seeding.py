@@ -41,8 +41,8 @@ from torch.overrides import TorchFunctionMode
 
 from ._checks import is_int
 
-__all__ = ["sample_key", "derived_key", "key_derived", "keyed_sample_rng", "epoch_permutation", "keyed_default_rng",
-           "keyed_thread_rng", "sample_rng", "check_seed", "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN",
+__all__ = ["sample_key", "derived_key", "key_derived", "keyed_sample_rng", "RngBusy", "RNG_LOCK_TIMEOUT_S",
+           "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng", "check_seed", "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN",
            "PYTHON_RANDOM_DOMAIN", "NUMPY_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -163,6 +163,17 @@ def _nonneg(name: str, value: Any) -> int:
 
 #: serialises :func:`sample_rng` and :func:`keyed_sample_rng` blocks (Python's and NumPy's RNGs are process-wide)
 _PROCESS_RNG_LOCK = threading.RLock()
+#: how long :func:`keyed_sample_rng` waits for the lock before raising
+RNG_LOCK_TIMEOUT_S = 30.0
+#: ``[holder]``: the ``sample_rng`` block (its thread and entry count) that made a wait time out:
+#: while it still holds the lock, later waits fail at once instead of timing out again
+_stuck: list = []
+_holder: list = [None]
+
+
+class RngBusy(RuntimeError):
+    """:func:`keyed_sample_rng` waited too long for Python's and NumPy's RNGs: another thread holds
+    them in a :func:`sample_rng` block (iterating a loader inside one never ends)."""
 
 
 @contextlib.contextmanager
@@ -196,6 +207,9 @@ def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
     epoch, index = _nonneg("epoch", epoch), _nonneg("index", index)
     gen = torch.default_generator
     with _PROCESS_RNG_LOCK:  # not while a loader thread traces a sample (keyed_sample_rng)
+        outer = _holder[0] is None
+        if outer:
+            _holder[0] = object()
         torch_state = gen.get_state()
         python_state = random.getstate()
         numpy_state = np.random.get_state()
@@ -209,6 +223,8 @@ def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
             gen.set_state(torch_state)
             random.setstate(python_state)
             np.random.set_state(numpy_state)
+            if outer:
+                _holder[0] = None
 
 
 @contextlib.contextmanager
@@ -218,10 +234,23 @@ def keyed_sample_rng(key: int) -> Iterator[None]:
     thread* draw from a private generator seeded by ``key`` (:func:`keyed_thread_rng`; the
     default generator is neither read nor changed), and Python's ``random`` and NumPy's global
     RNG are seeded as :func:`sample_rng` seeds them and restored on exit. Those two are
-    process-wide: blocks of this function in different threads run one at a time (a lock),
-    and another thread drawing from them meanwhile (not through this function) would take
-    the sample's numbers."""
-    with _PROCESS_RNG_LOCK:
+    process-wide: blocks of this function and of :func:`sample_rng` in different threads run
+    one at a time (a lock), and another thread drawing from them meanwhile (not through these
+    functions) would take the sample's numbers.
+
+    Raises:
+        RngBusy: another thread's :func:`sample_rng` block held the lock for
+            :data:`RNG_LOCK_TIMEOUT_S` (at once while that same block still holds it)."""
+    holder = _holder[0]
+    wait = 0.0 if holder is not None and holder in _stuck else RNG_LOCK_TIMEOUT_S
+    if not _PROCESS_RNG_LOCK.acquire(timeout=wait):
+        holder = _holder[0]
+        if holder is not None and holder not in _stuck:
+            _stuck[:] = [holder]
+        raise RngBusy(f"a sample_rng block of another thread has held Python's and NumPy's RNGs for over "
+                      f"{RNG_LOCK_TIMEOUT_S:g} s: a loader tracing your transform cannot seed them (do not iterate "
+                      "such a loader inside sample_rng)")
+    try:
         python_state = random.getstate()
         numpy_state = np.random.get_state()
         try:
@@ -233,6 +262,8 @@ def keyed_sample_rng(key: int) -> Iterator[None]:
         finally:
             random.setstate(python_state)
             np.random.set_state(numpy_state)
+    finally:
+        _PROCESS_RNG_LOCK.release()
 
 
 # Every torch function (and Tensor method) that draws from a generator and takes ``generator=``.

@@ -367,3 +367,18 @@ def test_tensor_replay_equals_pillow(make, shape):
     got = _tensor_op(op, torch.from_numpy(arr).permute(2, 0, 1))
     assert got is not None, f"{op[:2]} has no kernel"
     assert np.array_equal(np.asarray(_to_pil(got)), want)
+
+
+def test_iterating_inside_sample_rng_raises_instead_of_hanging(root, monkeypatch):
+    """The threads engine's traces take the lock sample_rng holds: a loader iterated inside a
+    sample_rng block raises (after a wait) rather than waiting forever."""
+    import fastprep._seeding as seeding
+
+    monkeypatch.setattr(seeding, "RNG_LOCK_TIMEOUT_S", 0.3)
+    ds = ImageFolder(root, DataAugmentationDINO(local_crops_number=1))
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    with sample_rng(SEED, 0, 0):
+        with pytest.raises(Exception, match="sample_rng") as info:
+            list(loader)
+    assert isinstance(info.value, seeding.RngBusy) or isinstance(info.value.__cause__, seeding.RngBusy)
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # and works after it
