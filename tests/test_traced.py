@@ -382,3 +382,27 @@ def test_iterating_inside_sample_rng_raises_instead_of_hanging(root, monkeypatch
             list(loader)
     assert isinstance(info.value, seeding.RngBusy) or isinstance(info.value.__cause__, seeding.RngBusy)
     assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # and works after it
+
+
+class DINOv2Like:
+    """DINOv2's augmentation shape: torchvision's own v1 GaussianBlur (a tensor computation inside
+    torchvision) and RandomSolarize on PIL images, inside a RandomApply subclass."""
+
+    class Blur(T.RandomApply):
+        def __init__(self, p):
+            super().__init__([T.GaussianBlur(kernel_size=9, sigma=(0.1, 2.0))], p=p)
+
+    def __init__(self):
+        self.view = T.Compose([T.RandomResizedCrop(40, interpolation=T.InterpolationMode.BICUBIC),
+                               T.RandomHorizontalFlip(), self.Blur(0.5), T.RandomSolarize(128, p=0.5),
+                               T.ToTensor(), T.Normalize(MEAN, STD)])
+
+    def __call__(self, image):
+        return {"views": [self.view(image), self.view(image)]}["views"]
+
+
+def test_dinov2_like_views(root):
+    ds = ImageFolder(root, DINOv2Like())
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4))

@@ -23,7 +23,8 @@ sample then runs as written on the real image):
   reach ``ImageOps``, whose tables are recorded as ``point``): recorded as the call, replayed by
   calling the same function on the pixels (so an op whose result depends on the pixels, such
   as contrast's mean or equalize's histogram, is still exact);
-* ``ToTensor`` / ``PILToTensor`` (``F.to_tensor`` / ``F.pil_to_tensor``), then ``Normalize``.
+* ``ToTensor`` / ``PILToTensor`` (``F.to_tensor`` / ``F.pil_to_tensor``), then ``Normalize``;
+  v1 ``GaussianBlur`` on a PIL image (``F.gaussian_blur``, which computes on a tensor inside).
 
 torchvision's functions are reached through their module attributes, which
 :func:`install_hooks` wraps once per process: the wrapper records the call when given a
@@ -248,7 +249,7 @@ _PIL_CALLS: dict[str, Callable] = {
 
 
 def _recording_pil_call(name: str, original: Callable) -> Callable:
-    shape = _PIL_CALLS[name]
+    shape = _PIL_CALLS.get(name, _same_image)
 
     def call(img, *args, **kwargs):
         if type(img) is not LazyImage:
@@ -393,6 +394,9 @@ def install_hooks() -> None:
         F.to_tensor = _recording_to_tensor(getattr(F.to_tensor, "__wrapped__", F.to_tensor), True)
         F.pil_to_tensor = _recording_to_tensor(getattr(F.pil_to_tensor, "__wrapped__", F.pil_to_tensor), False)
         F.normalize = _recording_normalize(getattr(F.normalize, "__wrapped__", F.normalize))
+        # v1 GaussianBlur on a PIL image goes through a tensor inside torchvision: the call is recorded
+        blur = getattr(F.gaussian_blur, "__wrapped__", F.gaussian_blur)
+        F.gaussian_blur = _recording_pil_call("gaussian_blur", blur)
         import PIL.ImageOps as ImageOps
 
         for name in _IMAGE_OPS:
