@@ -406,3 +406,20 @@ def test_dinov2_like_views(root):
     loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
     assert loader.engine == "threads", loader.engine_reason
     assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: T.Compose([T.Resize((32, 32)), T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                       T.Normalize(MEAN, STD)]),
+    lambda: T.Compose([T.Resize((30, 26)), T.Pad((3, 1), padding_mode="reflect"), T.RandomRotation(20),
+                       T.RandomAffine(10, translate=(0.1, 0.1), shear=5), T.ToTensor(), T.RandomErasing(p=0.7)]),
+    lambda: T.Compose([T.RandomResizedCrop(28), T.ToTensor(), T.Normalize(MEAN, STD),
+                       T.RandomErasing(p=0.9, value="random")]),
+])
+def test_cifar_style_and_geometry_pipelines(root, make):
+    """Padding (CIFAR's RandomCrop(32, padding=4)), rotation, affine and v1 RandomErasing (a copy,
+    then a write of values drawn during the trace) on PIL images, traced."""
+    ds = ImageFolder(root, make())
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4))

@@ -19,7 +19,7 @@ sample then runs as written on the real image):
   ``invert`` (tables) and ``img.filter(ImageFilter.GaussianBlur(r))`` are recorded as such;
 * torchvision's PIL functions (``torchvision.transforms._functional_pil``): the ``adjust_*``
   colour ops (``ColorJitter``), ``to_grayscale`` (``RandomGrayscale``), ``autocontrast``,
-  ``equalize``, ``adjust_sharpness``, ``adjust_gamma`` (``invert``, ``posterize`` and ``solarize``
+  ``equalize``, ``adjust_sharpness``, ``adjust_gamma``, ``pad`` (``invert``, ``posterize`` and ``solarize``
   reach ``ImageOps``, whose tables are recorded as ``point``): recorded as the call, replayed by
   calling the same function on the pixels (so an op whose result depends on the pixels, such
   as contrast's mean or equalize's histogram, is still exact);
@@ -202,6 +202,8 @@ class LazyTensor(torch.Tensor):
                     value = value.detach().clone()
             target.steps = target.steps + (("setitem", index, value),)
             return None
+        if func is torch.Tensor.clone and len(args) == 1 and not kwargs:  # v1/v2 erase copy first
+            return LazyTensor(args[0].image, args[0].scaled, args[0].steps)
         if func in _TENSOR_QUERIES or getattr(func, "__name__", "") == "__get__":
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **(kwargs or {}))
@@ -240,11 +242,28 @@ def _grayscale_shape(img: LazyImage, num_output_channels: int = 1, *args, **kwar
     return ("L" if num_output_channels == 1 else "RGB"), img.size
 
 
+def _pad_shape(img: LazyImage, *args, **kwargs) -> tuple[str, tuple[int, int]]:
+    """``F_pil.pad``'s output: ``padding`` an int or 1, 2 or 4 values (left, top, right, bottom)."""
+    padding = kwargs["padding"] if "padding" in kwargs else args[0] if args else None
+    if isinstance(padding, (list, tuple)) and len(padding) == 1:
+        padding = padding[0]
+    if type(padding) is int:
+        left = top = right = bottom = padding
+    elif isinstance(padding, (list, tuple)) and len(padding) in (2, 4) and all(type(v) is int for v in padding):
+        left, top, right, bottom = (padding[0], padding[1]) * 2 if len(padding) == 2 else padding
+    else:
+        raise PixelRead(f"pad(padding={padding!r}) is not recorded")
+    w, h = img.size[0] + left + right, img.size[1] + top + bottom
+    if w < 1 or h < 1:
+        raise PixelRead(f"pad(padding={padding!r}) of a {img.size} image")
+    return img.mode, (w, h)
+
+
 #: ``torchvision.transforms._functional_pil`` functions recorded as calls: name -> output mode and size
 _PIL_CALLS: dict[str, Callable] = {
     "adjust_brightness": _same_image, "adjust_contrast": _same_image, "adjust_saturation": _same_image,
     "adjust_hue": _same_image, "adjust_gamma": _same_image, "adjust_sharpness": _same_image,
-    "autocontrast": _same_image, "equalize": _same_image, "to_grayscale": _grayscale_shape,
+    "autocontrast": _same_image, "equalize": _same_image, "to_grayscale": _grayscale_shape, "pad": _pad_shape,
 }
 
 
