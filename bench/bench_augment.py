@@ -6,6 +6,7 @@ Kernels (``torch.ops.fastprep.pixel_kernel_names()``, each case with representat
 per size:
 
 * ``torchvision``: the functional (``F.adjust_hue(img, 0.1)``, ...), which allocates its output;
+  for a PIL twin (``pil_*``), the functional on the PIL image of the same pixels (Pillow);
 * ``reference`` / ``fast``: ``apply_pixel_kernel(img, name, ..., variant)`` (1: the ATen
   reference, 2: the fast kernel where there is one), less ``apply_pixel_kernel``'s own cost
   (copy + dispatch: the same call of a kernel that returns at once, posterize with 8 bits, or
@@ -124,6 +125,24 @@ class KernelCase:
     noise: bool = False  # erase: the step's noise, a [3, h, w] normal_ draw, in the extras
     keeps_shape: bool = True  # False: a step changes the channel count (chains of 1 step)
     max_diff: int = 0  # fast mode's kernels: the largest difference from torchvision allowed (0: its bits)
+    pil: bool = False  # a PIL twin: ``torchvision`` takes and returns PIL images (Pillow's arithmetic)
+
+
+def _pil_cases() -> list[KernelCase]:
+    """The PIL twins (csrc/ops/pil_color.cpp) against torchvision's functional on PIL images."""
+    cases = [("adjust_brightness(1.3)", "adjust_brightness", lambda x: F.adjust_brightness(x, 1.3), [], [1.3]),
+             ("adjust_contrast(0.7)", "adjust_contrast", lambda x: F.adjust_contrast(x, 0.7), [], [0.7]),
+             ("adjust_saturation(1.2)", "adjust_saturation", lambda x: F.adjust_saturation(x, 1.2), [], [1.2]),
+             ("adjust_hue(0.1)", "adjust_hue", lambda x: F.adjust_hue(x, 0.1), [], [0.1]),
+             ("rgb_to_grayscale(3)", "rgb_to_grayscale", lambda x: F.rgb_to_grayscale(x, 3), [3], []),
+             ("posterize(4)", "posterize", lambda x: F.posterize(x, 4), [4], []),
+             ("solarize(128)", "solarize", lambda x: F.solarize(x, 128), [1], [128.0]),
+             ("autocontrast", "autocontrast", F.autocontrast, [], []),
+             ("equalize", "equalize", F.equalize, [], []),
+             ("invert", "invert", F.invert, [], []),
+             ("adjust_sharpness(2.0)", "adjust_sharpness", lambda x: F.adjust_sharpness(x, 2.0), [], [2.0])]
+    return [KernelCase(f"pil {label}", f"pil_{kernel}", fn, ints, floats, pil=True)
+            for label, kernel, fn, ints, floats in cases]
 
 
 def _affine_cases(size: int) -> list[KernelCase]:
@@ -192,6 +211,7 @@ def kernel_cases(size: int) -> list[KernelCase]:
                    values, dtype="float"),
         KernelCase("erase float32 (noise)", "erase", lambda x: F.erase(x, i, j, eh, ew, noise), [i, j, eh, ew, 0, 0],
                    dtype="float", noise=True),
+        *_pil_cases(),
     ]
 
 
@@ -216,7 +236,8 @@ def _check_case(case: KernelCase, images: list[torch.Tensor], extras: list[torch
     apply = torch.ops.fastprep.apply_pixel_kernel
     one = step_records(case.kernel, case.ints, case.floats, extra, 1, tuple(images[0].shape))
     for img in images[:4]:
-        want = case.torchvision(img).contiguous()
+        want = F.pil_to_tensor(case.torchvision(F.to_pil_image(img))) if case.pil else case.torchvision(img)
+        want = want.contiguous()
         got = [apply(img, case.kernel, case.ints, case.floats, v, extras, extra) for v in variants]
         got.append(torch.ops.fastprep.apply_pixel_steps(img, one, extras))
         for g in got:
@@ -253,8 +274,9 @@ def measure_kernel(case: KernelCase, images: list[torch.Tensor], args: argparse.
     k = max(1, min(args.chain, int(args.chain_budget / max(probe, 1e-3)))) if case.keeps_shape else 1
     chain_k = step_records(case.kernel, case.ints, case.floats, extra, k, shape)
     chain_0 = step_records(case.kernel, case.ints, case.floats, extra, 0, shape)
+    pil_images = [F.to_pil_image(img) for img in images] if case.pil else images
     fns: dict[str, Callable[[int], object]] = {
-        "torchvision": lambda i: case.torchvision(images[i % n]),
+        "torchvision": lambda i: case.torchvision(pil_images[i % n]),
         "overhead": noop,
         "reference": lambda i: apply(images[i % n], case.kernel, case.ints, case.floats, 1, extras, extra),
         "chain_0": lambda i: torch.ops.fastprep.apply_pixel_steps(images[i % n], chain_0, extras),

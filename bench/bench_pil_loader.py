@@ -9,14 +9,24 @@ Inputs: the JPEGs of ``--photos`` arranged as an ImageFolder under ``--root`` (s
 
 * train: ``RandomResizedCrop(224)``, ``RandomHorizontalFlip()``, ``ToTensor()``,
   ``Normalize(mean, std)``;
-* val: ``Resize(256)``, ``CenterCrop(224)``, ``ToTensor()``, ``Normalize(mean, std)``.
+* val: ``Resize(256)``, ``CenterCrop(224)``, ``ToTensor()``, ``Normalize(mean, std)``;
+* train-color (``--pipelines``): train with ``ColorJitter(0.4, 0.4, 0.4, 0.1)`` and
+  ``RandomGrayscale(0.2)`` after the flip (Pillow's colour arithmetic: the PIL twins);
+* presets-ta (``--pipelines``): torchvision's references/classification/presets.py
+  ``ClassificationPresetTrain(crop_size=224, auto_augment_policy="ta_wide",
+  random_erase_prob=0.25, backend="pil", use_v2=True)`` as it builds it: v2
+  ``RandomResizedCrop(224, BILINEAR, antialias=True)``, ``RandomHorizontalFlip(0.5)``,
+  ``TrivialAugmentWide(BILINEAR)``, ``PILToTensor``, ``ToDtype(float, scale=True)``, ``Normalize``,
+  ``RandomErasing(0.25)``, ``ToPureTensor`` (Pillow's affine, colour and point arithmetic).
 
 Rows: ``torchvision.datasets.ImageFolder(root, transform)`` in ``torch.utils.data.DataLoader
 (batch_size, shuffle=True, num_workers=--workers)``; ``fastprep.data.make_loader(root,
 transform=..., engine="threads", num_workers=--workers, device="cpu", seed=0)`` (the same
-pixels, bit for bit: tests/test_pil_exact.py). Each run times ``--batches`` batches after one
-warm-up batch, for each loader in turn; the median of ``--runs`` runs is reported, with the
-ratio fastprep / torch of the same run. Prints the CPU model and ISA.
+pixels, bit for bit: tests/test_pil_exact.py, tests/test_pil_ops.py), or with ``--dataloader``
+``fastprep.data.DataLoader(ImageFolder(root, transform), batch_size, shuffle=True,
+num_workers=--workers, seed=0)``, the drop-in (checked to be on the threads engine). Each run
+times ``--batches`` batches after one warm-up batch, for each loader in turn; the median of
+``--runs`` runs is reported, with the ratio fastprep / torch of the same run. Prints the CPU model and ISA.
 """
 
 from __future__ import annotations
@@ -29,16 +39,37 @@ import time
 import torch
 import torchvision.transforms as T
 from torchvision.datasets import ImageFolder
+from torchvision.transforms import v2
 
 from fastprep._platform import describe
-from fastprep.data import make_loader
+from fastprep.data import DataLoader, make_loader
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PIPELINES = {
     "train": lambda: T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                                 T.Normalize(MEAN, STD)]),
     "val": lambda: T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)]),
+    "train-color": lambda: T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                      T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.2), T.ToTensor(),
+                                      T.Normalize(MEAN, STD)]),
+    "presets-ta": lambda: v2.Compose([
+        v2.RandomResizedCrop(224, interpolation=v2.InterpolationMode.BILINEAR, antialias=True),
+        v2.RandomHorizontalFlip(0.5), v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+        v2.PILToTensor(), v2.ToDtype(torch.float, scale=True), v2.Normalize(MEAN, STD), v2.RandomErasing(0.25),
+        v2.ToPureTensor()]),
 }
+
+
+def fastprep_loader(root: str, make, args: argparse.Namespace):
+    """fastprep's loader of the pipeline: ``make_loader`` or, with ``--dataloader``, the drop-in."""
+    if not args.dataloader:
+        return make_loader(root, transform=make(), engine="threads", num_workers=args.workers, device="cpu", seed=0,
+                           batch_size=args.batch_size)
+    loader = DataLoader(ImageFolder(root, make()), batch_size=args.batch_size, shuffle=True,
+                        num_workers=args.workers, seed=0)
+    if loader.engine != "threads":
+        raise SystemExit(f"fastprep.data.DataLoader is not on the threads engine: {loader.engine_reason}")
+    return loader
 
 
 def image_folder(photos: str, root: str, classes: int = 4) -> str:
@@ -73,14 +104,21 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--pipelines", default="train,val", help=f"comma-separated, of {', '.join(PIPELINES)}")
+    ap.add_argument("--dataloader", action="store_true", help="fastprep.data.DataLoader instead of make_loader")
     args = ap.parse_args()
+    names = args.pipelines.split(",")
+    unknown = [n for n in names if n not in PIPELINES]
+    if unknown:
+        ap.error(f"unknown pipelines {unknown}; choose from {list(PIPELINES)}")
     root = image_folder(args.photos, args.root)
     print(f"{describe()}; {args.photos} as an ImageFolder ({root}), batch {args.batch_size}, "
           f"{args.workers} workers, {args.batches} batches per run, median of {args.runs} runs")
-    for name, make in PIPELINES.items():
+    kind = "DataLoader" if args.dataloader else "make_loader"
+    for name in names:
+        make = PIPELINES[name]
         torch_rates, fp_rates, ratios = [], [], []
-        fp = make_loader(root, transform=make(), engine="threads", num_workers=args.workers, device="cpu", seed=0,
-                         batch_size=args.batch_size)
+        fp = fastprep_loader(root, make, args)
         for _ in range(args.runs):
             ref = torch.utils.data.DataLoader(ImageFolder(root, make()), batch_size=args.batch_size, shuffle=True,
                                               num_workers=args.workers)
@@ -89,7 +127,7 @@ def main() -> None:
             fp_rates.append(b)
             ratios.append(b / a)
         print(f"{name:5s}  torch DataLoader(ImageFolder) {statistics.median(torch_rates):7.1f}/s   fastprep "
-              f"make_loader(threads) {statistics.median(fp_rates):7.1f}/s   ratio {statistics.median(ratios):.2f}x "
+              f"{kind}(threads) {statistics.median(fp_rates):7.1f}/s   ratio {statistics.median(ratios):.2f}x "
               f"(runs: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 

@@ -83,7 +83,7 @@ def _check_affine(arr, data, resample, fill):
     want = np.asarray(im.transform(im.size, PIL.Image.Transform.AFFINE, data, PIL.Image.Resampling[resample],
                                    fillcolor=fill)).reshape(arr.shape)
     ink = _ink(im.mode, fill)
-    got = _kernel(arr, "pil_affine", [RESAMPLES[resample], len(ink)], [*data, *ink])
+    got = _kernel(arr, "pil_transform_affine", [RESAMPLES[resample], len(ink)], [*data, *ink])
     assert np.array_equal(got, want), (f"{resample} {arr.shape} {data} fill={fill}: "
                                        f"{(got != want).any(axis=2).sum()} pixels differ")
 
@@ -122,11 +122,12 @@ class TestAffine:
     ])
     def test_bad_parameters(self, ints, floats, match):
         with pytest.raises(ValueError, match=match):
-            _kernel(_array(5, 5, 3, 0), "pil_affine", ints, floats)
+            _kernel(_array(5, 5, 3, 0), "pil_transform_affine", ints, floats)
 
     def test_float_image_refused(self):
         with pytest.raises(TypeError, match="uint8"):
-            torch.ops.fastprep.apply_pixel_kernel(torch.zeros(3, 4, 4), "pil_affine", [0, 1], [1, 0, 0, 0, 1, 0, 0])
+            torch.ops.fastprep.apply_pixel_kernel(torch.zeros(3, 4, 4), "pil_transform_affine", [0, 1],
+                                                  [1, 0, 0, 0, 1, 0, 0])
 
 
 def _check_rotate(arr, angle, resample, fill, center=None):
@@ -211,3 +212,248 @@ class TestGaussianBlur:
     def test_bad_parameters(self, ints, floats, match):
         with pytest.raises(ValueError, match=match):
             _kernel(_array(5, 5, 3, 0), "pil_gaussian_blur", ints, floats)
+
+
+# ---------------------------------------------------------------------------------------
+# Through the loader: the threads engine against the dataset run literally under sample_rng
+
+SEED = 13
+_FILES = [("420", 90, 120), ("gray", 64, 96), ("cmyk", 81, 70), ("420-progressive", 100, 66), ("444", 77, 101),
+          ("gray-progressive", 70, 70), ("422", 120, 90), ("png", 72, 88), ("420", 40, 300), ("444", 66, 66)]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    from conftest import make_jpeg
+
+    top = tmp_path_factory.mktemp("pilgeo")
+    for k in range(24):
+        encoding, h, w = _FILES[k % len(_FILES)]
+        folder = top / f"class{k % 3}"
+        folder.mkdir(exist_ok=True)
+        if encoding == "png":
+            PIL.Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
+        else:
+            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
+    return str(top)
+
+
+def _v1(*augment, size=40):
+    import torchvision.transforms as T
+
+    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *augment, T.ToTensor(),
+                      T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+
+def _v2(*augment, size=40, erase=0.0):
+    from torchvision.transforms import v2
+
+    tail = [v2.RandomErasing(erase), v2.ToPureTensor()] if erase else []
+    return v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(), *augment,
+                       v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]), *tail])
+
+
+def _presets(augment, size=64):
+    """torchvision's references/classification/presets.py ClassificationPresetTrain, backend="pil",
+    use_v2=True, as it builds it (crop_size, BILINEAR, hflip 0.5, the policy, random_erase 0.25)."""
+    from torchvision.transforms import v2
+
+    inter = v2.InterpolationMode.BILINEAR
+    policies = {"ta_wide": lambda: v2.TrivialAugmentWide(interpolation=inter),
+                "ra": lambda: v2.RandAugment(interpolation=inter, magnitude=9),
+                "imagenet": lambda: v2.AutoAugment(policy=v2.AutoAugmentPolicy("imagenet"), interpolation=inter)}
+    return v2.Compose([v2.RandomResizedCrop(size, interpolation=inter, antialias=True), v2.RandomHorizontalFlip(0.5),
+                       policies[augment](), v2.PILToTensor(), v2.ToDtype(torch.float, scale=True),
+                       v2.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+                       v2.RandomErasing(p=0.25), v2.ToPureTensor()])
+
+
+def _presets_v1(size=64):
+    """ClassificationPresetTrain(backend="pil", use_v2=False, auto_augment_policy="ta_wide",
+    random_erase_prob=0.25): v1 classes, ConvertImageDtype for the float conversion."""
+    import torchvision.transforms as T
+
+    inter = T.InterpolationMode.BILINEAR
+    return T.Compose([T.RandomResizedCrop(size, interpolation=inter, antialias=True), T.RandomHorizontalFlip(0.5),
+                      T.TrivialAugmentWide(interpolation=inter), T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                      T.Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)), T.RandomErasing(p=0.25)])
+
+
+def _pipelines():
+    import torchvision.transforms as T
+    from torchvision.transforms import v2
+
+    B = v2.InterpolationMode.BILINEAR
+    return {
+        "presets-ta_wide": lambda: _presets("ta_wide"),
+        "presets-v1-ta_wide": _presets_v1,
+        "v2-blur": lambda: _v2(v2.GaussianBlur((3, 7), (0.5, 3.0)), v2.RandomApply([v2.GaussianBlur(9, 1.5)], p=0.5)),
+        "v1-erasing": lambda: T.Compose([T.CenterCrop(48), T.RandomRotation(10), T.PILToTensor(),
+                                         T.ConvertImageDtype(torch.float), T.RandomErasing(p=0.7, value="random"),
+                                         T.RandomErasing(p=0.5, value=(1, 2, 3))]),
+        "presets-ra": lambda: _presets("ra"),
+        "presets-imagenet": lambda: _presets("imagenet"),
+        "v2-affine": lambda: _v2(v2.RandomAffine(30, translate=(0.2, 0.1), scale=(0.8, 1.2), shear=(-10, 10, -5, 5),
+                                                 interpolation=B, fill=(10, 200, 30))),
+        "v2-affine-bicubic-center": lambda: _v2(v2.RandomAffine((-90, 90), shear=20, center=(3, 30), fill=77,
+                                                                interpolation=v2.InterpolationMode.BICUBIC)),
+        "v2-rotation": lambda: _v2(v2.RandomRotation(180), v2.RandomRotation((90, 90), fill=255), erase=0.5),
+        "v2-rotation-center": lambda: _v2(v2.RandomRotation(45, interpolation=B, center=(10.5, 4))),
+        "v2-trivial-bicubic-fill": lambda: _v2(v2.TrivialAugmentWide(
+            interpolation=v2.InterpolationMode.BICUBIC, fill=(5, 100, 250))),
+        "v1-affine": lambda: _v1(T.RandomAffine(20, translate=(0.1, 0.3), scale=(0.7, 1.1), shear=8,
+                                                interpolation=T.InterpolationMode.BILINEAR, fill=(1, 2, 3))),
+        "v1-rotation": lambda: _v1(T.RandomRotation(60, interpolation=T.InterpolationMode.BICUBIC),
+                                   T.RandomRotation((-90, -90))),
+        "v1-trivial": lambda: _v1(T.TrivialAugmentWide(interpolation=T.InterpolationMode.BILINEAR)),
+        "v1-rand": lambda: _v1(T.RandAugment(num_ops=3, magnitude=9, fill=[9, 99, 199])),
+        "v1-auto-imagenet": lambda: _v1(T.AutoAugment(T.AutoAugmentPolicy.IMAGENET)),
+        "v1-auto-svhn-bicubic": lambda: _v1(T.AutoAugment(T.AutoAugmentPolicy.SVHN,
+                                                          interpolation=T.InterpolationMode.BICUBIC, fill=128)),
+        "v2-auto-cifar": lambda: _v2(v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10, fill=[1, 2, 3])),
+    }
+
+
+PIPELINES = _pipelines()
+
+
+def _reference(dataset, batch_size):
+    from torch.utils.data import default_collate
+
+    from fastprep.data import sample_rng
+
+    out = []
+    for start in range(0, len(dataset), batch_size):
+        samples = []
+        for i in range(start, min(start + batch_size, len(dataset))):
+            with sample_rng(SEED, 0, i):
+                samples.append(dataset[i])
+        out.append(default_collate(samples))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_threads_engine_equals_dataset(root, name):
+    from torchvision.datasets import ImageFolder
+
+    from fastprep.data import DataLoader
+
+    dataset = ImageFolder(root, transform=PIPELINES[name]())
+    loader = DataLoader(dataset, batch_size=32, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    got = list(loader)
+    want = _reference(dataset, 32)
+    assert len(got) == len(want)
+    for (gx, gy), (wx, wy) in zip(got, want):
+        assert gx.dtype == wx.dtype and gx.shape == wx.shape
+        assert torch.equal(gx, wx), f"{name}: {int((gx != wx).sum())} values differ"
+        assert torch.equal(gy, wy)
+
+
+def test_geometry_twins_are_proved():
+    from fastprep.transforms._pil_geometry_ops import pil_geometry_reason
+    from fastprep.transforms._pil_ops import twin_reason
+
+    assert twin_reason("affine") is None and twin_reason("rotate90") is None and twin_reason("gaussian_blur") is None
+    assert pil_geometry_reason() is None
+
+
+def test_a_geometry_twin_that_differs_is_refused(monkeypatch):
+    from fastprep.transforms import _pil_ops
+    from fastprep.transforms._pil_ops import pil_twins, twin_reason
+
+    entry = pil_twins()["affine"]
+    monkeypatch.setitem(_pil_ops._TWINS, "affine", entry._replace(reference=lambda im, i, f: im))
+    twin_reason.cache_clear()
+    try:
+        assert "computes otherwise" in twin_reason("affine")
+    finally:
+        twin_reason.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["v1-trivial", "v1-rand", "v1-auto-imagenet", "v1-auto-svhn-bicubic", "v1-affine",
+                                  "v1-rotation", "v2-affine-bicubic-center", "v2-rotation-center"])
+def test_python_and_cpp_draws_agree(name):
+    """The Python draws (the twin) and the C++ draws the planner runs emit the same steps."""
+    from fastprep.transforms import _native as N
+    from fastprep.transforms._compile import _steps
+
+    steps = _steps(PIPELINES[name]())[2:]  # after the crop and the flip, up to the conversion to a tensor
+    steps = steps[:[type(t).__name__ for t in steps].index("ToTensor" if name.startswith("v1") else "PILToTensor")]
+    with N.on_pil_images():
+        roots = [N.to_native(t) for t in steps]
+    prog = N.build_program(roots)
+    for key in range(60):
+        h, w = 20 + key % 7, 20 + key % 5 * 3
+        py = N.draw_steps(roots, N.TorchDraws(torch.Generator().manual_seed(key)), 3, h, w)
+        cpp, _ = torch.ops.fastprep.native_draws(prog.nodes, prog.ints, prog.floats, prog.num_roots, key, 3, h, w)
+        assert torch.equal(torch.from_numpy(py.records().view(np.uint8).copy()), cpp), (name, key, py.items)
+
+
+@pytest.mark.parametrize("transform, why", [
+    (lambda v2: v2.RandomAffine(10, fill=(1, 2)), "fill of 2 values"),
+    (lambda v2: v2.TrivialAugmentWide(fill=[1, 2]), "fill of 2 values"),
+    (lambda v2: v2.RandomRotation(30, expand=True), "expand=True"),
+])
+def test_refused_steps_run_as_written(root, transform, why):
+    """What torchvision raises on, or what gives each image its own size, runs as written."""
+    from torchvision.datasets import ImageFolder
+    from torchvision.transforms import v2
+
+    from fastprep.data import DataLoader
+
+    dataset = ImageFolder(root, transform=_v2(transform(v2)))
+    loader = DataLoader(dataset, batch_size=32, num_workers=2, seed=SEED)
+    assert loader.engine == "processes" and why in loader.engine_reason
+
+
+def _random_geometry(rng, v1_classes):
+    """A random affine / rotation / auto-augment step of v1 or v2 with random parameters."""
+    import torchvision.transforms as T
+    from torchvision.transforms import v2
+
+    M = T if v1_classes else v2
+    inter = [M.InterpolationMode.NEAREST, M.InterpolationMode.BILINEAR, M.InterpolationMode.BICUBIC][rng.integers(3)]
+    fills = [None, 0, int(rng.integers(0, 256)), [int(v) for v in rng.integers(-20, 300, 3)],
+             [float(rng.uniform(0, 255))]]
+    fill = fills[rng.integers(5)]
+    if v1_classes and fill is None:
+        fill = 0
+    kind = int(rng.integers(5))
+    if kind == 0:
+        shears = [None, float(rng.uniform(0, 30)), [float(v) for v in sorted(rng.uniform(-20, 20, 2))] * 2]
+        shear = shears[rng.integers(3)]
+        return M.RandomAffine(float(rng.uniform(0, 180)), translate=(float(rng.uniform(0, 0.4)), 0.2),
+                              scale=(0.7, 1.3) if rng.random() < 0.5 else None, shear=shear, interpolation=inter,
+                              fill=fill, center=None if rng.random() < 0.5 else (int(rng.integers(0, 40)), 5.5))
+    if kind == 1:
+        degrees = float(rng.uniform(0, 360)) if rng.random() < 0.7 else (90.0, 90.0)
+        return M.RandomRotation(degrees, interpolation=inter, fill=fill,
+                                center=None if rng.random() < 0.7 else (7, 30))
+    if kind == 2:
+        return M.TrivialAugmentWide(num_magnitude_bins=int(rng.integers(2, 40)), interpolation=inter, fill=fill)
+    if kind == 3:
+        return M.RandAugment(num_ops=int(rng.integers(1, 4)), magnitude=int(rng.integers(0, 31)), interpolation=inter,
+                             fill=fill)
+    policy = list(M.AutoAugmentPolicy)[rng.integers(3)]
+    return M.AutoAugment(policy, interpolation=inter, fill=fill)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", range(24))
+def test_random_pipelines_equal_dataset(root, k):
+    from torchvision.datasets import ImageFolder
+
+    from fastprep.data import DataLoader
+
+    rng = np.random.default_rng(100 + k)
+    v1_classes = bool(k % 2)
+    steps = [_random_geometry(rng, v1_classes) for _ in range(int(rng.integers(1, 4)))]
+    transform = _v1(*steps, size=int(rng.integers(8, 50))) if v1_classes else _v2(*steps, size=int(rng.integers(8, 50)))
+    dataset = ImageFolder(root, transform=transform)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    for (gx, gy), (wx, wy) in zip(list(loader), _reference(dataset, 8), strict=True):
+        assert torch.equal(gx, wx), f"{steps}: {int((gx != wx).sum())} values differ"
+        assert torch.equal(gy, wy)

@@ -181,7 +181,7 @@ FP_REGISTER_PIXEL_KERNEL({"affine",
 FP_REGISTER_PIXEL_KERNEL({"rotate90", "i0=quarter turns (torch.rot90 k, dims (-2, -1))", rotate90_ref, nullptr,
                           nullptr});
 
-void emit_affine(DrawContext& ctx, const double matrix[6], const GridFill& fill) {
+void emit_affine(DrawContext& ctx, const double matrix[6], const GridFill& fill, const AffineArgs& args) {
   static const int64_t kernel = pixel_kernel_id("affine");
   PixelStep& step = ctx.emit(kernel);
   for (int k = 0; k < 6; k++) step.f[k] = matrix[k];
@@ -189,10 +189,18 @@ void emit_affine(DrawContext& ctx, const double matrix[6], const GridFill& fill)
   step.i[1] = fill.count > 0 ? 1 : 0;
   step.i[2] = fill.count;
   for (int64_t k = 0; k < fill.count; k++) step.f[6 + k] = fill.values[k];
+  step.i[3] = args.center != nullptr;
+  step.i[4] = args.kind;
+  const double fields[8] = {args.angle, args.translate[0], args.translate[1], args.scale, args.shear[0], args.shear[1],
+                            args.center ? args.center[0] : 0.0, args.center ? args.center[1] : 0.0};
+  for (int k = 0; k < 8; k++) step.f[10 + k] = fields[k];
 }
 
 void emit_rotate(DrawContext& ctx, double angle, const GridFill& fill) {
   static const int64_t rotate90 = pixel_kernel_id("rotate90");
+  AffineArgs args;
+  args.kind = AffineArgs::kRotate;
+  args.angle = angle;
   angle = python_float_mod(angle, 360.0);
   if (angle == 0.0) return;  // image.clone()
   int64_t quarter_turns = 0;
@@ -210,7 +218,7 @@ void emit_rotate(DrawContext& ctx, double angle, const GridFill& fill) {
   const double zero[2] = {0.0, 0.0};
   double matrix[6];
   inverse_affine_matrix(zero, -angle, zero, 1.0, zero, matrix);
-  emit_affine(ctx, matrix, fill);
+  emit_affine(ctx, matrix, fill, args);
 }
 
 }  // namespace fastprep
@@ -246,8 +254,9 @@ void draw_random_affine(const NodeSpec& node, DrawContext& ctx) {
   double translate[2] = {0.0, 0.0};
   if (I[2]) {
     const double max_dx = F[6] * (double)ctx.width, max_dy = F[7] * (double)ctx.height;
-    translate[0] = std::nearbyint((double)g.uniform(-max_dx, max_dx));  // Python's round: halves to even
-    translate[1] = std::nearbyint((double)g.uniform(-max_dy, max_dy));
+    // Python's int(round(x)): halves to even, and a zero without sign (+ 0.0 makes -0.0 +0.0)
+    translate[0] = std::nearbyint((double)g.uniform(-max_dx, max_dx)) + 0.0;
+    translate[1] = std::nearbyint((double)g.uniform(-max_dy, max_dy)) + 0.0;
   }
   const double scale = I[3] ? (double)g.uniform(F[8], F[9]) : 1.0;
   double shear[2] = {0.0, 0.0};
@@ -257,7 +266,13 @@ void draw_random_affine(const NodeSpec& node, DrawContext& ctx) {
   if (I[5]) center[0] = F[14] - (double)ctx.width * 0.5, center[1] = F[15] - (double)ctx.height * 0.5;
   double matrix[6];
   inverse_affine_matrix(center, angle, translate, scale, shear, matrix);
-  emit_affine(ctx, matrix, fill);
+  AffineArgs args;
+  args.angle = angle;
+  args.translate[0] = translate[0], args.translate[1] = translate[1];
+  args.scale = scale;
+  args.shear[0] = shear[0], args.shear[1] = shear[1];
+  args.center = I[5] ? F + 14 : nullptr;
+  emit_affine(ctx, matrix, fill, args);
 }
 
 // v2.RandomRotation (expand=False): the angle, then rotate_image. ints: bilinear, fill count,
@@ -272,7 +287,11 @@ void draw_random_rotation(const NodeSpec& node, DrawContext& ctx) {
   const double zero[2] = {0.0, 0.0};
   double matrix[6];
   inverse_affine_matrix(center, -python_float_mod(angle, 360.0), zero, 1.0, zero, matrix);
-  emit_affine(ctx, matrix, fill);
+  AffineArgs args;
+  args.kind = AffineArgs::kRotate;
+  args.angle = angle;
+  args.center = F + 6;
+  emit_affine(ctx, matrix, fill, args);
 }
 
 FP_REGISTER_NODE_DRAW("RandomAffine", draw_random_affine);

@@ -32,10 +32,24 @@ double math_atan(double x);
 // Python's `x % y` on floats (the sign of y; 0.0 for a zero remainder).
 double python_float_mod(double x, double y);
 
-// The step of affine_image on the current image with the inverse matrix `matrix`.
-void emit_affine(DrawContext& ctx, const double matrix[6], const GridFill& fill);
+// The arguments F.affine / F.rotate received, which the affine step carries besides the
+// matrix (its PIL twin, csrc/ops/pil_geometry.cpp, computes Pillow's matrix from them):
+// i3=has center, i4=kind, f10=angle, f11, f12=translate, f13=scale, f14, f15=shear,
+// f16, f17=center (x, y) in pixels as given.
+struct AffineArgs {
+  static constexpr int64_t kAffine = 0, kRotate = 1;  // F.affine(angle, translate, scale, shear, center) / F.rotate(angle, center)
+  int64_t kind = kAffine;
+  double angle = 0.0;
+  double translate[2] = {0.0, 0.0};
+  double scale = 1.0;
+  double shear[2] = {0.0, 0.0};
+  const double* center = nullptr;  // null: None
+};
 
-// rotate_image(image, angle, interpolation, expand=False, center=None, fill).
+// The step of affine_image on the current image with the inverse matrix `matrix` (of `args`).
+void emit_affine(DrawContext& ctx, const double matrix[6], const GridFill& fill, const AffineArgs& args);
+
+// rotate_image(image, angle, interpolation, expand=False, center=None, fill) (F.rotate's angle).
 void emit_rotate(DrawContext& ctx, double angle, const GridFill& fill);
 
 }  // namespace fastprep

@@ -119,11 +119,17 @@ void emit_op_affine(DrawContext& ctx, const double* center, const double transla
   }
   double matrix[6];
   inverse_affine_matrix(center_f, 0.0, translate, 1.0, shear, matrix);
-  emit_affine(ctx, matrix, fill);
+  AffineArgs args;
+  args.translate[0] = translate[0], args.translate[1] = translate[1];
+  args.shear[0] = shear[0], args.shear[1] = shear[1];
+  args.center = center;
+  emit_affine(ctx, matrix, fill, args);
 }
 
 // _apply_image_or_video_transform(image, transform_id, magnitude, interpolation, fill).
-void apply_op(Op op, double magnitude, DrawContext& ctx, const GridFill& fill) {
+// v1: torchvision.transforms' _apply_op, whose Solarize threshold is the magnitude itself (its
+// table runs from 255.0 down) where v2 multiplies the magnitude by 255.
+void apply_op(Op op, double magnitude, DrawContext& ctx, const GridFill& fill, bool v1 = false) {
   static const int64_t brightness = pixel_kernel_id("adjust_brightness"),
                        saturation = pixel_kernel_id("adjust_saturation"),
                        contrast = pixel_kernel_id("adjust_contrast"), sharpness = pixel_kernel_id("adjust_sharpness"),
@@ -174,7 +180,7 @@ void apply_op(Op op, double magnitude, DrawContext& ctx, const GridFill& fill) {
       ctx.emit(posterize).i[0] = (int64_t)magnitude;  // int(magnitude)
       return;
     case kSolarize:
-      ctx.emit(solarize).f[0] = 255.0 * magnitude;  // _max_value(uint8) * magnitude
+      ctx.emit(solarize).f[0] = v1 ? magnitude : 255.0 * magnitude;  // v2: _max_value(uint8) * magnitude
       return;
     case kAutoContrast:
       ctx.emit(autocontrast);
@@ -245,7 +251,61 @@ void draw_auto_augment(const NodeSpec& node, DrawContext& ctx) {
   }
 }
 
+// v1 (torchvision.transforms.autoaugment; native on PIL images): the sign is `torch.randint(2,
+// (1,))` (nonzero negates) where v2 draws torch.rand; the node is laid out as v2's.
+void draw_trivial_augment_wide_v1(const NodeSpec& node, DrawContext& ctx) {
+  const AugmentSpace space(node, ctx);
+  const int64_t k = ctx.draws.randint(0, space.num_ops());
+  double magnitude = 0.0;
+  if (space.has_magnitudes(k)) magnitude = space.magnitude(k, ctx.draws.randint(0, space.num_bins()), ctx);
+  if (space.is_signed(k) && ctx.draws.randint(0, 2) != 0) magnitude *= -1.0;
+  apply_op(space.op(k), magnitude, ctx, space.fill(), true);
+}
+
+void draw_rand_augment_v1(const NodeSpec& node, DrawContext& ctx) {
+  const AugmentSpace space(node, ctx);
+  const int64_t num_ops = space.header(0), index = space.header(1);
+  for (int64_t n = 0; n < num_ops; n++) {
+    const int64_t k = ctx.draws.randint(0, space.num_ops());
+    double magnitude = 0.0;
+    if (space.has_magnitudes(k)) magnitude = space.magnitude(k, index, ctx);
+    if (space.is_signed(k) && ctx.draws.randint(0, 2) != 0) magnitude *= -1.0;
+    apply_op(space.op(k), magnitude, ctx, space.fill(), true);
+  }
+}
+
+// v1 AutoAugment.get_params first: policy = randint(n, (1,)), probs = torch.rand((2,)), signs =
+// torch.randint(2, (2,)) (the same draws as two of each, in that order); op j applies when
+// probs[j] <= probability (float32) and its magnitude is negated when signs[j] == 0.
+void draw_auto_augment_v1(const NodeSpec& node, DrawContext& ctx) {
+  const AugmentSpace space(node, ctx);
+  const int64_t num_policies = space.header(0);
+  const int64_t used_ints = (int64_t)(space.tail() - ctx.ints(node));
+  TORCH_CHECK_VALUE(num_policies > 0 && node.num_ints >= used_ints + 4 * num_policies &&
+                        node.num_floats >= kFillFloats + 2 * num_policies,
+                    "AutoAugment node: malformed policies");
+  const int64_t policy = ctx.draws.randint(0, num_policies);
+  float probs[2];
+  int64_t signs[2];
+  for (float& p : probs) p = ctx.draws.rand();
+  for (int64_t& v : signs) v = ctx.draws.randint(0, 2);
+  for (int64_t j = 0; j < 2; j++) {
+    const int64_t* entry = space.tail() + 4 * policy + 2 * j;
+    const double probability = space.floats()[kFillFloats + 2 * policy + j];
+    if (!(probs[j] <= as_f32(probability))) continue;
+    const int64_t k = entry[0];
+    TORCH_CHECK_VALUE(k >= 0 && k < space.num_ops(), "AutoAugment node: op index ", k, " out of range");
+    double magnitude = 0.0;
+    if (space.has_magnitudes(k)) magnitude = space.magnitude(k, entry[1], ctx);
+    if (space.is_signed(k) && signs[j] == 0) magnitude *= -1.0;
+    apply_op(space.op(k), magnitude, ctx, space.fill(), true);
+  }
+}
+
 FP_REGISTER_NODE_DRAW("TrivialAugmentWide", draw_trivial_augment_wide);
+FP_REGISTER_NODE_DRAW("TrivialAugmentWideV1", draw_trivial_augment_wide_v1);
+FP_REGISTER_NODE_DRAW("RandAugmentV1", draw_rand_augment_v1);
+FP_REGISTER_NODE_DRAW("AutoAugmentV1", draw_auto_augment_v1);
 FP_REGISTER_NODE_DRAW("RandAugment", draw_rand_augment);
 FP_REGISTER_NODE_DRAW("AutoAugment", draw_auto_augment);
 

@@ -50,14 +50,20 @@ void check_uint8(const Image& image, const char* name) {
               image.channels);
 }
 
+// p[k] = lut[p[k]] for k < n.
+void apply_lut(uint8_t* __restrict p, int64_t n, const uint8_t* __restrict lut) {
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {  // four independent loads per iteration
+    const uint8_t a = lut[p[k]], b = lut[p[k + 1]], c = lut[p[k + 2]], d = lut[p[k + 3]];
+    p[k] = a, p[k + 1] = b, p[k + 2] = c, p[k + 3] = d;
+  }
+  for (; k < n; k++) p[k] = lut[p[k]];
+}
+
 // Applies `lut` (256 entries per channel, channel c at lut + 256 * c) to every channel.
 void apply_luts(Image& image, const uint8_t* lut) {
   const int64_t n = image.plane();
-  for (int64_t c = 0; c < image.channels; c++) {
-    uint8_t* p = image.u8() + c * n;
-    const uint8_t* l = lut + 256 * c;
-    for (int64_t k = 0; k < n; k++) p[k] = l[p[k]];
-  }
+  for (int64_t c = 0; c < image.channels; c++) apply_lut(image.u8() + c * n, n, lut + 256 * c);
 }
 
 // The "L" image of `image` (convert("L"), or the image itself when it has one channel).
@@ -76,9 +82,7 @@ void pil_brightness(const PixelStep& step, Image& image, KernelScratch&) {
   const float alpha = (float)step.f[0];
   uint8_t lut[256];
   for (int v = 0; v < 256; v++) lut[v] = blend(0, v, alpha);
-  const int64_t n = image.numel();
-  uint8_t* p = image.u8();
-  for (int64_t k = 0; k < n; k++) p[k] = lut[p[k]];
+  apply_lut(image.u8(), image.numel(), lut);
 }
 
 // ImageEnhance.Contrast: blend(the mean grey, image, factor); the mean is
@@ -93,8 +97,7 @@ void pil_contrast(const PixelStep& step, Image& image, KernelScratch& scratch) {
   const float alpha = (float)step.f[0];
   uint8_t lut[256];
   for (int v = 0; v < 256; v++) lut[v] = blend(mean, v, alpha);
-  uint8_t* p = image.u8();
-  for (int64_t k = 0; k < image.numel(); k++) p[k] = lut[p[k]];
+  apply_lut(image.u8(), image.numel(), lut);
 }
 
 // ImageEnhance.Color: blend(image.convert("L").convert("RGB"), image, factor); an "L" image is
@@ -134,23 +137,33 @@ inline void rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b, uint8_t& uh, uint8_t& us
   } else {
     h = (float)(4.0 + gc - rc);
   }
-  h = (float)std::fmod((h / 6.0 + 1.0), 1.0);
+  // fmod(h / 6.0 + 1.0, 1.0) of a value in [5/6, 2): the subtraction is exact (Sterbenz)
+  const double wrapped = h / 6.0 + 1.0;
+  h = (float)(wrapped >= 1.0 ? wrapped - 1.0 : wrapped);
   uh = clip8((int)(h * 255.0));
   us = clip8((int)(s * 255.0));
 }
 
-// Convert.c's hsv2rgb.
+// C's round() (half away from zero) of x >= 0, without a libm call: the fraction x - trunc(x)
+// is exact.
+inline int round_nonnegative(double x) {
+  const int t = (int)x;
+  return t + (x - (double)t >= 0.5 ? 1 : 0);
+}
+
+// Convert.c's hsv2rgb (its floor() of a value >= 0 is a truncation; its round()s of values >= 0:
+// round_nonnegative).
 inline void hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v, uint8_t& r, uint8_t& g, uint8_t& b) {
   if (s == 0) {
     r = g = b = v;
     return;
   }
-  const int i = (int)std::floor((float)h * 6.0 / 255.0);
+  const int i = (int)((float)h * 6.0 / 255.0);
   const float f = (float)((float)h * 6.0 / 255.0 - (float)i);
   const float fs = (float)(((float)s) / 255.0);
-  const uint8_t up = clip8((int)std::round((float)v * (1.0 - fs)));
-  const uint8_t uq = clip8((int)std::round((float)v * (1.0 - fs * f)));
-  const uint8_t ut = clip8((int)std::round((float)v * (1.0 - fs * (1.0 - f))));
+  const uint8_t up = clip8(round_nonnegative((float)v * (1.0 - fs)));
+  const uint8_t uq = clip8(round_nonnegative((float)v * (1.0 - fs * f)));
+  const uint8_t ut = clip8(round_nonnegative((float)v * (1.0 - fs * (1.0 - f))));
   switch (i % 6) {
     case 0: r = v, g = ut, b = up; break;
     case 1: r = uq, g = v, b = up; break;
@@ -200,10 +213,10 @@ void pil_posterize(const PixelStep& step, Image& image, KernelScratch&) {
   check_uint8(image, "pil_posterize");
   const int64_t bits = step.i[0];
   TORCH_CHECK(bits >= 0 && bits <= 8, "pil_posterize: bits must be in [0, 8], got ", bits);
-  const int mask = ~((1 << (8 - bits)) - 1);
-  uint8_t lut[3 * 256];
-  for (int v = 0; v < 256; v++) lut[v] = lut[256 + v] = lut[512 + v] = (uint8_t)(v & mask);
-  apply_luts(image, lut);
+  const uint8_t mask = (uint8_t)~((1 << (8 - bits)) - 1);
+  uint8_t* __restrict p = image.u8();
+  const int64_t n = image.numel();
+  for (int64_t k = 0; k < n; k++) p[k] &= mask;
 }
 
 // ImageOps.solarize: i if i < threshold else 255 - i (Python compares the int with the
@@ -211,16 +224,21 @@ void pil_posterize(const PixelStep& step, Image& image, KernelScratch&) {
 void pil_solarize(const PixelStep& step, Image& image, KernelScratch&) {
   check_uint8(image, "pil_solarize");
   const double threshold = step.f[0];
-  uint8_t lut[3 * 256];
-  for (int v = 0; v < 256; v++) lut[v] = lut[256 + v] = lut[512 + v] = (uint8_t)((double)v < threshold ? v : 255 - v);
-  apply_luts(image, lut);
+  // the least level inverted: i < threshold keeps i (256: none inverted)
+  int first = 0;
+  while (first < 256 && (double)first < threshold) first++;
+  const int16_t from = (int16_t)first;
+  uint8_t* __restrict p = image.u8();
+  const int64_t n = image.numel();
+  for (int64_t k = 0; k < n; k++) p[k] = (int16_t)p[k] < from ? p[k] : (uint8_t)(255 - p[k]);
 }
 
 // ImageOps.invert: 255 - i.
 void pil_invert(const PixelStep&, Image& image, KernelScratch&) {
   check_uint8(image, "pil_invert");
-  uint8_t* p = image.u8();
-  for (int64_t k = 0; k < image.numel(); k++) p[k] = (uint8_t)(255 - p[k]);
+  uint8_t* __restrict p = image.u8();
+  const int64_t n = image.numel();
+  for (int64_t k = 0; k < n; k++) p[k] = (uint8_t)(255 - p[k]);
 }
 
 void histograms(const Image& image, int64_t hist[3][256]) {

@@ -282,11 +282,11 @@ void run_transform(const Image& im, const double a[6], int64_t resample, const u
   std::memcpy(im.u8(), out, (size_t)im.numel());
 }
 
-void pil_affine(const PixelStep& s, Image& im, KernelScratch& scratch) {
-  check_image(im, "pil_affine");
-  check_resample(s.i[0], "pil_affine");
+void pil_transform_affine(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  check_image(im, "pil_transform_affine");
+  check_resample(s.i[0], "pil_transform_affine");
   uint8_t fill[4] = {};
-  step_fill(s, im, s.i[1], 6, fill, "pil_affine");
+  step_fill(s, im, s.i[1], 6, fill, "pil_transform_affine");
   double a[6];
   for (int k = 0; k < 6; k++) a[k] = s.f[k];
   run_transform(im, a, s.i[0], fill, scratch);
@@ -348,16 +348,13 @@ int64_t pil_rotate_turns(double angle, int64_t width, int64_t height, bool has_c
 
 namespace {
 
-void pil_rotate(const PixelStep& s, Image& im, KernelScratch& scratch) {
-  check_image(im, "pil_rotate");
-  check_resample(s.i[0], "pil_rotate");
-  const bool has_center = s.i[2] != 0;
-  uint8_t fill[4] = {};
-  step_fill(s, im, s.i[1], 3, fill, "pil_rotate");
-  TORCH_CHECK_VALUE(std::isfinite(s.f[0]), "pil_rotate: the angle must be finite, got ", s.f[0]);
+// Image.rotate(angle, resample, expand=False, center, fillcolor) of the image.
+void rotate_image(Image& im, double angle, int64_t resample, const double* center, const uint8_t fill[4],
+                  KernelScratch& scratch) {
+  TORCH_CHECK_VALUE(std::isfinite(angle), "pil_rotate: the angle must be finite, got ", angle);
   if (im.numel() == 0) return;
-  const double angle = python_float_mod(s.f[0], 360.0);
-  const int64_t turns = pil_rotate_turns(angle, im.width, im.height, has_center);
+  angle = python_float_mod(angle, 360.0);
+  const int64_t turns = pil_rotate_turns(angle, im.width, im.height, center != nullptr);
   if (turns == 0) return;
   if (turns > 0) {
     uint8_t* out = grown(scratch.u8, (size_t)im.numel());
@@ -366,8 +363,50 @@ void pil_rotate(const PixelStep& s, Image& im, KernelScratch& scratch) {
     return;
   }
   double a[6];
-  pil_rotate_matrix(angle, im.width, im.height, has_center ? s.f + 1 : nullptr, a);
-  run_transform(im, a, s.i[0], fill, scratch);
+  pil_rotate_matrix(angle, im.width, im.height, center, a);
+  run_transform(im, a, resample, fill, scratch);
+}
+
+void pil_rotate(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  check_image(im, "pil_rotate");
+  check_resample(s.i[0], "pil_rotate");
+  uint8_t fill[4] = {};
+  step_fill(s, im, s.i[1], 3, fill, "pil_rotate");
+  rotate_image(im, s.f[0], s.i[0], s.i[2] != 0 ? s.f + 1 : nullptr, fill, scratch);
+}
+
+// The PIL twin of the tensor kernel "affine" (csrc/ops/affine.cpp), from the same step: what
+// torchvision's F.affine / F.rotate do on a PIL image with the arguments the draw recorded
+// (AffineArgs: i3, i4, f10..f17). F.affine: _get_inverse_affine_matrix about the centre in
+// pixels (default (w / 2, h / 2)), then Image.transform; F.rotate: Image.rotate. Interpolation
+// i0: 0 nearest, 1 bilinear, 2 bicubic; fill (i1, i2, f6..): torchvision's _parse_fill (None:
+// 0; int() of each value, one broadcast to every channel) and Pillow's ink (clamped to [0, 255]).
+void pil_affine_twin(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  check_image(im, "pil_affine");
+  TORCH_CHECK_VALUE(s.i[0] >= 0 && s.i[0] <= 2, "pil_affine: interpolation must be 0 (nearest), 1 (bilinear) or 2 "
+                    "(bicubic), got ", s.i[0]);
+  TORCH_CHECK_VALUE(s.i[4] == AffineArgs::kAffine || s.i[4] == AffineArgs::kRotate,
+                    "pil_affine: i4 must be 0 (F.affine) or 1 (F.rotate), got ", s.i[4]);
+  const int64_t resample = s.i[0] == 0 ? kNearest : (s.i[0] == 1 ? kBilinear : kBicubic);
+  uint8_t fill[4] = {};
+  if (s.i[1] != 0) {
+    const int64_t count = s.i[2];
+    TORCH_CHECK_VALUE(count >= 1 && count <= 4 && (count == 1 || count == im.channels),
+                      "The number of elements in 'fill' does not match the number of channels of the image (", count,
+                      " != ", im.channels, ")");
+    for (int64_t c = 0; c < im.channels; c++) {
+      const double v = s.f[6 + (count == 1 ? 0 : c)];
+      TORCH_CHECK_VALUE(std::isfinite(v), "pil_affine: fill values must be finite, got ", v);
+      const double t = std::trunc(v);  // Python's int()
+      fill[c] = (uint8_t)(t <= 0.0 ? 0.0 : (t >= 255.0 ? 255.0 : t));
+    }
+  }
+  const double* center = s.i[3] != 0 ? s.f + 16 : nullptr;
+  if (s.i[4] == AffineArgs::kRotate) return rotate_image(im, s.f[10], resample, center, fill, scratch);
+  const double c[2] = {center ? center[0] : (double)im.width * 0.5, center ? center[1] : (double)im.height * 0.5};
+  double a[6];
+  inverse_affine_matrix(c, s.f[10], s.f + 11, s.f[13], s.f + 14, a);
+  run_transform(im, a, resample, fill, scratch);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -455,11 +494,17 @@ float pil_box_radius(float radius, int passes) {
   return l + a;
 }
 
-FP_REGISTER_PIXEL_KERNEL({"pil_affine",
+FP_REGISTER_PIXEL_KERNEL({"pil_transform_affine",
                           "Image.transform(size, AFFINE, f0..f5, resample=i0, fillcolor) at the image's size: "
                           "i0=resample (Pillow's NEAREST 0, BILINEAR 2, BICUBIC 3) i1=fill count (1 or C) "
                           "f6..=fill bytes (Pillow's ink of the fillcolor; 0 for None)",
-                          pil_affine, nullptr, nullptr});
+                          pil_transform_affine, nullptr, nullptr});
+FP_REGISTER_PIXEL_KERNEL({"pil_affine",
+                          "PIL twin of affine (same step): F.affine / F.rotate on a PIL image; i0=interpolation (0 "
+                          "nearest, 1 bilinear, 2 bicubic) i1=has fill i2=fill count (1 or C) f6..f9=fill "
+                          "i3=has center i4=kind (0 F.affine, 1 F.rotate) f10=angle f11, f12=translate f13=scale "
+                          "f14, f15=shear f16, f17=center (x, y) in pixels",
+                          pil_affine_twin, nullptr, nullptr});
 FP_REGISTER_PIXEL_KERNEL({"pil_rotate",
                           "Image.rotate(f0 degrees, resample=i0, expand=False, center, fillcolor): i0=resample "
                           "(0, 2, 3) i1=fill count (1 or C) i2=has center f1, f2=center (x, y) f3..=fill bytes",

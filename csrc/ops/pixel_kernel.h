@@ -52,7 +52,7 @@ struct Image {
 // chose. Each kernel names its fields (pixel_kernel_params); unused ones are 0. The same
 // layout is fastprep/transforms/_native.py's STEP_DTYPE (checked against struct_layout()).
 constexpr int kStepInts = 6;
-constexpr int kStepFloats = 10;
+constexpr int kStepFloats = 18;
 struct PixelStep {
   int64_t kernel = -1;
   int64_t extra = -1;  // index of a tensor the step needs in the sample's extras (StepExtras), or -1

@@ -44,6 +44,7 @@ from . import (  # noqa: F401
     _native_flip,
     _native_geometry,
     _native_point,
+    _pil_geometry_ops,
 )
 from ._compile_pad import image_type, image_type_after, padded_geometry
 from ._compose import Compose
@@ -58,7 +59,7 @@ from ._decode import (
 from ._kernel_transforms import RandomMask
 from ._native import NativeTransform, Unsupported, on_pil_images, to_native
 from ._pil import OnPIL, needs_pil, pil_exact_reason, pil_filter_id
-from ._pil_ops import kernel_map_node
+from ._pil_ops import KernelMap, kernel_map_node
 from ._plan import INTERPOLATIONS
 
 __all__ = ["CompiledPipeline", "compile_pil", "compile_pipeline", "input_kind", "output_dtype",
@@ -508,10 +509,17 @@ def _pil_augment(rest: list[Any]) -> tuple[list[NativeTransform], list[Any]]:
     return natives, []
 
 
-def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None]:
-    """``(to_float, divide, mean, std)`` of the steps after the geometry: the conversion to a
-    tensor, to float and ``Normalize``; Unsupported for anything else."""
+#: steps after the float conversion that change nothing on a float tensor
+_FLOAT_NO_OPS = (v2.ToPureTensor, v2.Identity, torch.nn.Identity)
+
+
+def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None, list[NativeTransform]]:
+    """``(to_float, divide, mean, std, after)`` of the steps after the augmentations on the PIL
+    image: the conversion to a tensor, to float and ``Normalize``, then the native sides of the
+    transforms on the float tensor (``RandomErasing``: tensor numerics, as torchvision runs it
+    there); Unsupported for anything else."""
     to_float, divide, mean, std = False, False, None, None
+    after: list[NativeTransform] = []
     for step in rest:
         kind = type(step)
         if kind in _PIL_NO_OPS and not to_float:
@@ -524,14 +532,25 @@ def _pil_output(rest: list[Any]) -> tuple[bool, bool, tuple | None, tuple | None
         if kind is v2.ToDtype and not to_float and _to_float(step):
             to_float = True
             continue
-        if kind in (v1.Normalize, v2.Normalize) and to_float and mean is None:
+        if kind in (v1.Normalize, v2.Normalize) and to_float and mean is None and not after:
             mean, std = tuple(float(m) for m in step.mean), tuple(float(s) for s in step.std)
+            continue
+        if to_float and kind in _FLOAT_NO_OPS:
+            continue
+        if to_float and not isinstance(step, v1.Normalize):
+            with on_pil_images():  # v1's RandomErasing: native after a pipeline on PIL images
+                native = to_native(step)
+            if native.stage == "uint8":
+                raise Unsupported(f"{kind.__name__} after ToDtype works on float images; natively it runs on uint8 "
+                                  "images only")
+            after.append(native)
             continue
         raise Unsupported(f"{kind.__name__} after the conversion to a tensor of a PIL pipeline is not native: the "
                           "PIL-exact steps are the geometry (RandomResizedCrop + RandomHorizontalFlip, Resize + "
                           "CenterCrop, CenterCrop), the augmentations on the PIL image (docs/augment.md), ToTensor "
-                          "or PILToTensor + ToDtype/ConvertImageDtype, and Normalize")
-    return to_float, divide, mean, std
+                          "or PILToTensor + ToDtype/ConvertImageDtype, Normalize, and RandomErasing on the float "
+                          "tensor")
+    return to_float, divide, mean, std, after
 
 
 def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> CompiledPipeline:
@@ -555,7 +574,7 @@ def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> Compiled
         raise Unsupported("the pipeline has no geometry: the native engine needs a fixed output size first")
     decode, taken, fid = _pil_geometry(steps, kwargs)
     natives, rest = _pil_augment(steps[taken:])
-    to_float, divide, mean, std = _pil_output(rest)
+    to_float, divide, mean, std, after = _pil_output(rest)
     if not to_float:
         raise Unsupported("the PIL pipeline ends on a PIL image or a uint8 tensor: natively it must end with "
                           "ToTensor (or PILToTensor + ToDtype(torch.float32, scale=True))")
@@ -567,8 +586,13 @@ def compile_pil(transform: OnPIL, decode_kwargs: dict | None = None) -> Compiled
             native.check_size(*size)
         channels = _channels(decode, natives, is_pil=True)
         augment = (kernel_map_node(natives), *natives)
+    for native in after:
+        native.check_size(*size)
+        native.check_channels(channels)
     if mean is not None and std is not None and not (len(mean) in (1, channels) and len(std) in (1, channels)):
         raise Unsupported(f"Normalize has {len(mean)} means for {channels} channels")
-    return CompiledPipeline(decode, None, augment, True, mean, std, (), channels, size, pil_filter=fid,
+    if after and augment:  # the float tensor's steps run their own kernels (tensor numerics)
+        after = [KernelMap({}), *after]
+    return CompiledPipeline(decode, None, augment, True, mean, std, tuple(after), channels, size, pil_filter=fid,
                             divide=divide)
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+import torchvision.transforms as T1
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
+from ._native import NativeTransform, Steps, TorchDraws, compiling_for_pil, f32, native_transform
 
 # The transform ids, in the order of csrc/ops/auto_augment.cpp's Op.
 _OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
@@ -31,6 +32,11 @@ _OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "B
 _COLOR_KERNELS = {"Brightness": "adjust_brightness", "Color": "adjust_saturation", "Contrast": "adjust_contrast",
                   "Sharpness": "adjust_sharpness"}
 _PLAIN_KERNELS = {"AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}
+#: the kernels each op may emit (the affine ops: ``affine``; Rotate also ``rotate90``)
+_OP_KERNELS: dict[str, tuple[str, ...]] = {
+    "Identity": (), "ShearX": ("affine",), "ShearY": ("affine",), "TranslateX": ("affine",),
+    "TranslateY": ("affine",), "Rotate": ("affine", "rotate90"), "Posterize": ("posterize",),
+    "Solarize": ("solarize",), **{op: (k,) for op, k in {**_COLOR_KERNELS, **_PLAIN_KERNELS}.items()}}
 
 # Where an op's magnitudes come from (csrc/ops/auto_augment.cpp: Magnitudes).
 _NO_MAGNITUDES, _TABLE, _WIDTH_LINSPACE, _HEIGHT_LINSPACE = 0, 1, 2, 3
@@ -43,35 +49,74 @@ _MagnitudeFn = Callable[[int, int, int], Any]
 
 
 class _GridFill:
-    """The interpolation and fill of the transform's affine steps."""
+    """The interpolation (0 nearest, 1 bilinear, 2 bicubic: on PIL images only) and fill of the
+    transform's affine steps."""
 
-    def __init__(self, bilinear: bool, values: tuple[float, ...] | None):
-        self.bilinear, self.values = bilinear, values
+    def __init__(self, bilinear: int, values: tuple[float, ...] | None):
+        self.bilinear, self.values = int(bilinear), values
 
     def ints(self) -> tuple[int, int, int]:
-        return int(self.bilinear), int(self.values is not None), len(self.values or ())
+        return self.bilinear, int(self.values is not None), len(self.values or ())
 
 
-def grid_fill(native: NativeTransform) -> _GridFill:
+#: the affine step's interpolation ids (csrc/ops/affine.cpp; bicubic: its PIL twin only)
+_INTERPOLATION_IDS = {"nearest": 0, "bilinear": 1, "bicubic": 2}
+
+
+def grid_fill(native: NativeTransform, fill_value: Any = None, *, v1_fill: bool = False) -> _GridFill:
     """The interpolation and fill of ``native.transform`` (an ``interpolation`` and a ``_fill``
-    as v2 stores it), or ``native.unsupported(why)``."""
+    as v2 stores it; ``v1_fill``: ``fill_value``, the fill as a v1 class keeps it), or
+    ``native.unsupported(why)``. On PIL images (:func:`compiling_for_pil`) bicubic is accepted
+    and the fill is the one v2 looks up for PIL images."""
+    import PIL.Image
     from torchvision.transforms.v2._utils import _get_fill
     from torchvision.transforms.v2.functional._geometry import _check_interpolation
 
     transform = native.transform
+    on_pil = compiling_for_pil()
     interpolation = _check_interpolation(transform.interpolation).value
-    if interpolation not in ("nearest", "bilinear"):
-        raise native.unsupported(f"interpolation={interpolation!r}: affine ops on tensors take nearest or bilinear")
-    fills = [_get_fill(transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
-    if fills[0] != fills[1]:
-        raise native.unsupported(f"fill={transform.fill!r} differs between plain tensors and tv_tensors.Image")
-    fill = fills[0]
+    allowed = ("nearest", "bilinear", "bicubic") if on_pil else ("nearest", "bilinear")
+    if interpolation not in allowed:
+        where = "PIL images" if on_pil else "tensors"
+        raise native.unsupported(f"interpolation={interpolation!r}: affine ops on {where} take {', '.join(allowed)}")
+    if v1_fill:
+        fill = fill_value
+    elif on_pil:
+        fill = _get_fill(transform._fill, PIL.Image.Image)
+    else:
+        fills = [_get_fill(transform._fill, kind) for kind in (torch.Tensor, tv_tensors.Image)]
+        if fills[0] != fills[1]:
+            raise native.unsupported(f"fill={transform.fill!r} differs between plain tensors and tv_tensors.Image")
+        fill = fills[0]
     values = None
     if fill is not None:
         values = tuple(float(v) for v in (fill if isinstance(fill, (list, tuple)) else [fill]))
     if values is not None and not 1 <= len(values) <= _FILL_SLOTS:
         raise native.unsupported(f"fill={fill!r}: 1 to {_FILL_SLOTS} values are native")
-    return _GridFill(interpolation == "bilinear", values)
+    if on_pil and values is not None and not all(math.isfinite(v) for v in values):
+        raise native.unsupported(f"fill={fill!r}: Pillow's fill takes finite numbers")
+    return _GridFill(_INTERPOLATION_IDS[interpolation], values)
+
+
+def check_fill_channels(native: NativeTransform, fill: _GridFill, channels: int) -> None:
+    """Unsupported where torchvision raises ValueError on every affine step: ``fill`` has neither
+    1 value nor one per channel (the transform then runs as written, raising as torchvision does)."""
+    count = len(fill.values or ())
+    if count not in (0, 1, channels):
+        raise native.unsupported(f"fill of {count} values on {channels}-channel images: torchvision raises "
+                                 "ValueError on every affine step")
+
+
+class AffineArgs(NamedTuple):
+    """The arguments ``F.affine`` / ``F.rotate`` received, which the ``affine`` step carries
+    besides its matrix (its PIL twin computes Pillow's matrix from them; csrc/ops/affine.h)."""
+
+    rotate: bool = False
+    angle: float = 0.0
+    translate: tuple[float, float] = (0.0, 0.0)
+    scale: float = 1.0
+    shear: tuple[float, float] = (0.0, 0.0)
+    center: Sequence[float] | None = None
 
 
 def fill_params(fill: _GridFill) -> tuple[list[int], list[float]]:
@@ -80,9 +125,9 @@ def fill_params(fill: _GridFill) -> tuple[list[int], list[float]]:
     return [int(fill.bilinear), len(values)], values + [0.0] * (_FILL_SLOTS - len(values))
 
 
-def affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
-    """The ``affine`` step of the inverse ``matrix`` (``_get_inverse_affine_matrix``'s)."""
-    _affine_step(steps, matrix, fill)
+def affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill, args: AffineArgs) -> None:
+    """The ``affine`` step of the inverse ``matrix`` (``_get_inverse_affine_matrix``'s of ``args``)."""
+    _affine_step(steps, matrix, fill, args)
 
 
 def rotate_steps(steps: Steps, angle: float, fill: _GridFill) -> None:
@@ -90,8 +135,12 @@ def rotate_steps(steps: Steps, angle: float, fill: _GridFill) -> None:
     _apply_rotate(steps, angle, fill)
 
 
-def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill) -> None:
-    steps.emit("affine", ints=fill.ints(), floats=(*matrix, *(fill.values or ())))
+def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill, args: AffineArgs) -> None:
+    values = list(fill.values or ())
+    center = [float(c) for c in args.center] if args.center is not None else [0.0, 0.0]
+    steps.emit("affine", ints=(*fill.ints(), int(args.center is not None), int(args.rotate)),
+               floats=(*matrix, *values, *([0.0] * (_FILL_SLOTS - len(values))), args.angle, *args.translate,
+                       args.scale, *args.shear, *center))
 
 
 def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], shear: Sequence[float],
@@ -103,13 +152,16 @@ def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], sh
     if center is not None:
         center_f = [(float(c) - s * 0.5) for c, s in zip(center, [steps.width, steps.height])]
     translate_f = [float(t) for t in translate]
-    _affine_step(steps, _get_inverse_affine_matrix(center_f, 0.0, translate_f, 1.0, list(shear)), fill)
+    args = AffineArgs(translate=(translate_f[0], translate_f[1]), shear=(float(shear[0]), float(shear[1])),
+                      center=center)
+    _affine_step(steps, _get_inverse_affine_matrix(center_f, 0.0, translate_f, 1.0, list(shear)), fill, args)
 
 
 def _apply_rotate(steps: Steps, angle: float, fill: _GridFill) -> None:
     """The steps of ``F.rotate(image, angle)`` (rotate_image, expand=False, center=None)."""
     from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
+    args = AffineArgs(rotate=True, angle=float(angle))
     angle = angle % 360
     if angle == 0:
         return
@@ -119,11 +171,12 @@ def _apply_rotate(steps: Steps, angle: float, fill: _GridFill) -> None:
     if steps.height == steps.width and angle in (90, 270):
         steps.emit("rotate90", ints=(1 if angle == 90 else 3,))
         return
-    _affine_step(steps, _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]), fill)
+    _affine_step(steps, _get_inverse_affine_matrix([0.0, 0.0], -angle, [0.0, 0.0], 1.0, [0.0, 0.0]), fill, args)
 
 
-def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill) -> None:
-    """The steps of ``_apply_image_or_video_transform(image, op, magnitude, ...)`` on a uint8 image."""
+def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill, v1: bool = False) -> None:
+    """The steps of ``_apply_image_or_video_transform(image, op, magnitude, ...)`` on a uint8 image
+    (``v1``: of v1's ``_apply_op``, whose Solarize threshold is the magnitude itself)."""
     if op == "ShearX":
         _apply_affine(steps, fill, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0])
     elif op == "ShearY":
@@ -139,7 +192,7 @@ def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill) -> None:
     elif op == "Posterize":
         steps.emit("posterize", ints=(int(magnitude),))
     elif op == "Solarize":
-        steps.emit("solarize", floats=(255 * magnitude,))
+        steps.emit("solarize", floats=(magnitude if v1 else 255 * magnitude,))
     elif op in _PLAIN_KERNELS:
         steps.emit(_PLAIN_KERNELS[op])
 
@@ -165,7 +218,7 @@ class _NativeAutoAugmentBase(NativeTransform):
     def __init__(self, transform: Any):
         super().__init__(transform)
         self._fill = self._grid_fill()
-        self._space: dict[str, tuple[_MagnitudeFn, bool]] = dict(transform._AUGMENTATION_SPACE)
+        self._space: dict[str, tuple[_MagnitudeFn, bool]] = self._augmentation_space()
         unknown = [op for op in self._space if op not in _OPS]
         if unknown:
             raise self.unsupported(f"ops {unknown} have no native implementation")
@@ -177,8 +230,21 @@ class _NativeAutoAugmentBase(NativeTransform):
             raise self.unsupported(f"the magnitudes of {odd} depend on the image size in a way the native draw "
                                    "does not reproduce")
 
+    def _augmentation_space(self) -> dict[str, tuple[_MagnitudeFn, bool]]:
+        return dict(self.transform._AUGMENTATION_SPACE)
+
     def _bins(self) -> int:
         return int(self.transform.num_magnitude_bins)
+
+    def check_channels(self, channels: int) -> None:
+        if self.kernels() & {"affine", "rotate90"}:
+            check_fill_channels(self, self._fill, channels)
+
+    def kernels(self) -> set[str]:
+        out: set[str] = set()
+        for op in self._space:
+            out.update(_OP_KERNELS[op])
+        return out
 
     def _grid_fill(self) -> _GridFill:
         return grid_fill(self)
@@ -264,7 +330,7 @@ class NativeAutoAugment(_NativeAutoAugmentBase):
 
     def __init__(self, transform: Any):
         super().__init__(transform)
-        for policy in transform._policies:
+        for policy in self._policy_list():
             for op, _, index in policy:
                 if op not in self._space:
                     raise self.unsupported(f"the policy's op {op!r} is not in the augmentation space")
@@ -273,27 +339,139 @@ class NativeAutoAugment(_NativeAutoAugmentBase):
             if len(policy) != 2:
                 raise self.unsupported(f"sub-policies of {len(policy)} ops: the native draw takes pairs")
 
+    def _policy_list(self) -> list:
+        return list(self.transform._policies)
+
     def _bins(self) -> int:
         return self._NUM_BINS
 
     def _header(self) -> tuple[int, int]:
-        return len(self.transform._policies), 0
+        return len(self._policy_list()), 0
 
     def _tail(self) -> tuple[list[int], list[float]]:
         keys = list(self._space)
         ints: list[int] = []
         floats: list[float] = []
-        for policy in self.transform._policies:
+        for policy in self._policy_list():
             for op, probability, index in policy:
                 ints += [keys.index(op), -1 if index is None else int(index)]
                 floats.append(float(probability))
         return ints, floats
 
     def draw(self, draws: TorchDraws, steps: Steps) -> None:
-        policies = self.transform._policies
+        policies = self._policy_list()
         policy = policies[draws.randint(0, len(policies))]
         for op, probability, index in policy:
             if not draws.rand() <= f32(probability):
                 continue
             magnitude = self._magnitude(draws, steps, op, index)
             _apply_op(steps, op, magnitude, self._fill)
+
+
+# ---------------------------------------------------------------------------------------
+# v1's classes (torchvision.transforms.autoaugment), native on PIL images: the same ops (v1's
+# _apply_op), their own magnitude tables (Solarize from 255.0 down, the threshold itself) and
+# their own sign draws (C++: the *V1 draws of csrc/ops/auto_augment.cpp).
+
+
+class _V1Space:
+    """A v1 transform's augmentation space in v2's form: per op, ``(fn(bins, height, width),
+    signed)`` where ``fn`` gives the op's magnitude table, or ``None`` for v1's 0-d tensor."""
+
+    def __init__(self, transform: Any, takes_size: bool):
+        self.transform, self.takes_size = transform, takes_size
+
+    def table(self, bins: int, height: int, width: int) -> dict[str, tuple[torch.Tensor, bool]]:
+        space = self.transform._augmentation_space
+        return space(bins, (height, width)) if self.takes_size else space(bins)
+
+    def space(self) -> dict[str, tuple[_MagnitudeFn, bool]]:
+        out: dict[str, tuple[_MagnitudeFn, bool]] = {}
+        for op, (_, signed) in self.table(10, 224, 224).items():
+            def fn(bins: int, height: int, width: int, op: str = op) -> Any:
+                magnitudes = self.table(bins, height, width)[op][0]
+                return magnitudes if magnitudes.ndim > 0 else None
+            out[op] = (fn, bool(signed))
+        return out
+
+
+class _V1Base:
+    """What v1's three classes share: the space read from ``_augmentation_space``, the fill as
+    v1 keeps it, the sign ``torch.randint(2, (1,))``."""
+
+    transform: Any
+    _space: dict[str, tuple[_MagnitudeFn, bool]]
+    _takes_size = True
+
+    def _augmentation_space(self) -> dict[str, tuple[_MagnitudeFn, bool]]:
+        return _V1Space(self.transform, self._takes_size).space()
+
+    def _grid_fill(self) -> _GridFill:
+        return grid_fill(self, self.transform.fill, v1_fill=True)  # type: ignore[arg-type]
+
+    def _v1_magnitude(self, draws: TorchDraws, steps: Steps, op: str, index: int | None) -> tuple[float, bool]:
+        """``(float(magnitudes[index]), signed)`` of ``op`` (``index`` None: the bin drawn with
+        ``torch.randint``); 0.0 for an op without magnitudes. The caller draws the sign."""
+        fn, signed = self._space[op]
+        bins = self._bins()  # type: ignore[attr-defined]
+        magnitudes = fn(bins, steps.height, steps.width)
+        if magnitudes is None:
+            return 0.0, signed
+        return float(magnitudes[draws.randint(0, bins) if index is None else index]), signed
+
+
+@native_transform(T1.TrivialAugmentWide, pil_only=True)
+class NativeTrivialAugmentWideV1(_V1Base, NativeTrivialAugmentWide):
+    """v1 ``TrivialAugmentWide`` on PIL images: op ``torch.randint(len(space), (1,))``, the
+    magnitude bin, the sign ``torch.randint(2, (1,))`` (nonzero negates)."""
+
+    draw_name = "TrivialAugmentWideV1"
+    _takes_size = False
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        op = self._random_op(draws)
+        magnitude, signed = self._v1_magnitude(draws, steps, op, None)
+        if signed and draws.randint(0, 2) != 0:
+            magnitude *= -1.0
+        _apply_op(steps, op, magnitude, self._fill, v1=True)
+
+
+@native_transform(T1.RandAugment, pil_only=True)
+class NativeRandAugmentV1(_V1Base, NativeRandAugment):
+    """v1 ``RandAugment`` on PIL images: ``num_ops`` times v1's op draw, the magnitude at the fixed
+    bin, the sign ``torch.randint(2, (1,))``."""
+
+    draw_name = "RandAugmentV1"
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        for _ in range(self.transform.num_ops):
+            op = self._random_op(draws)
+            magnitude, signed = self._v1_magnitude(draws, steps, op, self._index)
+            if signed and draws.randint(0, 2) != 0:
+                magnitude *= -1.0
+            _apply_op(steps, op, magnitude, self._fill, v1=True)
+
+
+@native_transform(T1.AutoAugment, pil_only=True)
+class NativeAutoAugmentV1(_V1Base, NativeAutoAugment):
+    """v1 ``AutoAugment`` on PIL images: ``get_params`` first (the sub-policy, ``torch.rand((2,))``,
+    ``torch.randint(2, (2,))``); op ``j`` applies when ``probs[j] <= probability`` and is negated
+    when ``signs[j] == 0``."""
+
+    draw_name = "AutoAugmentV1"
+
+    def _policy_list(self) -> list:
+        return list(self.transform.policies)
+
+    def draw(self, draws: TorchDraws, steps: Steps) -> None:
+        policies = self._policy_list()
+        policy = policies[draws.randint(0, len(policies))]
+        probs = [draws.rand(), draws.rand()]
+        signs = [draws.randint(0, 2), draws.randint(0, 2)]
+        for j, (op, probability, index) in enumerate(policy):
+            if not probs[j] <= f32(probability):
+                continue
+            magnitude, signed = self._v1_magnitude(draws, steps, op, index)
+            if signed and signs[j] == 0:
+                magnitude *= -1.0
+            _apply_op(steps, op, magnitude, self._fill, v1=True)

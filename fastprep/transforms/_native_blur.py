@@ -53,6 +53,7 @@ class NativeGaussianBlur(NativeTransform):
     for both axes (a fixed sigma draws too)."""
 
     draw_name = "GaussianBlur"
+    emits = ("gaussian_blur",)
 
     def params(self) -> tuple[list[int], list[float]]:
         kx, ky = self.transform.kernel_size
@@ -85,3 +86,4 @@ class NativeSeparableGaussianBlur(NativeGaussianBlur):
         sigma = draws.uniform(self.transform.sigma[0], self.transform.sigma[1])
         kx, ky = self.transform.kernel_size
         steps.emit("gaussian_blur_separable", ints=(kx, ky), floats=(sigma, sigma))
+

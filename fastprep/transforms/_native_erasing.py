@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import torch
+import torchvision.transforms as T1
 from torchvision.transforms import v2
 
 from ._native import NativeTransform, Steps, TorchDraws, f32, native_transform
@@ -85,3 +86,17 @@ class NativeRandomErasing(NativeTransform):
             values = t.value or []
             steps.emit("erase", (i, j, eh, ew, 0, len(values)), values, extra=noise)
             return
+
+
+@native_transform(T1.RandomErasing, pil_only=True)
+class NativeRandomErasingV1(NativeRandomErasing):
+    """v1 ``RandomErasing`` (after ``PILToTensor`` + ``ConvertImageDtype`` + ``Normalize`` in a
+    pipeline on PIL images, torchvision's references presets with ``use_v2=False``): v2's draws
+    and arithmetic (``torch.rand(1) < p`` applies; the same attempts, noise and ``randint``\\ s;
+    when no rectangle fits, v1 erases with the image itself, which changes nothing), read from
+    the v2 transform of the same parameters."""
+
+    def __init__(self, transform: Any):
+        t = transform
+        super().__init__(v2.RandomErasing(p=t.p, scale=t.scale, ratio=t.ratio, value=t.value, inplace=t.inplace))
+        self.v1_transform = transform

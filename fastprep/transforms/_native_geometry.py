@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torchvision.transforms as v1
 from torchvision.transforms import v2
 
 from ._native import NativeTransform, Steps, TorchDraws, native_transform
-from ._native_auto import affine_step, fill_params, grid_fill, rotate_steps
+from ._native_auto import AffineArgs, affine_step, check_fill_channels, fill_params, grid_fill, rotate_steps
 
 
 def _center(center: Any, steps: Steps) -> list[float]:
@@ -36,10 +37,11 @@ class NativeRandomAffine(NativeTransform):
     """``v2.RandomAffine``: angle, translation, scale and shear draws, then one ``affine`` step."""
 
     draw_name = "RandomAffine"
+    emits = ("affine",)
 
     def __init__(self, transform: Any):
         super().__init__(transform)
-        self._fill = grid_fill(self)
+        self._fill = self._grid_fill()
         self._has_center, self._center = _center_params(self)
 
     def params(self) -> tuple[list[int], list[float]]:
@@ -70,7 +72,15 @@ class NativeRandomAffine(NativeTransform):
             if len(t.shear) == 4:
                 shear[1] = draws.uniform(t.shear[2], t.shear[3])
         center = _center(t.center, steps) if t.center is not None else [0.0, 0.0]
-        affine_step(steps, _get_inverse_affine_matrix(center, angle, translate, scale, shear), self._fill)
+        args = AffineArgs(angle=angle, translate=(translate[0], translate[1]), scale=scale, shear=(shear[0], shear[1]),
+                          center=self._center if t.center is not None else None)
+        affine_step(steps, _get_inverse_affine_matrix(center, angle, translate, scale, shear), self._fill, args)
+
+    def _grid_fill(self) -> Any:
+        return grid_fill(self)
+
+    def check_channels(self, channels: int) -> None:
+        check_fill_channels(self, self._fill, channels)
 
 
 @native_transform(v2.RandomRotation)
@@ -78,12 +88,13 @@ class NativeRandomRotation(NativeTransform):
     """``v2.RandomRotation(expand=False)``: the angle draw, then ``rotate_image``'s steps."""
 
     draw_name = "RandomRotation"
+    emits = ("affine", "rotate90")
 
     def __init__(self, transform: Any):
         super().__init__(transform)
         if transform.expand:
             raise self.unsupported("expand=True gives each image its own size, and a batch needs one")
-        self._fill = grid_fill(self)
+        self._fill = self._grid_fill()
         self._has_center, self._center = _center_params(self)
 
     def params(self) -> tuple[list[int], list[float]]:
@@ -100,4 +111,28 @@ class NativeRandomRotation(NativeTransform):
             rotate_steps(steps, angle, self._fill)
             return
         matrix = _get_inverse_affine_matrix(_center(t.center, steps), -(angle % 360), [0.0, 0.0], 1.0, [0.0, 0.0])
-        affine_step(steps, matrix, self._fill)
+        affine_step(steps, matrix, self._fill, AffineArgs(rotate=True, angle=angle, center=self._center))
+
+    def _grid_fill(self) -> Any:
+        return grid_fill(self)
+
+    def check_channels(self, channels: int) -> None:
+        check_fill_channels(self, self._fill, channels)
+
+
+@native_transform(v1.RandomAffine, pil_only=True)
+class NativeRandomAffineV1(NativeRandomAffine):
+    """v1 ``RandomAffine`` on PIL images: ``get_params`` makes v2's draws in v2's order; its
+    ``fill`` (default 0) goes to ``F.affine`` as given."""
+
+    def _grid_fill(self) -> Any:
+        return grid_fill(self, self.transform.fill, v1_fill=True)
+
+
+@native_transform(v1.RandomRotation, pil_only=True)
+class NativeRandomRotationV1(NativeRandomRotation):
+    """v1 ``RandomRotation`` on PIL images: ``get_params`` makes v2's angle draw; its ``fill``
+    (default 0) goes to ``F.rotate`` as given."""
+
+    def _grid_fill(self) -> Any:
+        return grid_fill(self, self.transform.fill, v1_fill=True)
