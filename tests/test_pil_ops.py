@@ -27,7 +27,7 @@ from conftest import make_jpeg
 from fastprep.bench.synthetic import photo_like
 from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, DataLoader, sample_rng
 from fastprep.transforms import OnPIL, _compile
-from fastprep.transforms._native import NativeTransform, Unsupported, f32_above, f32_ceil, native_transform, to_native
+from fastprep.transforms._native import NativeTransform, Unsupported, f32_above, f32_ceil, to_native
 from fastprep.transforms._pil_ops import pil_twins, twin_reason
 
 SEED = 11
@@ -114,6 +114,22 @@ class TestTwinsEqualPillow:
                 assert torch.equal(got, want), (f"{twin} {ints} {floats} on {name}: "
                                                 f"{int((got != want).sum()) if got.shape == want.shape else got.shape}")
 
+    @pytest.mark.parametrize("kernel", ["adjust_saturation", "adjust_sharpness"])
+    def test_every_isa_variant(self, kernel):
+        """The kernels with per-ISA variants (csrc/isa.h): each variant against Pillow."""
+        from fastprep._kernels import isa as kernel_isa
+
+        twin = pil_twins()[kernel].twin
+        try:
+            for isa in kernel_isa.supported_isas():
+                assert kernel_isa.set_isa(isa) == isa
+                for name, image in IMAGES:
+                    for ints, floats, pillow in CASES[kernel]:
+                        got = torch.ops.fastprep.apply_pixel_kernel(_tensor(image), twin, list(ints), list(floats))
+                        assert torch.equal(got, _tensor(pillow(image))), (isa, name, floats)
+        finally:
+            kernel_isa.set_isa("auto")
+
     def test_grayscale_keeps_an_l_image(self):
         image = IMAGES[-1][1]
         got = torch.ops.fastprep.apply_pixel_kernel(_tensor(image), "pil_rgb_to_grayscale", [1], [])
@@ -173,14 +189,16 @@ class TestProof:
             _compile.compile_pil(OnPIL(T.Compose([T.CenterCrop(8), T.RandomChoice([T.RandomInvert()]),
                                                   T.ToTensor()])))
 
-    def test_undeclared_kernels_are_refused(self):
+    def test_undeclared_kernels_are_refused(self, monkeypatch):
+        from fastprep.transforms import _native
+
         class Undeclared(v2.RandomInvert):
             pass
 
-        @native_transform(Undeclared)
         class NativeUndeclared(NativeTransform):
             draw_name = "RandomInvert"
 
+        monkeypatch.setitem(_native._REGISTRY, Undeclared, NativeUndeclared)
         with pytest.raises(Unsupported, match="Undeclared: its native side does not declare the kernels"):
             _compile.compile_pil(OnPIL(T.Compose([T.CenterCrop(8), Undeclared(), T.ToTensor()])))
 
@@ -199,6 +217,45 @@ class TestProof:
                 t = torch.tensor([r], dtype=torch.float32)
                 assert (t.item() < p) == (float(r) < f32_ceil(p)), (p, r)
                 assert (not bool(p < t)) == (float(r) < f32_above(p)), (p, r)
+
+
+# ---------------------------------------------------------------------------------------
+# The draws under a kernel map: Python == C++, and the steps' pixels == the transforms on the PIL image
+
+
+DRAW_PIPES = [
+    [T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.3)],
+    [v2.ColorJitter((0.0, 2.0), (0.5, 1.5), 0.9, 0.5), v2.RandomAdjustSharpness(1.7, 0.5)],
+    [T.RandomApply([T.RandomSolarize(99, 0.7), T.RandomPosterize(2, 0.7)], p=0.5), T.RandomEqualize(0.4),
+     T.RandomAutocontrast(0.4), T.RandomInvert(0.4), T.RandomAdjustSharpness(0.2, 0.6)],
+    [v2.RandomChoice([v2.Grayscale(3), v2.RandomInvert(1.0)], p=[0.3, 0.7]),
+     v2.RandomOrder([v2.ColorJitter(hue=0.3), v2.RandomSolarize(140.5, 0.5)])],
+]
+
+
+@pytest.mark.parametrize("k", range(len(DRAW_PIPES)))
+def test_draws_under_the_kernel_map(k):
+    from fastprep.transforms import _native as N
+    from fastprep.transforms._pil_ops import kernel_map_node
+
+    pipe = DRAW_PIPES[k]
+    with N.on_pil_images():
+        natives = [N.to_native(t) for t in pipe]
+    roots = [kernel_map_node(natives), *natives]
+    prog = N.build_program(roots)
+    for key in range(30):
+        arr = photo_like(19 + key % 7, 23 + key % 5, seed=key)
+        image = PIL.Image.fromarray(arr, "RGB")
+        torch.manual_seed(key)
+        want = _tensor(T.Compose(pipe)(image))
+        steps = N.draw_steps(roots, N.TorchDraws(torch.Generator().manual_seed(key)), 3, *arr.shape[:2])
+        assert all(name.startswith("pil_") for name, *_ in steps.items)
+        py = torch.from_numpy(steps.records().view(np.uint8).copy())
+        cpp, _ = torch.ops.fastprep.native_draws(prog.nodes, prog.ints, prog.floats, prog.num_roots, key, 3,
+                                                 *arr.shape[:2])
+        assert torch.equal(py, cpp), (k, key, steps.items)
+        got = torch.ops.fastprep.apply_pixel_steps(_tensor(image), cpp, [])
+        assert torch.equal(got, want), (k, key, steps.items)
 
 
 # ---------------------------------------------------------------------------------------

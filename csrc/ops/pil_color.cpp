@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "isa.h"
 #include "ops/pixel_kernel.h"
 
 namespace fastprep {
@@ -32,12 +33,12 @@ namespace {
 
 constexpr int32_t kLumaR = 19595, kLumaG = 38470, kLumaB = 7471, kLumaRound = 0x8000;
 
-inline uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
+FP_ALWAYS_INLINE uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
   return (uint8_t)(((int32_t)r * kLumaR + (int32_t)g * kLumaG + (int32_t)b * kLumaB + kLumaRound) >> 16);
 }
 
 // Blend.c: in1 + alpha * (in2 - in1) in float32, clamped, truncated.
-inline uint8_t blend(int32_t in1, int32_t in2, float alpha) {
+FP_ALWAYS_INLINE uint8_t blend(int32_t in1, int32_t in2, float alpha) {
   float t = (float)in1 + alpha * (float)(in2 - in1);
   t = t < 0.0f ? 0.0f : t;
   t = t > 255.0f ? 255.0f : t;
@@ -100,14 +101,8 @@ void pil_contrast(const PixelStep& step, Image& image, KernelScratch& scratch) {
   apply_lut(image.u8(), image.numel(), lut);
 }
 
-// ImageEnhance.Color: blend(image.convert("L").convert("RGB"), image, factor); an "L" image is
-// its own degenerate (a copy).
-void pil_saturation(const PixelStep& step, Image& image, KernelScratch&) {
-  check_uint8(image, "pil_adjust_saturation");
-  if (image.channels == 1) return;
-  const float alpha = (float)step.f[0];
-  const int64_t n = image.plane();
-  uint8_t *r = image.u8(), *g = r + n, *b = r + 2 * n;
+FP_ALWAYS_INLINE void saturation_rows_body(uint8_t* __restrict r, uint8_t* __restrict g, uint8_t* __restrict b,
+                                           int64_t n, float alpha) {
   for (int64_t k = 0; k < n; k++) {
     const int32_t l = luma(r[k], g[k], b[k]);
     r[k] = blend(l, r[k], alpha);
@@ -115,63 +110,109 @@ void pil_saturation(const PixelStep& step, Image& image, KernelScratch&) {
     b[k] = blend(l, b[k], alpha);
   }
 }
+FP_VARIANTS(saturation_rows, (uint8_t* __restrict r, uint8_t* __restrict g, uint8_t* __restrict b, int64_t n,
+                              float alpha), (r, g, b, n, alpha))
 
-inline uint8_t clip8(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
-
-// Convert.c's rgb2hsv_row (following colorsys.py), its float and double steps as written.
-inline void rgb_to_hsv(uint8_t r, uint8_t g, uint8_t b, uint8_t& uh, uint8_t& us, uint8_t& uv) {
-  const uint8_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
-  uv = maxc;
-  if (minc == maxc) {
-    uh = 0, us = 0;
-    return;
-  }
-  const float cr = (float)(maxc - minc);
-  const float s = cr / (float)maxc;
-  const float rc = ((float)(maxc - r)) / cr, gc = ((float)(maxc - g)) / cr, bc = ((float)(maxc - b)) / cr;
-  float h;
-  if (r == maxc) {
-    h = bc - gc;
-  } else if (g == maxc) {
-    h = (float)(2.0 + rc - bc);
-  } else {
-    h = (float)(4.0 + gc - rc);
-  }
-  // fmod(h / 6.0 + 1.0, 1.0) of a value in [5/6, 2): the subtraction is exact (Sterbenz)
-  const double wrapped = h / 6.0 + 1.0;
-  h = (float)(wrapped >= 1.0 ? wrapped - 1.0 : wrapped);
-  uh = clip8((int)(h * 255.0));
-  us = clip8((int)(s * 255.0));
+// ImageEnhance.Color: blend(image.convert("L").convert("RGB"), image, factor); an "L" image is
+// its own degenerate (a copy).
+void pil_saturation(const PixelStep& step, Image& image, KernelScratch&) {
+  check_uint8(image, "pil_adjust_saturation");
+  if (image.channels == 1) return;
+  const int64_t n = image.plane();
+  uint8_t* r = image.u8();
+  saturation_rows(r, r + n, r + 2 * n, n, (float)step.f[0]);
 }
 
 // C's round() (half away from zero) of x >= 0, without a libm call: the fraction x - trunc(x)
 // is exact.
-inline int round_nonnegative(double x) {
+FP_ALWAYS_INLINE int round_nonnegative(double x) {
   const int t = (int)x;
-  return t + (x - (double)t >= 0.5 ? 1 : 0);
+  return t + (int)(x - (double)t >= 0.5);
 }
 
-// Convert.c's hsv2rgb (its floor() of a value >= 0 is a truncation; its round()s of values >= 0:
-// round_nonnegative).
-inline void hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v, uint8_t& r, uint8_t& g, uint8_t& b) {
-  if (s == 0) {
-    r = g = b = v;
+// Convert.c's per-value steps of rgb2hsv / hsv2rgb, tabulated once (each entry computed with
+// Pillow's own expression, so the tables hold its bits).
+struct HsvTables {
+  float quotient[256][256];    // [cr][d]: (float)d / (float)cr, rgb2hsv's rc, gc, bc
+  uint8_t saturation[256][256];  // [maxc][cr]: CLIP8((int)(s * 255.0)), s = cr / (float)maxc
+  int32_t sector[256];         // [h]: (int)floor((float)h * 6.0 / 255.0) % 6
+  float fraction[256];         // [h]: (float)((float)h * 6.0 / 255.0 - (float)i)
+  float fs[256];               // [s]: (float)(((float)s) / 255.0)
+  HsvTables() {
+    for (int cr = 0; cr < 256; cr++)
+      for (int d = 0; d < 256; d++) quotient[cr][d] = cr == 0 ? 0.0f : (float)d / (float)cr;
+    for (int maxc = 0; maxc < 256; maxc++)
+      for (int cr = 0; cr < 256; cr++) {
+        const float sat = maxc == 0 ? 0.0f : (float)cr / (float)maxc;
+        const int v = (int)((double)sat * 255.0);
+        saturation[maxc][cr] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+      }
+    for (int h = 0; h < 256; h++) {
+      const double x = (double)(float)h * 6.0 / 255.0;
+      const int i = (int)x;  // floor of a value >= 0
+      sector[h] = i % 6;
+      fraction[h] = (float)(x - (double)(float)i);
+      fs[h] = (float)((double)(float)h / 255.0);
+    }
+  }
+};
+
+const HsvTables& hsv_tables() {
+  static const HsvTables tables;  // 325 KB, built at the first hue step
+  return tables;
+}
+
+// One pixel through Convert.c's rgb2hsv_row (following colorsys.py; its float and double
+// steps as written, the per-value ones from HsvTables), H += shift (uint8 wraparound), and
+// hsv2rgb. Pillow's fmod(h / 6 + 1, 1) of a value in [5/6, 2) is an exact subtraction
+// (Sterbenz), its round()s of values >= 0 round_nonnegative.
+FP_ALWAYS_INLINE void hue_pixel(uint8_t& pr, uint8_t& pg, uint8_t& pb, int32_t shift, const HsvTables& tab) {
+  const int32_t r = pr, g = pg, b = pb;
+  const int32_t maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+  const int32_t cr = maxc - minc;
+  int32_t uh = 0, us = 0;
+  if (cr != 0) {
+    const float* q = tab.quotient[cr];
+    const float rc = q[maxc - r], gc = q[maxc - g], bc = q[maxc - b];
+    float h;
+    if (r == maxc) {
+      h = bc - gc;
+    } else if (g == maxc) {
+      h = (float)(2.0 + (double)rc - (double)bc);
+    } else {
+      h = (float)(4.0 + (double)gc - (double)rc);
+    }
+    const double wrapped = (double)h / 6.0 + 1.0;
+    const float hw = (float)(wrapped >= 1.0 ? wrapped - 1.0 : wrapped);
+    uh = std::min(std::max((int32_t)((double)hw * 255.0), 0), 255);
+    us = tab.saturation[maxc][cr];
+  }
+  const int32_t v = maxc;
+  if (us == 0) {
+    pr = pg = pb = (uint8_t)v;
     return;
   }
-  const int i = (int)((float)h * 6.0 / 255.0);
-  const float f = (float)((float)h * 6.0 / 255.0 - (float)i);
-  const float fs = (float)(((float)s) / 255.0);
-  const uint8_t up = clip8(round_nonnegative((float)v * (1.0 - fs)));
-  const uint8_t uq = clip8(round_nonnegative((float)v * (1.0 - fs * f)));
-  const uint8_t ut = clip8(round_nonnegative((float)v * (1.0 - fs * (1.0 - f))));
-  switch (i % 6) {
-    case 0: r = v, g = ut, b = up; break;
-    case 1: r = uq, g = v, b = up; break;
-    case 2: r = up, g = v, b = ut; break;
-    case 3: r = up, g = uq, b = v; break;
-    case 4: r = ut, g = up, b = v; break;
-    default: r = v, g = up, b = uq; break;
+  const int32_t hh = (uh + shift) & 255;
+  const float f = tab.fraction[hh], fs = tab.fs[us];
+  const double vd = (double)(float)v;
+  const int32_t p = std::min(std::max(round_nonnegative(vd * (1.0 - (double)fs)), 0), 255);
+  const int32_t q = std::min(std::max(round_nonnegative(vd * (1.0 - (double)(fs * f))), 0), 255);
+  const int32_t t = std::min(std::max(round_nonnegative(vd * (1.0 - (double)fs * (1.0 - (double)f))), 0), 255);
+  int32_t outr, outg, outb;
+  switch (tab.sector[hh]) {
+    case 0: outr = v, outg = t, outb = p; break;
+    case 1: outr = q, outg = v, outb = p; break;
+    case 2: outr = p, outg = v, outb = t; break;
+    case 3: outr = p, outg = q, outb = v; break;
+    case 4: outr = t, outg = p, outb = v; break;
+    default: outr = v, outg = p, outb = q; break;
   }
+  pr = (uint8_t)outr, pg = (uint8_t)outg, pb = (uint8_t)outb;
+}
+
+void hue_rows(uint8_t* __restrict r, uint8_t* __restrict g, uint8_t* __restrict b, int64_t n, int32_t shift) {
+  const HsvTables& tab = hsv_tables();
+  for (int64_t k = 0; k < n; k++) hue_pixel(r[k], g[k], b[k], shift, tab);
 }
 
 // torchvision's adjust_hue on PIL: convert("HSV"), H += uint8(hue_factor * 255) with uint8
@@ -180,14 +221,10 @@ inline void hsv_to_rgb(uint8_t h, uint8_t s, uint8_t v, uint8_t& r, uint8_t& g, 
 void pil_hue(const PixelStep& step, Image& image, KernelScratch&) {
   check_uint8(image, "pil_adjust_hue");
   if (image.channels == 1) return;
-  const uint8_t shift = (uint8_t)(int32_t)(step.f[0] * 255.0);
+  const int32_t shift = (uint8_t)(int32_t)(step.f[0] * 255.0);
   const int64_t n = image.plane();
-  uint8_t *r = image.u8(), *g = r + n, *b = r + 2 * n;
-  for (int64_t k = 0; k < n; k++) {
-    uint8_t h, s, v;
-    rgb_to_hsv(r[k], g[k], b[k], h, s, v);
-    hsv_to_rgb((uint8_t)(h + shift), s, v, r[k], g[k], b[k]);
-  }
+  uint8_t* r = image.u8();
+  hue_rows(r, r + n, r + 2 * n, n, shift);
 }
 
 // torchvision's to_grayscale on PIL: convert("L"), stacked three times for 3 output channels.
@@ -309,35 +346,38 @@ void pil_equalize(const PixelStep&, Image& image, KernelScratch&) {
 // ImageFilter.SMOOTH (Filter.c's 3x3 path): weights 1/13 around, 5/13 at the centre (float32
 // divisions), offset 0.5, rows summed next, current, previous; the border rows and columns,
 // and images under 3x3, are copied.
-void smooth3x3(const uint8_t* in, uint8_t* out, int64_t h, int64_t w) {
-  std::memcpy(out, in, (size_t)(h * w));
-  if (h < 3 || w < 3) return;
+// One output row of the filter, columns [1, w - 1), blended with the row itself.
+FP_ALWAYS_INLINE void smooth_row_body(const uint8_t* __restrict above, const uint8_t* __restrict row,
+                                      const uint8_t* __restrict below, uint8_t* __restrict out, int64_t w,
+                                      float alpha) {
   const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
-  for (int64_t y = 1; y < h - 1; y++) {
-    const uint8_t *above = in + (y - 1) * w, *row = in + y * w, *below = in + (y + 1) * w;
-    uint8_t* o = out + y * w;
-    for (int64_t x = 1; x < w - 1; x++) {
-      float ss = 0.5f;
-      ss += (float)below[x - 1] * k1 + (float)below[x] * k1 + (float)below[x + 1] * k1;
-      ss += (float)row[x - 1] * k1 + (float)row[x] * k5 + (float)row[x + 1] * k1;
-      ss += (float)above[x - 1] * k1 + (float)above[x] * k1 + (float)above[x + 1] * k1;
-      ss = ss < 0.0f ? 0.0f : ss;
-      ss = ss > 255.0f ? 255.0f : ss;
-      o[x] = (uint8_t)ss;
-    }
+  for (int64_t x = 1; x < w - 1; x++) {
+    float ss = 0.5f;
+    ss += (float)below[x - 1] * k1 + (float)below[x] * k1 + (float)below[x + 1] * k1;
+    ss += (float)row[x - 1] * k1 + (float)row[x] * k5 + (float)row[x + 1] * k1;
+    ss += (float)above[x - 1] * k1 + (float)above[x] * k1 + (float)above[x + 1] * k1;
+    ss = ss < 0.0f ? 0.0f : ss;
+    ss = ss > 255.0f ? 255.0f : ss;
+    out[x] = blend((uint8_t)ss, row[x], alpha);
   }
 }
+FP_VARIANTS(smooth_row, (const uint8_t* __restrict above, const uint8_t* __restrict row,
+                         const uint8_t* __restrict below, uint8_t* __restrict out, int64_t w, float alpha),
+            (above, row, below, out, w, alpha))
 
-// ImageEnhance.Sharpness: blend(image.filter(SMOOTH), image, factor).
+// ImageEnhance.Sharpness: blend(image.filter(SMOOTH), image, factor), per channel. Where the
+// filter copies (the border, images under 3x3) the blend of a value with itself is that value.
 void pil_sharpness(const PixelStep& step, Image& image, KernelScratch& scratch) {
   check_uint8(image, "pil_adjust_sharpness");
   const float alpha = (float)step.f[0];
-  const int64_t n = image.plane();
-  uint8_t* smooth = grown(scratch.u8, (size_t)n);
+  const int64_t n = image.plane(), h = image.height, w = image.width;
+  if (h < 3 || w < 3) return;
+  uint8_t* copy = grown(scratch.u8, (size_t)n);
   for (int64_t c = 0; c < image.channels; c++) {
     uint8_t* p = image.u8() + c * n;
-    smooth3x3(p, smooth, image.height, image.width);
-    for (int64_t k = 0; k < n; k++) p[k] = blend(smooth[k], p[k], alpha);
+    std::memcpy(copy, p, (size_t)n);
+    for (int64_t y = 1; y < h - 1; y++) smooth_row(copy + (y - 1) * w, copy + y * w, copy + (y + 1) * w, p + y * w, w,
+                                                   alpha);
   }
 }
 
