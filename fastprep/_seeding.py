@@ -41,8 +41,9 @@ from torch.overrides import TorchFunctionMode
 
 from ._checks import is_int
 
-__all__ = ["sample_key", "derived_key", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng",
-           "check_seed", "draw_seed", "ORDER_DOMAIN", "WORKERS_DOMAIN", "PYTHON_RANDOM_DOMAIN", "NUMPY_DOMAIN"]
+__all__ = ["sample_key", "derived_key", "key_derived", "keyed_sample_rng", "RngBusy", "RNG_LOCK_TIMEOUT_S",
+           "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng", "check_seed", "draw_seed",
+           "ORDER_DOMAIN", "WORKERS_DOMAIN", "PYTHON_RANDOM_DOMAIN", "NUMPY_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: the SplitMix64 increment
@@ -115,7 +116,12 @@ def derived_key(seed: int, epoch: int, index: int, domain: int) -> int:
     Returns:
         int in ``[0, 2**64)``; equal to no :func:`sample_key` value except by chance.
     """
-    return _mix64((sample_key(seed, epoch, index) ^ (domain & _MASK64)) + _GOLDEN & _MASK64)
+    return key_derived(sample_key(seed, epoch, index), domain)
+
+
+def key_derived(key: int, domain: int) -> int:
+    """:func:`derived_key` from the sample's key (``sample_key(seed, epoch, index)``) alone."""
+    return _mix64((key ^ (domain & _MASK64)) + _GOLDEN & _MASK64)
 
 
 def epoch_permutation(seed: int, epoch: int, size: int) -> torch.Tensor:
@@ -180,6 +186,21 @@ def _nonneg(name: str, value: Any) -> int:
     return int(value)
 
 
+#: serialises :func:`sample_rng` and :func:`keyed_sample_rng` blocks (Python's and NumPy's RNGs are process-wide)
+_PROCESS_RNG_LOCK = threading.RLock()
+#: how long :func:`keyed_sample_rng` waits for the lock before raising
+RNG_LOCK_TIMEOUT_S = 30.0
+#: ``[holder]``: the ``sample_rng`` block (its thread and entry count) that made a wait time out:
+#: while it still holds the lock, later waits fail at once instead of timing out again
+_stuck: list = []
+_holder: list = [None]
+
+
+class RngBusy(RuntimeError):
+    """:func:`keyed_sample_rng` waited too long for Python's and NumPy's RNGs: another thread holds
+    them in a :func:`sample_rng` block (iterating a loader inside one never ends)."""
+
+
 @contextlib.contextmanager
 def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
     """Run the body with the three process-wide RNGs that user code draws from seeded for
@@ -197,7 +218,9 @@ def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
     ``e`` from either engine of :class:`fastprep.data.DataLoader` (and :func:`make_loader`)
     equals ``with sample_rng(S, e, index): dataset[index]``. Call it yourself to reproduce one
     training sample. It changes process-wide state: use it where no other thread draws from
-    these generators meanwhile (the training loop's thread, a worker process).
+    these generators meanwhile (the training loop's thread, a worker process). Blocks of it
+    and of :func:`keyed_sample_rng` (the threads engine tracing a user's transform) run one at
+    a time: do not iterate such a loader inside the block.
 
     Raises:
         TypeError, ValueError: ``seed`` not an int in ``[0, 2**64)``; ``epoch`` or ``index``
@@ -208,19 +231,64 @@ def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
         raise TypeError("seed must be an int in [0, 2**64), got None")
     epoch, index = _nonneg("epoch", epoch), _nonneg("index", index)
     gen = torch.default_generator
-    torch_state = gen.get_state()
-    python_state = random.getstate()
-    numpy_state = np.random.get_state()
+    with _PROCESS_RNG_LOCK:  # not while a loader thread traces a sample (keyed_sample_rng)
+        outer = _holder[0] is None
+        if outer:
+            _holder[0] = object()
+        torch_state = gen.get_state()
+        python_state = random.getstate()
+        numpy_state = np.random.get_state()
+        try:
+            gen.manual_seed(sample_key(seed, epoch, index))
+            random.seed(derived_key(seed, epoch, index, PYTHON_RANDOM_DOMAIN))
+            key = derived_key(seed, epoch, index, NUMPY_DOMAIN)
+            np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+            yield
+        finally:
+            gen.set_state(torch_state)
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+            if outer:
+                _holder[0] = None
+
+
+@contextlib.contextmanager
+def keyed_sample_rng(key: int) -> Iterator[None]:
+    """:func:`sample_rng` for the sample whose key is ``key`` (``sample_key(seed, epoch,
+    index)``), safe beside other threads that draw from torch: torch's random calls of *this
+    thread* draw from a private generator seeded by ``key`` (:func:`keyed_thread_rng`; the
+    default generator is neither read nor changed), and Python's ``random`` and NumPy's global
+    RNG are seeded as :func:`sample_rng` seeds them and restored on exit. Those two are
+    process-wide: blocks of this function and of :func:`sample_rng` in different threads run
+    one at a time (a lock), and another thread drawing from them meanwhile (not through these
+    functions) would take the sample's numbers.
+
+    Raises:
+        RngBusy: another thread's :func:`sample_rng` block held the lock for
+            :data:`RNG_LOCK_TIMEOUT_S` (at once while that same block still holds it)."""
+    holder = _holder[0]
+    wait = 0.0 if holder is not None and holder in _stuck else RNG_LOCK_TIMEOUT_S
+    if not _PROCESS_RNG_LOCK.acquire(timeout=wait):
+        holder = _holder[0]
+        if holder is not None and holder not in _stuck:
+            _stuck[:] = [holder]
+        raise RngBusy(f"a sample_rng block of another thread has held Python's and NumPy's RNGs for over "
+                      f"{RNG_LOCK_TIMEOUT_S:g} s: a loader tracing your transform cannot seed them (do not iterate "
+                      "such a loader inside sample_rng)")
     try:
-        gen.manual_seed(sample_key(seed, epoch, index))
-        random.seed(derived_key(seed, epoch, index, PYTHON_RANDOM_DOMAIN))
-        key = derived_key(seed, epoch, index, NUMPY_DOMAIN)
-        np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-        yield
+        python_state = random.getstate()
+        numpy_state = np.random.get_state()
+        try:
+            random.seed(key_derived(key, PYTHON_RANDOM_DOMAIN))
+            nkey = key_derived(key, NUMPY_DOMAIN)
+            np.random.seed(np.array([nkey & 0xFFFFFFFF, nkey >> 32], dtype=np.uint32))
+            with keyed_thread_rng(key):
+                yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
     finally:
-        gen.set_state(torch_state)
-        random.setstate(python_state)
-        np.random.set_state(numpy_state)
+        _PROCESS_RNG_LOCK.release()
 
 
 # Every torch function (and Tensor method) that draws from a generator and takes ``generator=``.

@@ -102,3 +102,11 @@ def test_bench_dataloader_quick(bench_path):
     assert results["pytorch/examples train (v1 PIL)"]["engine"] == "threads"
     assert results["pytorch/examples val (v1 PIL)"]["engine"] == "threads"
     assert all(r["samples"] == 16 and r["ratio"] > 0 for r in results.values())
+
+
+def test_bench_multicrop_quick(bench_path, capsys):
+    import bench_multicrop
+
+    report = bench_multicrop.main(["--quick", "--workers", "1"])
+    assert report["engine"] == "threads" and report["ratio"] > 0
+    assert "CPU:" in capsys.readouterr().out

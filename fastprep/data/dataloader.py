@@ -35,6 +35,7 @@ from .native import Unsupported, native_pipeline
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
 from .sources import FileSource, NoFileSource, file_source
+from .traced import TracedPipeline
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -155,10 +156,7 @@ class DataLoader:
         if source is not None and reason is None:
             files = JpegDataset(source.files, source.targets, transform=_file_transform(source.transform),
                                 on_error=self.on_error, seed=self.seed)
-            try:
-                pipeline = native_pipeline(files.transform)
-            except Unsupported as e:
-                reason = str(e)
+            pipeline, reason = _threads_pipeline(source, files)
         if pipeline is None:
             if engine == "threads":
                 raise ValueError(f"engine='threads' cannot run this dataset: {reason}; use engine='processes' (or "
@@ -176,10 +174,13 @@ class DataLoader:
         files.warn_fallback = False  # Pillow decoding a PNG is what the dataset itself does
         sampler = self.sampler = self._sampler(len(files), args)
         self.batch_sampler = None
-        convert = BatchCast(torch.float32) if output_dtype(files.transform).is_floating_point else None
+        float_output = pipeline.float_output if isinstance(pipeline, TracedPipeline) else \
+            output_dtype(files.transform).is_floating_point
+        convert = BatchCast(torch.float32) if float_output else None
         loader = ThreadLoader(files, pipeline, sampler, batch_size=args["batch_size"], drop_last=args["drop_last"],
                               num_workers=args["num_workers"], pin_memory=args["pin_memory"],
                               prefetch=args.get("prefetch_factor") or 2, convert=convert)
+        self._thread_loader = loader
         control = _Epochs("threads", loader, files, sampler, seed=self.seed, generator=args["generator"],
                           batch_size=args["batch_size"], num_workers=args["num_workers"])
         self._files: JpegDataset | None = files
@@ -273,6 +274,13 @@ class DataLoader:
             return self._files.skipped_files
         return list(self._skipped_files)
 
+    @property
+    def literal_samples(self) -> dict:
+        """``{reason: count}`` of the samples a traced transform ran as written on the threads
+        engine so far (its trace needed pixel values, or a replay failed); empty otherwise."""
+        pipeline = getattr(getattr(self, "_thread_loader", None), "pipeline", None)
+        return dict(pipeline.literal_samples) if isinstance(pipeline, TracedPipeline) else {}
+
     def __repr__(self) -> str:
         return (f"fastprep.data.DataLoader(dataset={type(self.dataset).__name__}, batch_size={self.batch_size}, "
                 f"num_workers={self.num_workers}, engine={self.engine!r})")
@@ -292,10 +300,27 @@ def _not_native(source: FileSource, args: dict, engine: str | None) -> str | Non
         return "batch_size=None: unbatched samples"
     if source.transform is None:
         return "the dataset has no transform: its samples are PIL images"
-    if input_kind(source.transform) not in ("decoded", "pil"):
-        return (f"the transform is a {type(source.transform).__name__}, a callable fastprep does not compile (it "
-                "compiles torchvision's transforms and Compose of them)")
     return None
+
+
+def _threads_pipeline(source: FileSource, files: JpegDataset):
+    """``(pipeline, None)``: the native pipeline of the dataset's transform, or else its traced
+    pipeline (:class:`~fastprep.data.traced.TracedPipeline`: the user's code run per sample on a
+    stand-in image, its recorded ops replayed); ``(None, reason)`` where neither applies."""
+    compiled = None
+    if input_kind(source.transform) in ("decoded", "pil"):
+        try:
+            return native_pipeline(files.transform), None
+        except Unsupported as e:
+            compiled = str(e)
+    try:
+        return TracedPipeline.compile(source.transform, getattr(files.transform, "max_pixels", 0)), None
+    except Unsupported as e:
+        traced = str(e)
+    if compiled is None:
+        return None, (f"the transform is a {type(source.transform).__name__}, a callable fastprep does not compile "
+                      f"(it compiles torchvision's transforms and Compose of them), and {traced}")
+    return None, f"{compiled}; and {traced}"
 
 
 def _file_transform(transform: Any) -> Any:

@@ -1,0 +1,184 @@
+"""Transforms written as their users write them, unchanged, in an ImageFolder -- DINO's multi-crop
+class (``--transform dino``), timm's ``create_transform`` train (``rand-m9-mstd0.5``,
+``re_prob=0.25``, ``re_mode="pixel"``) and eval pipelines (``timm-train``, ``timm-eval``; timm
+installed) -- through fastprep.data.DataLoader (the transform traced per sample, its ops
+replayed on the threads engine) against torch.utils.data.DataLoader, a shuffled Subset, the same
+batch size and workers; samples/s and their ratio, measured in one run.
+
+    python bench/bench_multicrop.py --photos /work/cuts --runs 3 --transform dino
+
+``--photos``: a folder of JPEGs (e.g. the real-photo cuts of ``bench/make_photo_cuts.py``),
+linked into 4 class folders in a temporary directory; without it, synthetic photo-like JPEGs.
+Loaders alternate run by run; the median of ``--runs`` epochs is reported per loader, with the
+threads engine's per-sample fallbacks (``literal_samples``) and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torchvision.transforms as transforms
+from PIL import Image, ImageFilter, ImageOps
+from torch.utils.data import Subset
+from torchvision.datasets import ImageFolder
+
+import fastprep.data as fd
+from fastprep.bench.synthetic import photo_like
+
+
+class GaussianBlur:
+    """DINO's utils.GaussianBlur."""
+
+    def __init__(self, p=0.5, radius_min=0.1, radius_max=2.0):
+        self.prob, self.radius_min, self.radius_max = p, radius_min, radius_max
+
+    def __call__(self, img):
+        do_it = random.random() <= self.prob
+        if not do_it:
+            return img
+        return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(self.radius_min, self.radius_max)))
+
+
+class Solarization:
+    """DINO's utils.Solarization."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def __call__(self, img):
+        if random.random() < self.p:
+            return ImageOps.solarize(img)
+        return img
+
+
+class DataAugmentationDINO:
+    """DINO's main_dino.DataAugmentationDINO: 2 global 224 views and ``local_crops_number`` 96 views."""
+
+    def __init__(self, global_crops_scale=(0.4, 1.0), local_crops_scale=(0.05, 0.4), local_crops_number=8):
+        flip_and_color_jitter = transforms.Compose([
+            transforms.RandomHorizontalFlip(p=0.5),
+            transforms.RandomApply([transforms.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)],
+                                   p=0.8),
+            transforms.RandomGrayscale(p=0.2),
+        ])
+        normalize = transforms.Compose([transforms.ToTensor(),
+                                        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+        bicubic = transforms.InterpolationMode.BICUBIC
+        self.global_transfo1 = transforms.Compose([
+            transforms.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
+            flip_and_color_jitter, GaussianBlur(1.0), normalize])
+        self.global_transfo2 = transforms.Compose([
+            transforms.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
+            flip_and_color_jitter, GaussianBlur(0.1), Solarization(0.2), normalize])
+        self.local_crops_number = local_crops_number
+        self.local_transfo = transforms.Compose([
+            transforms.RandomResizedCrop(96, scale=local_crops_scale, interpolation=bicubic),
+            flip_and_color_jitter, GaussianBlur(p=0.5), normalize])
+
+    def __call__(self, image):
+        crops = [self.global_transfo1(image), self.global_transfo2(image)]
+        for _ in range(self.local_crops_number):
+            crops.append(self.local_transfo(image))
+        return crops
+
+
+def _cpu() -> str:
+    model, flags = "?", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+                     "?")
+        flags = text
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "baseline"
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ()
+    return f"{model} ({isa}), {os.cpu_count()} CPUs, load {' '.join(f'{x:.1f}' for x in load)}"
+
+
+def _folder(top: str, photos: str | None, count: int) -> str:
+    files = sorted(glob.glob(os.path.join(photos, "**", "*.jpg"), recursive=True))[:count] if photos else []
+    for k in range(count if not photos else len(files)):
+        folder = os.path.join(top, f"class{k % 4}")
+        os.makedirs(folder, exist_ok=True)
+        if photos:
+            os.symlink(os.path.abspath(files[k]), os.path.join(folder, f"{k:04d}.jpg"))
+        else:
+            Image.fromarray(photo_like(375, 500, k)).save(os.path.join(folder, f"{k:04d}.jpg"), quality=90)
+    return top
+
+
+def _transform(name: str):
+    if name == "dino":
+        return DataAugmentationDINO(), "DINO multi-crop (2x224 + 8x96)"
+    from timm.data import create_transform
+
+    if name == "timm-train":
+        return (create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5", re_prob=0.25, re_mode="pixel",
+                                 interpolation="random"), "timm create_transform train rand-m9-mstd0.5, re_prob=0.25")
+    return create_transform(224, is_training=False), "timm create_transform eval"
+
+
+def _epoch(loader, limit: int) -> float:
+    start = time.perf_counter()
+    n = 0
+    for _, targets in loader:
+        n += targets.shape[0]
+        if n >= limit:
+            break
+    return n / (time.perf_counter() - start)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--photos", help="a folder of JPEGs (default: synthetic)")
+    parser.add_argument("--count", type=int, default=600, help="images in the ImageFolder")
+    parser.add_argument("--samples", type=int, default=320, help="samples per measured epoch (a shuffled Subset)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--transform", choices=("dino", "timm-train", "timm-eval"), default="dino")
+    parser.add_argument("--quick", action="store_true", help="24 synthetic images, one run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.count, args.samples, args.photos, args.batch_size = 1, 24, 16, None, 8
+    with tempfile.TemporaryDirectory() as tmp:
+        root = _folder(tmp, args.photos, args.count)
+        transform, described = _transform(args.transform)
+        dataset = ImageFolder(root, transform)
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:args.samples].tolist()
+        subset = Subset(dataset, order)
+        print(f"CPU: {_cpu()}; Python {platform.python_version()}, torch {torch.__version__}")
+        print(f"ImageFolder of {len(dataset)} images from {args.photos or '(synthetic)'}, shuffled Subset of "
+              f"{len(subset)}, {described}, batch {args.batch_size}, num_workers={args.workers}, "
+              f"{args.runs} runs per loader (alternating), median samples/s")
+        fast = fd.DataLoader(subset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
+        ref = torch.utils.data.DataLoader(subset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                                          persistent_workers=args.workers > 0)
+        limit = len(subset)
+        _epoch(fast, args.batch_size * 2)  # warm-up: page cache
+        _epoch(ref, args.batch_size * 2)
+        ours, theirs = [], []
+        for _ in range(args.runs):
+            theirs.append(_epoch(ref, limit))
+            ours.append(_epoch(fast, limit))
+        a, b = statistics.median(ours), statistics.median(theirs)
+        print(f"torch DataLoader      {b:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in theirs)})")
+        print(f"fastprep [{fast.engine}]   {a:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in ours)})  "
+              f"{a / b:.2f}x")
+        print(f"engine_reason: {fast.engine_reason}; samples run as written: {fast.literal_samples}")
+    return {"engine": fast.engine, "fastprep_per_s": a, "torch_per_s": b, "ratio": a / b}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

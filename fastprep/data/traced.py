@@ -1,0 +1,547 @@
+"""Traced pipelines: a user's own transform on the threads engine (:class:`TracedPipeline`).
+
+A transform the compiler does not know -- a user's class, such as DINO's multi-crop class,
+whose ``__call__`` applies several ``Compose`` pipelines to the PIL image and returns a list --
+runs per sample in two parts:
+
+* **plan** (reader threads): the transform is called on a stand-in image
+  (:class:`~fastprep.transforms._trace.LazyImage`: the file's mode and size, no pixels) under the
+  sample's seeds (:func:`~fastprep._seeding.keyed_sample_rng`: what ``sample_rng(seed, epoch,
+  index)`` seeds, torch's draws on a private generator); the user's code makes its own draws
+  and the stand-in records the Pillow and torchvision calls it receives. Per view, the result
+  is the chain of ops from the source image to the tensor.
+* **run** (builder thread, ``num_workers`` threads): the file is decoded once -- only the
+  window that the views' first crops cover (their union), by fastprep's JPEG decode, which
+  gives Pillow's ``convert("RGB")`` bits (probed against the installed Pillow) -- and each
+  view's ops are replayed on it: Pillow's own calls with the recorded arguments (so the same
+  arithmetic; Pillow releases the GIL in its C code), ``ToTensor`` and ``Normalize`` written
+  straight into the view's batch with torch's operations in torchvision's order.
+
+A sample whose trace needs pixel values (a ``histogram()``, ``getpixel``, ``np.asarray`` of
+the image, an op that is not recorded) runs as written on the real image, under the same
+seeds: exact either way, counted in :attr:`TracedPipeline.literal_samples` with the reason.
+A transform that does so on the probe traces at build time is not traced at all
+(:class:`Unsupported`, whose message becomes the loader's ``engine_reason``).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import io as _io
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import PIL.ImageFilter
+import torch
+
+from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
+from .. import io as fio
+from .._seeding import keyed_sample_rng, sample_key
+from .._threads import usable_cpus
+from ..transforms._native import Unsupported
+from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
+from ..transforms._pil_ops import twin_reason
+from ..transforms._trace import LazyImage, LazyTensor, PixelRead, enhanced, install_hooks, view_leaves
+
+__all__ = ["TracedPipeline", "TracedPlan"]
+
+#: stand-in image sizes (width, height) of the probe traces, and their count per size
+_PROBE_SIZES = ((500, 375), (375, 500), (640, 427))
+_PROBES_PER_SIZE = 3
+
+
+class TracedPlan:
+    """One sample's plan: its views' recorded programs and the window to decode (``window``:
+    ``(top, left, height, width)``; ``pillow``: decode with Pillow instead, a file fastprep's
+    JPEG decode does not take), or ``literal``: the transform's own output (a sample whose
+    trace needed pixels), with ``reason``."""
+
+    __slots__ = ("views", "window", "pillow", "literal", "reason", "key")
+
+    def __init__(self, key: int, views=None, window=None, pillow=False, literal=None, reason=None):
+        self.key, self.views, self.window, self.pillow = key, views, window, pillow
+        self.literal, self.reason = literal, reason
+
+
+def _is_plain_jpeg(data: torch.Tensor) -> bool:
+    """A JPEG that ends in EOI (a truncated file goes to Pillow, whose decode is the reference)."""
+    n = data.numel()
+    return (n >= 4 and int(data[0]) == 0xFF and int(data[1]) == 0xD8 and int(data[n - 2]) == 0xFF
+            and int(data[n - 1]) == 0xD9)
+
+
+def _union_window(views: list[LazyTensor], width: int, height: int) -> tuple[int, int, int, int]:
+    """``(top, left, height, width)`` covering every view's first crop (clipped to the image);
+    the whole image when a view does not start with a crop."""
+    boxes = []
+    for v in views:
+        ops = v.image.ops
+        if not ops or ops[0][0] != "crop":
+            return 0, 0, height, width
+        boxes.append(ops[0][1])
+    x0 = max(0, min(b[0] for b in boxes))
+    y0 = max(0, min(b[1] for b in boxes))
+    x1 = min(width, max(b[2] for b in boxes))
+    y1 = min(height, max(b[3] for b in boxes))
+    if x1 <= x0 or y1 <= y0:  # every crop lies outside the image: Pillow pads them; decode a pixel
+        return 0, 0, 1, 1
+    return y0, x0, y1 - y0, x1 - x0
+
+
+def _native_resize(op: tuple, mode: str) -> int | None:
+    """``torch.ops.fastprep.pil_resize``'s filter id for a recorded ``resize`` it reproduces
+    (Pillow's default filter is bicubic), ``None`` for one it does not."""
+    if op[0] != "method" or op[1] != "resize" or mode != "RGB":
+        return None
+    kwargs = op[3]
+    if kwargs["box"] is not None or kwargs["reducing_gap"] is not None:
+        return None
+    resample = PIL.Image.Resampling.BICUBIC if kwargs["resample"] is None else kwargs["resample"]
+    try:
+        return PIL_FILTERS.get(PIL.Image.Resampling(resample))
+    except ValueError:
+        return None
+
+
+class _Decoded:
+    """A sample's decoded window: ``rgb`` ``[3, h, w]`` uint8 (interleaved memory) whose pixel
+    ``(0, 0)`` is the image's ``(left, top)`` = ``origin``; its PIL image made on first use."""
+
+    __slots__ = ("rgb", "origin", "_pil")
+
+    def __init__(self, rgb: torch.Tensor | None, origin: tuple[int, int], pil: PIL.Image.Image | None = None):
+        self.rgb, self.origin, self._pil = rgb, origin, pil
+
+    def pil(self) -> PIL.Image.Image:
+        if self._pil is None:
+            assert self.rgb is not None
+            self._pil = PIL.Image.fromarray(self.rgb.permute(1, 2, 0).numpy(), "RGB")
+        return self._pil
+
+
+def _first_resize(ops: tuple, base: _Decoded, mode: str) -> torch.Tensor | None:
+    """A view that starts with ``crop`` + ``resize`` inside the decoded window, resized by
+    ``pil_resize`` straight from the window (Pillow's arithmetic, no copy of the crop);
+    ``None`` where it does not apply."""
+    if base.rgb is None or len(ops) < 2 or ops[0][0] != "crop":
+        return None
+    fid = _native_resize(ops[1], mode)
+    if fid is None:
+        return None
+    x0, y0, x1, y1 = ops[0][1]
+    x0, y0, x1, y1 = x0 - base.origin[0], y0 - base.origin[1], x1 - base.origin[0], y1 - base.origin[1]
+    _, h, w = base.rgb.shape
+    if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+        return None
+    ow, oh = ops[1][2][0]
+    crop = base.rgb[:, y0:y1, x0:x1]
+    if (ow, oh) == (x1 - x0, y1 - y0):  # Pillow returns a copy at the same size
+        return crop
+    return torch.ops.fastprep.pil_resize(crop, [oh, ow], [0, 0, oh, ow], [y1 - y0, x1 - x0], [0, 0], fid, False)
+
+
+def _to_pil(image: PIL.Image.Image | torch.Tensor) -> PIL.Image.Image:
+    if isinstance(image, PIL.Image.Image):
+        return image
+    hwc = image.permute(1, 2, 0).contiguous().numpy()
+    return PIL.Image.fromarray(hwc[..., 0] if hwc.shape[2] == 1 else hwc, "L" if hwc.shape[2] == 1 else "RGB")
+
+
+def _kernel(image: torch.Tensor, name: str, ints: list, floats: list) -> torch.Tensor:
+    return torch.ops.fastprep.apply_pixel_kernel(image.contiguous(), name, ints, floats)
+
+
+def _tensor_op(op: tuple, img: torch.Tensor) -> torch.Tensor | None:
+    """``op`` applied to the uint8 ``[C, H, W]`` ``img`` by a kernel that gives Pillow's bits
+    (a PIL twin proved against the installed Pillow, a flip, a lookup table), or ``None`` where
+    there is none: the op then runs on Pillow itself."""
+    kind, channels = op[0], img.shape[0]
+    if kind == "method":
+        name, args, kwargs = op[1], op[2], op[3]
+        if name == "transpose" and args[0] in _FLIPS:
+            return img.flip(_FLIPS[args[0]])
+        if name == "point" and not kwargs:
+            return _point(img, args[0])
+        if name == "filter" and type(args[0]) is PIL.ImageFilter.GaussianBlur and _blur_ok():
+            radius = args[0].radius
+            rx, ry = (radius, radius) if isinstance(radius, (int, float)) else radius
+            return _kernel(img, "pil_gaussian_blur", [3], [float(rx), float(ry)])
+        if name == "convert" and args[0] == "L" and channels == 3 and _twin_ok("rgb_to_grayscale"):
+            return _kernel(img, "pil_rgb_to_grayscale", [1], [])
+        if name == "convert" and args[0] == "RGB" and channels == 1:
+            return img.expand(3, -1, -1)
+        return None
+    if kind == "call":
+        found = _CALL_TWINS.get(op[1])
+        if found is None and op[1] is enhanced and not op[3]:
+            found = _ENHANCER_TWINS.get(op[2][0].__name__)
+            args = op[2][1:]
+        else:
+            args = op[2]
+        if found is None or op[3] or not _twin_ok(found[0]):
+            return None
+        kernel, twin, arity = found
+        if len(args) != arity:
+            return None
+        if kernel == "rgb_to_grayscale":
+            if channels != 3 or args[0] not in (1, 3):
+                return None
+            return _kernel(img, twin, [int(args[0])], [])
+        return _kernel(img, twin, [], [float(a) for a in args])
+    return None
+
+
+def _point(img: torch.Tensor, lut: list) -> torch.Tensor | None:
+    """``Image.point(lut)`` of an 8-bit image: band ``c`` maps ``v`` to ``lut[256 * c + v]``."""
+    if any(type(v) is not int or not 0 <= v <= 255 for v in lut):
+        return None
+    table = torch.tensor(lut, dtype=torch.uint8).view(img.shape[0], 256)
+    flat = img.reshape(img.shape[0], -1).long()
+    return torch.gather(table, 1, flat).view(img.shape)
+
+
+#: flips of an RGB tensor, by Pillow's transpose method
+_FLIPS = {PIL.Image.Transpose.FLIP_LEFT_RIGHT: -1, PIL.Image.Transpose.FLIP_TOP_BOTTOM: -2}
+
+
+def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | torch.Tensor:
+    """A view's image (a PIL image, or a uint8 tensor ``[C, H, W]`` of the same pixels): its
+    recorded ops applied to the decoded window, each as the traced code called it, but a
+    leading crop + resize by ``pil_resize`` and, on such a tensor, the ops with a PIL-exact
+    kernel (:func:`_tensor_op`)."""
+    img: PIL.Image.Image | torch.Tensor | None = _first_resize(ops, base, mode)
+    start = 2 if img is not None else 0
+    if img is None:
+        img = base.pil()
+    for k in range(start, len(ops)):
+        op = ops[k]
+        kind = op[0]
+        if isinstance(img, torch.Tensor):
+            done = _tensor_op(op, img)
+            if done is not None:
+                img = done
+                continue
+            img = _to_pil(img)
+        if kind == "crop":
+            x0, y0, x1, y1 = op[1]
+            if k == 0:
+                left, top = base.origin
+                x0, y0, x1, y1 = x0 - left, y0 - top, x1 - left, y1 - top
+            img = img.crop((x0, y0, x1, y1))
+        elif kind == "method":
+            img = getattr(img, op[1])(*op[2], **op[3])
+        else:  # "call": a torchvision PIL function
+            img = op[1](img, *op[2], **op[3])
+    return img
+
+
+def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
+    """``ToTensor`` (``x.to(float32).div(255)``) or ``PILToTensor`` of ``img``, then the view's
+    tensor steps (``Normalize``'s ``sub_(mean).div_(std)``, ``tensor[index] = values``), written
+    into ``out`` ``[C, H, W]``."""
+    if isinstance(img, torch.Tensor):
+        out.copy_(img)
+    else:
+        arr = np.array(img)  # writable (torch warns on a read-only array)
+        out.copy_(torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1))
+    if view.scaled:
+        out.div_(255)
+    for step in view.steps:
+        if step[0] == "normalize":
+            out.sub_(step[1]).div_(step[2])
+        else:  # "setitem"
+            out[step[1]] = step[2]
+
+
+#: recorded torchvision PIL functions with a PIL twin: original -> (kernel, twin, number of args)
+_CALL_TWINS: dict = {}
+#: ImageEnhance classes (recorded as ``enhanced``) -> (kernel, twin, number of args)
+_ENHANCER_TWINS = {"Brightness": ("adjust_brightness", "pil_adjust_brightness", 1),
+                   "Contrast": ("adjust_contrast", "pil_adjust_contrast", 1),
+                   "Color": ("adjust_saturation", "pil_adjust_saturation", 1),
+                   "Sharpness": ("adjust_sharpness", "pil_adjust_sharpness", 1)}
+
+
+def _fill_call_twins() -> None:
+    """``_CALL_TWINS`` from torchvision's PIL functions (the originals, which the records hold)
+    and ``ImageOps``' histogram ops (with their default arguments only)."""
+    import PIL.ImageOps as ImageOps
+    import torchvision.transforms._functional_pil as F_pil  # type: ignore[import-untyped, unused-ignore]
+
+    def original(fn):
+        return getattr(fn, "__wrapped__", fn)
+
+    for name in ("adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "adjust_sharpness"):
+        _CALL_TWINS[original(getattr(F_pil, name))] = (name, f"pil_{name}", 1)
+    _CALL_TWINS[original(F_pil.to_grayscale)] = ("rgb_to_grayscale", "pil_rgb_to_grayscale", 1)
+    _CALL_TWINS[original(F_pil.autocontrast)] = ("autocontrast", "pil_autocontrast", 0)
+    _CALL_TWINS[original(F_pil.equalize)] = ("equalize", "pil_equalize", 0)
+    _CALL_TWINS[original(ImageOps.autocontrast)] = ("autocontrast", "pil_autocontrast", 0)
+    _CALL_TWINS[original(ImageOps.equalize)] = ("equalize", "pil_equalize", 0)
+
+
+@functools.cache
+def _twin_ok(kernel: str) -> bool:
+    """The PIL twin of ``kernel`` gives the installed Pillow's bits on its probe."""
+    return twin_reason(kernel) is None
+
+
+@functools.cache
+def _blur_ok() -> bool:
+    """``pil_gaussian_blur`` gives ``ImageFilter.GaussianBlur``'s bits on probe images of the
+    installed Pillow (radii of the self-supervised recipes, 0, fractional, anisotropic; tiny,
+    thin and very wide images of 1 and 3 channels)."""
+    rng = np.random.default_rng(5)
+    try:
+        for h, w in ((37, 41), (1, 1), (2, 9), (9, 1), (3, 700), (96, 96)):
+            for c in (1, 3):
+                arr = rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+                image = PIL.Image.fromarray(arr[..., 0] if c == 1 else arr, "L" if c == 1 else "RGB")
+                tensor = torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+                for radius in (0.1, 0.5, 1.0, 1.37, 2.0, 0.0, (0.7, 1.9), 5.5):
+                    rx, ry = (radius, radius) if isinstance(radius, float) else radius
+                    want = np.asarray(image.filter(PIL.ImageFilter.GaussianBlur(radius))).reshape(h, w, c)
+                    got = _kernel(tensor, "pil_gaussian_blur", [3], [rx, ry]).permute(1, 2, 0).numpy()
+                    if not np.array_equal(got, want):
+                        return False
+    except Exception:  # noqa: BLE001 -- a probe that cannot run proves nothing
+        return False
+    return True
+
+
+def _flat_output(result: Any) -> list:
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+class TracedPipeline:
+    """A user's transform on PIL images, traced per sample and replayed on the threads engine
+    (see the module's docstring). Built by :meth:`compile`; the engine calls :meth:`plan_batch`
+    (or :meth:`plan`) and :meth:`run`.
+
+    Attributes:
+        transform: the user's transform (called on ``Image.open(f).convert("RGB")``).
+        listed: it returns a list of views (``channels``/``size`` are then per view).
+        channels, size: output channels and ``(H, W)`` (lists, one per view, when ``listed``).
+        float_output: the views are float32 (``ToTensor``), else uint8 (``PILToTensor``).
+        literal_samples: ``{reason: count}`` of samples run as written, so far.
+    """
+
+    def __init__(self, transform: Any, shapes: list[tuple], dtype: torch.dtype, listed: bool, max_pixels: int):
+        self.transform = transform
+        self.listed = listed
+        self.shapes = shapes
+        channels = [s[0] for s in shapes]
+        sizes = [tuple(s[1:]) for s in shapes]
+        self.channels: Any = channels if listed else channels[0]
+        self.size: Any = sizes if listed else sizes[0]
+        self.float_output = dtype == torch.float32
+        self.dtype = dtype
+        self.max_pixels = int(max_pixels)
+        self.literal_samples: collections.Counter = collections.Counter()
+        self._count_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def compile(cls, transform: Any, max_pixels: int = fio.DEFAULT_MAX_PIXELS) -> TracedPipeline:
+        """Trace ``transform`` on stand-in images of a few sizes under a few seeds; the views'
+        shapes and dtype must not depend on them (a batch needs one).
+
+        Raises:
+            Unsupported: the transform reads pixels, returns something other than tensors made
+                by ``ToTensor``/``PILToTensor`` (a list of them), or shapes that vary; or the
+                installed Pillow does not give fastprep's decode bits.
+        """
+        if not callable(transform):
+            raise Unsupported(f"the transform is a {type(transform).__name__}, not callable")
+        reason = pil_exact_reason()
+        if reason is not None:
+            raise Unsupported(reason)
+        if torch.get_default_dtype() != torch.float32:
+            raise Unsupported(f"torch's default dtype is {torch.get_default_dtype()}: ToTensor's output is traced as "
+                              "float32")
+        install_hooks()
+        if not _CALL_TWINS:
+            _fill_call_twins()
+        found: set = set()
+        errors = []
+        for w, h in _PROBE_SIZES:
+            for k in range(_PROBES_PER_SIZE):
+                key = sample_key(0x7472616365, w * 1000 + h, k)
+                try:
+                    views, listed = _trace(transform, w, h, key)
+                except PixelRead as e:
+                    raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image: {e}; it runs as "
+                                      "written") from None
+                except Exception as e:  # noqa: BLE001 -- maybe the user's own error on some draws
+                    errors.append(e)
+                    continue
+                found.add((tuple(tuple(v.shape) for v in views), tuple(v.dtype for v in views), listed))
+        if not found:
+            first = errors[0]
+            raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image raised "
+                              f"{type(first).__name__}: {first}; it runs as written")
+        if len(found) > 1:
+            raise Unsupported(f"{type(transform).__name__}'s outputs change shape or dtype with the image or the "
+                              f"draws ({sorted(str(f[0]) for f in found)[:3]}): a batch needs one")
+        shapes, dtypes, listed = found.pop()
+        if len(set(dtypes)) > 1:
+            raise Unsupported(f"{type(transform).__name__}'s views are of several dtypes: the loader needs one kind")
+        return cls(transform, list(shapes), dtypes[0], listed, max_pixels)
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self, data: torch.Tensor, key: int | None = None) -> TracedPlan:
+        """Trace the transform for one sample (``key``: its ``sample_key``; ``None``: a fresh
+        draw, as an unseeded loader's sample).
+
+        Raises:
+            fastprep.io.DecodeError: the file is not an image Pillow or fastprep can read, or
+                has more than ``max_pixels`` pixels.
+            Exception: what the transform itself raises on this sample (run as written).
+        """
+        if key is None:
+            key = int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
+        jpeg = _is_plain_jpeg(data)
+        if jpeg:
+            info = fio.jpeg_info(data)
+            width, height = info.width, info.height
+            if self.max_pixels and width * height > self.max_pixels:
+                raise fio.DecodeError(f"image of {height}x{width} = {width * height} pixels exceeds "
+                                      f"max_pixels={self.max_pixels}")
+        else:
+            width, height = self._pillow_size(data)
+        try:
+            views, _ = _trace(self.transform, width, height, key)
+            self._check(views)
+        except PixelRead as e:
+            return self._literal(data, key, str(e))
+        except Exception as e:  # noqa: BLE001 -- the user's own error: its own run raises it
+            return self._literal(data, key, f"tracing raised {type(e).__name__}")
+        window = _union_window(views, width, height) if jpeg else None
+        return TracedPlan(key, views=views, window=window, pillow=not jpeg)
+
+    def _pillow_size(self, data: torch.Tensor) -> tuple[int, int]:
+        try:
+            with PIL.Image.open(_io.BytesIO(data.numpy().tobytes())) as im:
+                return im.size
+        except PIL.UnidentifiedImageError:
+            raise fio.DecodeError(f"Pillow cannot identify the image data (first bytes "
+                                  f"{data[:8].numpy().tobytes()!r})") from None
+
+    def _check(self, views: list[LazyTensor]) -> None:
+        got = [tuple(v.shape) for v in views]
+        if got != [tuple(s) for s in self.shapes] or any(v.dtype != self.dtype for v in views):
+            raise PixelRead(f"the views' shapes {got} differ from the batch's {self.shapes}")
+
+    def _literal(self, data: torch.Tensor, key: int, reason: str) -> TracedPlan:
+        """The transform as written on ``Image.open(f).convert("RGB")`` under the sample's seeds."""
+        image = open_rgb(data.numpy().tobytes(), self.max_pixels)
+        with keyed_sample_rng(key):
+            result = self.transform(image)
+        with self._count_lock:
+            self.literal_samples[reason] += 1
+        return TracedPlan(key, literal=_flat_output(result), reason=reason)
+
+    def plan_batch(self, datas, keys, *, max_pixels: int = 0, exif: bool = False) -> list:
+        """:meth:`plan` per sample, as ``(route, value)`` (:meth:`NativePipeline.plan_batch`'s
+        routes): ``("plan", TracedPlan)``, ``("error", message)`` for a file that cannot be
+        read, ``("python", None)`` for a sample whose transform raises (the per-sample path
+        raises it again, naming the file) or an EXIF-rotated JPEG with ``exif``."""
+        out: list = []
+        for data, key in zip(datas, keys):
+            try:
+                out.append(("plan", self.plan(data, key)))
+            except fio.DecodeError as e:
+                out.append(("error", str(e)))
+            except Exception:  # noqa: BLE001 -- raised again by the per-sample path
+                out.append(("python", None))
+        return out
+
+    # ------------------------------------------------------------------ running
+
+    def _executor(self, threads: int) -> ThreadPoolExecutor:
+        if self._pool is None or self._pool_size != threads:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="fastprep-trace")
+            self._pool_size = threads
+        return self._pool
+
+    def run(self, datas, plans, out, *, num_threads: int | None = None, timings: dict | None = None,
+            color=None, mean=None, std=None) -> list[tuple[int, str]]:
+        """Fill row ``i`` of ``out`` (one tensor, or a list with one per view) with sample ``i``.
+
+        Returns:
+            ``(status, message)`` per sample: ``(0, "")``, or ``(2, message)`` where its file
+            cannot be decoded or its transform raised.
+        """
+        if color is not None or mean is not None or std is not None:
+            raise ValueError("a traced transform converts to float itself: color, mean and std do not apply")
+        outs = list(out) if isinstance(out, list) else [out]
+        datas, plans = list(datas), list(plans)
+        threads = max(1, min(int(num_threads or usable_cpus()), len(datas)))
+        rows = [[o[j] for o in outs] for j in range(len(datas))]
+        if threads == 1:
+            return [self._run_one(d, p, r) for d, p, r in zip(datas, plans, rows)]
+        return list(self._executor(threads).map(self._run_one, datas, plans, rows))
+
+    def _run_one(self, data: torch.Tensor, plan: TracedPlan, rows: list) -> tuple[int, str]:
+        try:
+            if plan.literal is None:
+                try:
+                    base = self._source(data, plan)
+                    for view, row in zip(plan.views, rows):
+                        _write_tensor(view, _replay(view.image.ops, base), row)
+                    return 0, ""
+                except Exception as e:  # noqa: BLE001 -- an op the replay could not make: as written
+                    plan = self._literal(data, plan.key, f"replaying raised {type(e).__name__}")
+            results = plan.literal
+            if len(results) != len(rows) or any(not isinstance(r, torch.Tensor) or r.shape != row.shape
+                                                or r.dtype != row.dtype for r, row in zip(results, rows)):
+                got = [(tuple(r.shape), r.dtype) if isinstance(r, torch.Tensor) else type(r).__name__
+                       for r in results]
+                return 2, f"the transform gave {got}, the batch needs {[(tuple(r.shape), r.dtype) for r in rows]}"
+            for r, row in zip(results, rows):
+                row.copy_(r)
+            return 0, ""
+        except Exception as e:  # noqa: BLE001 -- reported for this sample
+            return 2, f"{type(e).__name__}: {e}"
+
+    def _source(self, data: torch.Tensor, plan: TracedPlan) -> _Decoded:
+        """The decoded image (window) the views are cut from."""
+        if not plan.pillow:
+            top, left, height, width = plan.window
+            try:
+                rgb = fio.decode_jpeg_roi(data, top, left, height, width, "RGB", max_pixels=self.max_pixels,
+                                          strict=True, channels_last=True)
+            except fio.DecodeError:
+                pass  # a warning or an error: Pillow's decode is the reference
+            else:
+                return _Decoded(rgb, (left, top))
+        return _Decoded(None, (0, 0), open_rgb(data.numpy().tobytes(), self.max_pixels))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.transform).__name__}, views={self.shapes})"
+
+
+def _trace(transform: Any, width: int, height: int, key: int) -> tuple[list[LazyTensor], bool]:
+    """The transform called on a stand-in RGB image of ``width`` x ``height`` under the seeds
+    of ``key``: its views and whether it returned a list."""
+    source = object()
+    with keyed_sample_rng(key):
+        result = transform(LazyImage("RGB", (width, height), source))
+    leaves = view_leaves(result)
+    if leaves is None:
+        raise PixelRead(f"the transform returned a {type(result).__name__}, not ToTensor/PILToTensor tensors (or a "
+                        "list of them)")
+    views, listed = leaves
+    if any(v.image.trace_source is not source for v in views):
+        raise PixelRead("a view was not made from this sample's image")
+    return views, listed

@@ -1,0 +1,425 @@
+"""A user's own transform (multi-crop classes, user steps on PIL images) traced on the threads
+engine: fastprep.data.traced and fastprep.transforms._trace.
+
+The reference is always the user's dataset run literally: ``default_collate([with sample_rng(S,
+e, i): dataset[i] ...])`` -- torchvision's ImageFolder opening the files with Pillow, the user's
+classes drawing from torch, Python's ``random`` and NumPy -- never another fastprep path.
+"""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+import torchvision.transforms.functional as F
+from PIL import Image, ImageEnhance, ImageFilter, ImageOps
+from torch.utils.data import Subset, default_collate
+from torchvision.datasets import ImageFolder
+from torchvision.transforms import v2
+
+from conftest import make_jpeg
+from fastprep.bench.synthetic import photo_like
+from fastprep.data import DataLoader, sample_rng
+from fastprep.transforms._trace import LazyImage, PixelRead, install_hooks
+
+SEED = 11
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+# (encoding, height, width): gray, CMYK, progressive, tiny, very wide; one PNG
+_FILES = [("420", 90, 120), ("gray", 64, 96), ("cmyk", 81, 70), ("420-progressive", 100, 66),
+          ("444", 77, 101), ("png", 72, 88), ("420", 3, 2), ("gray-progressive", 1, 1), ("422", 20, 300)]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    top = tmp_path_factory.mktemp("traced")
+    for k, (encoding, h, w) in enumerate(_FILES):
+        folder = top / f"class{k % 2}"
+        folder.mkdir(exist_ok=True)
+        if encoding == "png":
+            Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
+        else:
+            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
+    return str(top)
+
+
+# --- DINO's multi-crop, as its repository writes it (utils.py / main_dino.py) --------------
+
+class GaussianBlur:
+    def __init__(self, p=0.5, radius_min=0.1, radius_max=2.0):
+        self.prob, self.radius_min, self.radius_max = p, radius_min, radius_max
+
+    def __call__(self, img):
+        if not random.random() <= self.prob:
+            return img
+        return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(self.radius_min, self.radius_max)))
+
+
+class Solarization:
+    def __init__(self, p):
+        self.p = p
+
+    def __call__(self, img):
+        if random.random() < self.p:
+            return ImageOps.solarize(img)
+        return img
+
+
+class DataAugmentationDINO:
+    def __init__(self, global_crops_scale=(0.4, 1.0), local_crops_scale=(0.05, 0.4), local_crops_number=8):
+        flip_and_color_jitter = T.Compose([
+            T.RandomHorizontalFlip(p=0.5),
+            T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)], p=0.8),
+            T.RandomGrayscale(p=0.2),
+        ])
+        normalize = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
+        bicubic = T.InterpolationMode.BICUBIC
+        self.global_transfo1 = T.Compose([T.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
+                                          flip_and_color_jitter, GaussianBlur(1.0), normalize])
+        self.global_transfo2 = T.Compose([T.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
+                                          flip_and_color_jitter, GaussianBlur(0.1), Solarization(0.2), normalize])
+        self.local_crops_number = local_crops_number
+        self.local_transfo = T.Compose([T.RandomResizedCrop(96, scale=local_crops_scale, interpolation=bicubic),
+                                        flip_and_color_jitter, GaussianBlur(p=0.5), normalize])
+
+    def __call__(self, image):
+        crops = [self.global_transfo1(image), self.global_transfo2(image)]
+        for _ in range(self.local_crops_number):
+            crops.append(self.local_transfo(image))
+        return crops
+
+
+# --- another multi-crop, with steps invented here ----------------------------------------
+
+class LevelsAndEdges:
+    """A user step: a NumPy coin, then a Pillow point table from a Python draw and a filter
+    chosen by ``random.choice``."""
+
+    def __call__(self, img):
+        if np.random.rand() < 0.3:
+            return img
+        gain = random.uniform(0.7, 1.3)
+        img = img.point(lambda v: min(255, int(v * gain)))
+        return img.filter(random.choice([ImageFilter.SHARPEN, ImageFilter.EDGE_ENHANCE, ImageFilter.SMOOTH]))
+
+
+class ThreeViews:
+    """A tuple of three views of other sizes: bilinear and lanczos crops, v1 Resize + CenterCrop,
+    posterize through ImageOps, grayscale, vertical flips, PILToTensor-free float output."""
+
+    def __init__(self):
+        self.a = T.Compose([T.RandomResizedCrop(64, scale=(0.2, 1.0)), T.RandomVerticalFlip(), LevelsAndEdges(),
+                            T.ToTensor(), T.Normalize((0.5,), (0.25,))])
+        self.b = T.Compose([T.Resize(56), T.CenterCrop(48), T.RandomApply([T.ColorJitter(0.3, 0.3, 0.3, 0.05)]),
+                            T.Grayscale(3), T.ToTensor()])
+        self.c = T.Compose([T.RandomResizedCrop((40, 30), interpolation=T.InterpolationMode.LANCZOS),
+                            LevelsAndEdges(), T.ToTensor(), T.Normalize(MEAN, STD, inplace=True)])
+
+    def __call__(self, img):
+        posterized = ImageOps.posterize(img, random.choice([3, 5]))
+        return self.a(img), self.b(posterized), self.c(img)
+
+
+class AutoLevel:
+    """A user step that reads pixels (``getextrema``)."""
+
+    def __init__(self, small_only=False):
+        self.small_only = small_only
+
+    def __call__(self, img):
+        if self.small_only and min(img.size) > 10:
+            return img
+        lo, hi = img.convert("L").getextrema()
+        return img.point(lambda v: (v - lo) * 255 // max(1, hi - lo))
+
+
+def reference(dataset, order, batch_size, seed=SEED, epoch=0):
+    out = []
+    for start in range(0, len(order), batch_size):
+        samples = []
+        for i in order[start:start + batch_size]:
+            with sample_rng(seed, epoch, i):
+                samples.append(dataset[i])
+        out.append(default_collate(samples))
+    return out
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w) and len(g) == len(w)
+        views_g, views_w = g[0], w[0]
+        assert type(views_g) is type(views_w)
+        if isinstance(views_w, torch.Tensor):
+            views_g, views_w = [views_g], [views_w]
+        assert len(views_g) == len(views_w)
+        for a, b in zip(views_g, views_w):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b)
+        assert torch.equal(g[1], w[1])
+
+
+class TestMultiCrop:
+    def test_dino_unchanged_runs_on_threads_bit_for_bit(self, root):
+        ds = ImageFolder(root, DataAugmentationDINO())
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        got = list(loader)
+        assert len(got[0][0]) == 10
+        assert [tuple(v.shape[1:]) for v in got[0][0]] == [(3, 224, 224)] * 2 + [(3, 96, 96)] * 8
+        assert_same(got, reference(ds, list(range(len(ds))), 4))
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # the next epoch
+
+    def test_dino_shuffled_subset(self, root):
+        ds = ImageFolder(root, DataAugmentationDINO(local_crops_number=2))
+        sub = Subset(ds, [8, 0, 3, 5, 2, 7])
+        loader = DataLoader(sub, batch_size=4, shuffle=True, num_workers=1, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        it = iter(loader)
+        order = list(loader.sampler)
+        assert_same(list(it), reference(sub, order, 4))
+
+    @pytest.mark.parametrize("workers", [0, 2])
+    def test_other_views_and_user_steps(self, root, workers):
+        ds = ImageFolder(root, ThreeViews())
+        loader = DataLoader(ds, batch_size=3, num_workers=workers, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        got = list(loader)
+        assert [tuple(v.shape[1:]) for v in got[0][0]] == [(3, 64, 64), (3, 48, 48), (3, 40, 30)]
+        assert_same(got, reference(ds, list(range(len(ds))), 3))
+        if workers:  # resume mid-epoch 1: the batches the saving loader would have given
+            it = iter(loader)
+            next(it)
+            state = loader.state_dict()
+            resumed = DataLoader(ds, batch_size=3, num_workers=workers, seed=SEED)
+            resumed.load_state_dict(state)
+            assert_same(list(resumed), reference(ds, list(range(3, len(ds))), 3, epoch=1))
+
+    def test_single_view_pil_colour_pipeline(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                                          T.RandomGrayscale(0.5), T.ToTensor()]))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+class TestFallback:
+    def test_pixel_reading_transform_runs_as_written(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), AutoLevel(), T.ToTensor()]))
+        loader = DataLoader(ds, batch_size=4, seed=SEED)
+        assert loader.engine == "processes"
+        assert "reads the image's pixels" in loader.engine_reason and "runs as written" in loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+    def test_pixel_read_on_some_samples_runs_them_as_written(self, root):
+        ds = ImageFolder(root, T.Compose([AutoLevel(small_only=True), T.RandomResizedCrop(32), T.ToTensor()]))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+        assert loader.literal_samples, "the tiny images read pixels"
+        assert all("pixels" in reason for reason in loader.literal_samples)
+
+    def test_user_error_surfaces(self, root):
+        class Fails:
+            def __call__(self, img):
+                if img.size == (2, 3):
+                    raise ValueError("no tiny images here")
+                return F.to_tensor(F.resize(img, [8, 8]))
+
+        ds = ImageFolder(root, Fails())
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        with pytest.raises(ValueError, match="no tiny images here"):
+            list(loader)
+
+    def test_output_of_another_kind_is_not_traced(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32)]))  # PIL images out
+        loader = DataLoader(ds, batch_size=None, seed=SEED)
+        assert loader.engine == "processes"
+
+
+class TestLazyImage:
+    def test_pixel_reads_raise(self):
+        img = LazyImage("RGB", (10, 8), object())
+        for read in (lambda: np.asarray(img), img.histogram, lambda: img.getpixel((0, 0)), img.tobytes,
+                     lambda: Image.blend(img, img, 0.5), lambda: img.rotate(10, expand=True)):
+            with pytest.raises(PixelRead):
+                read()
+
+    def test_records_sizes_and_modes(self):
+        img = LazyImage("RGB", (10, 8), object())
+        out = img.crop((1, 2, 7, 8)).resize((5, 4)).transpose(Image.Transpose.ROTATE_90).convert("L")
+        assert (out.size, out.mode) == ((4, 5), "L")
+        assert [op[0] for op in out.ops] == ["crop", "method", "method", "method"]
+
+    def test_hooks_leave_real_images_alone(self):
+        install_hooks()
+        arr = photo_like(20, 30, 3)
+        im = Image.fromarray(arr)
+        got = np.asarray(F.adjust_hue(F.adjust_contrast(im, 1.3), 0.1))
+        import torchvision.transforms._functional_pil as F_pil
+
+        want = np.asarray(F_pil.adjust_hue.__wrapped__(F_pil.adjust_contrast.__wrapped__(im, 1.3), 0.1))
+        assert np.array_equal(got, want)
+        assert torch.equal(F.normalize(F.to_tensor(im), MEAN, STD),
+                           (torch.from_numpy(arr).permute(2, 0, 1).float() / 255 - torch.tensor(MEAN).view(3, 1, 1))
+                           / torch.tensor(STD).view(3, 1, 1))
+
+    def test_lazy_tensor_refuses_computation(self):
+        """A v2 transform would pass an object it does not know through unchanged: the stand-in
+        tensor is a torch.Tensor whose every computation raises instead."""
+        install_hooks()
+        t = F.to_tensor(LazyImage("RGB", (10, 8), object()))
+        assert t.shape == (3, 8, 10) and t.dtype == torch.float32
+        for compute in (lambda: v2.Normalize(MEAN, STD)(t), lambda: t + 1, lambda: torch.stack([t])):
+            with pytest.raises(PixelRead):
+                compute()
+
+    def test_v1_to_tensor_then_v2_normalize_is_exact(self, root):
+        ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(24), T.ToTensor(), v2.Normalize(MEAN, STD)]))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+class TestTimm:
+    """timm's create_transform pipelines (its own classes on PIL images: random interpolation,
+    RandAugment drawing from random and NumPy, MaybeToTensor, RandomErasing on the tensor)."""
+
+    @pytest.mark.parametrize("training", [True, False])
+    def test_create_transform_traced_bit_for_bit(self, root, training):
+        timm_data = pytest.importorskip("timm.data")
+        t = timm_data.create_transform(48, is_training=training, auto_augment="rand-m9-mstd0.5", re_prob=0.5,
+                                       re_mode="pixel", interpolation="random" if training else "bicubic")
+        ds = ImageFolder(root, t)
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))
+
+    def test_posterize_zero_bits_raises_as_the_dataset_does(self, tmp_path):
+        """DeiT's rand-m9-mstd0.5-inc1 can ask Pillow to posterize to 0 bits, which it refuses: the
+        loader raises the same error for the same sample, never "fixes" it."""
+        timm_data = pytest.importorskip("timm.data")
+        path = tmp_path / "img.jpg"
+        path.write_bytes(make_jpeg("420", 20, 20, seed=1))
+
+        class Repeated(torch.utils.data.Dataset):
+            def __init__(self, transform):
+                self.files, self.targets, self.transform = [str(path)] * 3000, [0] * 3000, transform
+
+            def __len__(self):
+                return len(self.files)
+
+            def __getitem__(self, i):
+                return self.transform(Image.open(self.files[i]).convert("RGB")), self.targets[i]
+
+            def __fastprep_source__(self):
+                return self.files, self.targets, self.transform
+
+        ds = Repeated(timm_data.create_transform(16, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
+                                                 interpolation="bicubic"))
+        failing = None
+        for i in range(len(ds)):
+            try:
+                with sample_rng(SEED, 0, i):
+                    ds[i]
+            except ValueError as e:
+                failing, message = i, str(e)
+                break
+        assert failing is not None and "bits must be between" in message
+        for engine in ("threads", "processes"):
+            loader = DataLoader(ds, batch_size=2, sampler=[failing - 1, failing], seed=SEED, engine=engine)
+            assert loader.engine == engine
+            with pytest.raises(ValueError, match="bits must be between") as info:
+                list(loader)
+            assert str(path) in str(info.value)
+
+
+def _recorded(fn):
+    """The op a lazy image records for ``fn(image)``."""
+    install_hooks()
+    return fn(LazyImage("RGB", (7, 5), object())).ops[-1]
+
+
+@pytest.mark.parametrize("make", [
+    lambda im: F.adjust_hue(im, 0.23), lambda im: F.adjust_contrast(im, 1.7), lambda im: F.adjust_saturation(im, 0.4),
+    lambda im: F.adjust_brightness(im, 1.3), lambda im: F.adjust_sharpness(im, 1.9),
+    lambda im: F.rgb_to_grayscale(im, 3), lambda im: F.rgb_to_grayscale(im, 1), lambda im: F.autocontrast(im),
+    lambda im: F.equalize(im),
+    lambda im: ImageOps.autocontrast(im), lambda im: ImageOps.equalize(im), lambda im: ImageOps.solarize(im, 100),
+    lambda im: ImageOps.posterize(im, 3), lambda im: im.filter(ImageFilter.GaussianBlur(1.3)),
+    lambda im: im.filter(ImageFilter.GaussianBlur((0.4, 2.2))), lambda im: im.convert("L"),
+    lambda im: im.transpose(Image.Transpose.FLIP_LEFT_RIGHT), lambda im: im.transpose(Image.Transpose.FLIP_TOP_BOTTOM),
+    lambda im: ImageEnhance.Color(im).enhance(0.3), lambda im: ImageEnhance.Contrast(im).enhance(0.3),
+])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 2), (2, 300), (41, 37)])
+def test_tensor_replay_equals_pillow(make, shape):
+    """Each op the replay runs on a view's tensor (a PIL twin, a flip, a table) gives what Pillow
+    itself gives, on tiny, thin, very wide and odd images."""
+    from fastprep.data.traced import _fill_call_twins, _tensor_op, _to_pil
+
+    op = _recorded(make)
+    _fill_call_twins()
+    h, w = shape
+    arr = photo_like(max(h, 8), max(w, 8), h * w)[:h, :w]
+    want = np.asarray(make(Image.fromarray(arr)))
+    got = _tensor_op(op, torch.from_numpy(arr).permute(2, 0, 1))
+    assert got is not None, f"{op[:2]} has no kernel"
+    assert np.array_equal(np.asarray(_to_pil(got)), want)
+
+
+def test_iterating_inside_sample_rng_raises_instead_of_hanging(root, monkeypatch):
+    """The threads engine's traces take the lock sample_rng holds: a loader iterated inside a
+    sample_rng block raises (after a wait) rather than waiting forever."""
+    import fastprep._seeding as seeding
+
+    monkeypatch.setattr(seeding, "RNG_LOCK_TIMEOUT_S", 0.3)
+    ds = ImageFolder(root, DataAugmentationDINO(local_crops_number=1))
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    with sample_rng(SEED, 0, 0):
+        with pytest.raises(Exception, match="sample_rng") as info:
+            list(loader)
+    assert isinstance(info.value, seeding.RngBusy) or isinstance(info.value.__cause__, seeding.RngBusy)
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # and works after it
+
+
+class DINOv2Like:
+    """DINOv2's augmentation shape: torchvision's own v1 GaussianBlur (a tensor computation inside
+    torchvision) and RandomSolarize on PIL images, inside a RandomApply subclass."""
+
+    class Blur(T.RandomApply):
+        def __init__(self, p):
+            super().__init__([T.GaussianBlur(kernel_size=9, sigma=(0.1, 2.0))], p=p)
+
+    def __init__(self):
+        self.view = T.Compose([T.RandomResizedCrop(40, interpolation=T.InterpolationMode.BICUBIC),
+                               T.RandomHorizontalFlip(), self.Blur(0.5), T.RandomSolarize(128, p=0.5),
+                               T.ToTensor(), T.Normalize(MEAN, STD)])
+
+    def __call__(self, image):
+        return {"views": [self.view(image), self.view(image)]}["views"]
+
+
+def test_dinov2_like_views(root):
+    ds = ImageFolder(root, DINOv2Like())
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: T.Compose([T.Resize((32, 32)), T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                       T.Normalize(MEAN, STD)]),
+    lambda: T.Compose([T.Resize((30, 26)), T.Pad((3, 1), padding_mode="reflect"), T.RandomRotation(20),
+                       T.RandomAffine(10, translate=(0.1, 0.1), shear=5), T.ToTensor(), T.RandomErasing(p=0.7)]),
+    lambda: T.Compose([T.RandomResizedCrop(28), T.ToTensor(), T.Normalize(MEAN, STD),
+                       T.RandomErasing(p=0.9, value="random")]),
+])
+def test_cifar_style_and_geometry_pipelines(root, make):
+    """Padding (CIFAR's RandomCrop(32, padding=4)), rotation, affine and v1 RandomErasing (a copy,
+    then a write of values drawn during the trace) on PIL images, traced."""
+    ds = ImageFolder(root, make())
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
