@@ -75,8 +75,8 @@ class DataLoader:
             order of epoch ``e`` is keyed by ``(seed, e)``.
         on_error: ``"raise"``, or ``"skip"`` a sample that fails: a file that cannot be read
             (threads: :class:`fastprep.io.DecodeError`; processes: ``OSError``, Pillow's
-            errors) or, on the processes engine, any exception the dataset's code raises for
-            that sample (your transform refusing a draw): another sample, chosen from the
+            errors) or any exception the dataset's code raises for that sample (your
+            transform refusing a draw): another sample, chosen from the
             failed index in a fixed order, takes its place (counted in :attr:`skipped`, named
             with the error in :attr:`skipped_files`).
         engine: ``None`` (threads when possible), ``"threads"`` (``ValueError`` with the reason
@@ -171,6 +171,7 @@ class DataLoader:
 
     def _setup_threads(self, files: JpegDataset, pipeline, args: dict) -> None:
         files.count_skips_at_delivery = True
+        files.skip_errors = (Exception,)  # on_error="skip": a transform's own error too
         files.warn_fallback = False  # Pillow decoding a PNG is what the dataset itself does
         sampler = self.sampler = self._sampler(len(files), args)
         self.batch_sampler = None

@@ -202,6 +202,10 @@ class JpegDataset(Dataset):
         #: warn (once per process) when a file takes the full-decode fallback; off in
         #: :class:`~fastprep.data.DataLoader`, where Pillow decoding them is what the dataset does
         self.warn_fallback = True
+        #: the errors ``on_error="skip"`` replaces a sample for: a file that cannot be
+        #: decoded; :class:`~fastprep.data.DataLoader` adds any exception the user's
+        #: transform raises for a sample (the drop-in's documented ``"skip"``)
+        self.skip_errors: tuple[type[BaseException], ...] = (fio.DecodeError,)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -439,13 +443,13 @@ class JpegDataset(Dataset):
             return self._load(index), None
         try:
             return self._load(index), None
-        except fio.DecodeError as e:
+        except self.skip_errors as e:
             failure = e
         tries = min(self.max_skip_attempts, len(self.files) - 1)
         for attempt in range(tries):
             try:
                 sample = self._load(self.substitute(index, attempt))
-            except fio.DecodeError:
+            except self.skip_errors:
                 continue
             return sample, SkippedFile.from_error(index, self.files[index], failure)
         raise fio.DecodeError(f"on_error='skip': {failure} -- and none of the {tries} substitutes tried "

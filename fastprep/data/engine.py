@@ -572,7 +572,7 @@ class _EpochRun:
                     batch.skips.append(SkippedFile.from_error(failed.index, _sample_name(self.dataset, failed.index),
                                                               failed.error))
                     return self.dataset.targets[sample.index]
-            if not isinstance(sample.error, fio.DecodeError):
+            if not isinstance(sample.error, self.dataset.skip_errors):
                 batch.error = sample.error
                 return None
         error = fio.DecodeError(f"on_error='skip': {failed.error} -- and none of the {tries} substitutes tried "
@@ -595,7 +595,7 @@ class _EpochRun:
         for j, s in enumerate(samples):
             if s.error is None or batch.error is not None:
                 continue
-            if self.dataset.on_error == "skip" and isinstance(s.error, fio.DecodeError):
+            if self.dataset.on_error == "skip" and isinstance(s.error, self.dataset.skip_errors):
                 target = self._substitute(s, _rows(images, j, j + 1), batch, num_threads)
                 if target is not None:
                     targets[j] = target
