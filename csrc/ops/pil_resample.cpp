@@ -23,12 +23,18 @@
 
 #include "ops/pil_resample.h"
 
+#include "isa.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
+
+#if FP_HAVE_AVX2_TARGET
+#include <immintrin.h>
+#endif
 
 namespace fastprep {
 namespace {
@@ -141,7 +147,7 @@ void identity_taps(Taps& t, int64_t out_start, int64_t n) {
   t.lo = out_start, t.hi = out_start + n;
 }
 
-inline uint8_t clip8(int32_t v) {
+FP_ALWAYS_INLINE uint8_t clip8(int32_t v) {
   v >>= kPrecisionBits;  // arithmetic shift, as Pillow's (floor)
   return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
@@ -179,6 +185,61 @@ void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
   }
 }
 
+#if FP_HAVE_AVX2_TARGET
+// The horizontal pass of RGB rows on AVX2, Pillow's integer arithmetic unchanged: the taps go
+// two at a time, one 8-byte load giving [R G B R' G' B' - -] as eight int32 lanes, multiplied
+// by `pairs` (per output pixel, per tap pair: [w w w w' w' w' 0 0], the same int32 weights)
+// and summed; the two halves then added, shifted and clamped as clip8 does. Integer sums, so
+// the order of the additions leaves the bytes as they are. An output pixel whose loads would
+// pass the row's end (its last taps: the bytes past the pair) takes the scalar loop.
+FP_TARGET_AVX2 void h_pass_rgb_avx2(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
+                                    const Taps& t, const int32_t* pairs, int P, int64_t col0, uint8_t* out,
+                                    int64_t n, bool reverse) {
+  const __m256i init = _mm256_setr_epi32(1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
+                                         1 << (kPrecisionBits - 1), 0, 0, 0, 0, 0);
+  const __m256i fold = _mm256_setr_epi32(3, 4, 5, 7, 7, 7, 7, 7);
+  const int64_t row_bytes = width * 3;
+  for (int64_t r = 0; r < rows; r++) {
+    const uint8_t* line = in + r * in_stride;
+    uint8_t* o = out + r * n * 3;
+    for (int64_t j = 0; j < n; j++) {
+      const int64_t at = t.first[(size_t)j] - col0;
+      uint8_t* d = o + (reverse ? n - 1 - j : j) * 3;
+      if (at * 3 + 6 * (int64_t)P + 2 > row_bytes) {
+        h_pixel<3, 0>(line + at * 3, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], d);
+        continue;
+      }
+      const uint8_t* p = line + at * 3;
+      const int32_t* w = pairs + j * P * 8;
+      __m256i s = init;
+      for (int q = 0; q < P; q++) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 6 * q)));
+        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 8 * q));
+        s = _mm256_add_epi32(s, _mm256_mullo_epi32(x, wq));
+      }
+      __m128i v = _mm256_castsi256_si128(_mm256_add_epi32(s, _mm256_permutevar8x32_epi32(s, fold)));
+      v = _mm_srai_epi32(v, kPrecisionBits);  // arithmetic shift, then [0, 255] by saturation
+      const __m128i w16 = _mm_packs_epi32(v, v);
+      const uint32_t px = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(w16, w16));
+      d[0] = (uint8_t)px, d[1] = (uint8_t)(px >> 8), d[2] = (uint8_t)(px >> 16);
+    }
+  }
+}
+
+// The weights of `t` laid out for h_pass_rgb_avx2: P pairs per output pixel (P = ceil(the
+// most taps an output pixel has / 2); lanes past an output's taps hold 0.
+void rgb_pairs(const Taps& t, int64_t n, int P, std::vector<int32_t>& pairs) {
+  pairs.assign((size_t)(n * P * 8), 0);
+  for (int64_t j = 0; j < n; j++) {
+    const int32_t* w = &t.w[(size_t)(j * t.K)];
+    for (int x = 0; x < t.count[(size_t)j]; x++) {
+      int32_t* lane = &pairs[(size_t)((j * P + x / 2) * 8 + (x % 2) * 3)];
+      lane[0] = lane[1] = lane[2] = w[x];
+    }
+  }
+}
+#endif
+
 template <int C>
 void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t, int64_t col0,
             uint8_t* out, int64_t n, bool reverse) {
@@ -187,6 +248,15 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
       std::memcpy(out + r * n * C, in + r * in_stride + (t.first[0] - col0) * C, (size_t)(n * C));
     return;
   }
+#if FP_HAVE_AVX2_TARGET
+  if (C == 3 && t.K > 1 && isa_level() >= kIsaAvx2) {
+    const int taps = n ? *std::max_element(t.count.begin(), t.count.begin() + n) : 1;  // often K - 1 or K - 2
+    const int P = (taps + 1) / 2;
+    std::vector<int32_t> pairs;
+    rgb_pairs(t, n, P, pairs);
+    return h_pass_rgb_avx2(in, in_stride, rows, width, t, pairs.data(), P, col0, out, n, reverse);
+  }
+#endif
   switch (t.K) {
     case 3: return h_pass_k<C, 3>(in, in_stride, rows, width, t, col0, out, n, reverse);
     case 5: return h_pass_k<C, 5>(in, in_stride, rows, width, t, col0, out, n, reverse);
@@ -195,22 +265,40 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
   }
 }
 
+// One output row of the vertical pass: `count` input rows `in_stride` apart, weights `w`, `len`
+// bytes; in blocks of kBlock bytes whose sums stay in registers. Integer sums, so each ISA
+// variant gives the same bytes.
+constexpr int64_t kBlock = 64;
+
+FP_ALWAYS_INLINE void v_row_body(const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t len,
+                                 uint8_t* __restrict o) {
+  int64_t x0 = 0;
+  for (; x0 + kBlock <= len; x0 += kBlock) {
+    int32_t a[kBlock];
+    for (int64_t x = 0; x < kBlock; x++) a[x] = 1 << (kPrecisionBits - 1);
+    for (int y = 0; y < count; y++) {
+      const uint8_t* __restrict line = in + y * in_stride + x0;
+      const int32_t wy = w[y];
+      for (int64_t x = 0; x < kBlock; x++) a[x] += (int32_t)line[x] * wy;
+    }
+    for (int64_t x = 0; x < kBlock; x++) o[x0 + x] = clip8(a[x]);
+  }
+  for (int64_t x = x0; x < len; x++) {
+    int32_t a = 1 << (kPrecisionBits - 1);
+    for (int y = 0; y < count; y++) a += (int32_t)in[y * in_stride + x] * w[y];
+    o[x] = clip8(a);
+  }
+}
+
+FP_VARIANTS(v_row, (const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t len, uint8_t* o),
+            (in, in_stride, w, count, len, o))
+
 // Vertical pass: out row j = taps over rows of `in` (rows relative to row0), `len` bytes a row.
 void v_pass(const uint8_t* in, int64_t in_stride, int64_t row0, const Taps& t, int64_t rows_out, int64_t len,
-            uint8_t* out, std::vector<int32_t>& acc) {
-  acc.resize((size_t)len);
-  for (int64_t j = 0; j < rows_out; j++) {
-    int32_t* __restrict a = acc.data();  // (uint8_t may alias anything: say it does not)
-    for (int64_t x = 0; x < len; x++) a[x] = 1 << (kPrecisionBits - 1);
-    const int32_t* w = &t.w[(size_t)(j * t.K)];
-    for (int y = 0; y < t.count[(size_t)j]; y++) {
-      const uint8_t* __restrict line = in + (t.first[(size_t)j] + y - row0) * in_stride;
-      const int32_t wy = w[y];
-      for (int64_t x = 0; x < len; x++) a[x] += (int32_t)line[x] * wy;
-    }
-    uint8_t* __restrict o = out + j * len;
-    for (int64_t x = 0; x < len; x++) o[x] = clip8(a[x]);
-  }
+            uint8_t* out) {
+  for (int64_t j = 0; j < rows_out; j++)
+    v_row(in + (t.first[(size_t)j] - row0) * in_stride, in_stride, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], len,
+          out + j * len);
 }
 
 void h_pass_any(int64_t C, const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t,
@@ -276,12 +364,11 @@ void pil_resample_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64
   check_reads(th, in_left, W, "column");
   check_reads(tv, in_top, H, "row");
   const int64_t orow = out_w * C;
-  std::vector<int32_t> acc;
   if (vertical_first(full_in_h, full_in_w, full_out_h, full_out_w)) {
     // The vertical pass over the columns the horizontal pass reads, then the horizontal pass.
     const int64_t c0 = th.lo, cols = th.hi - th.lo;
     std::unique_ptr<uint8_t[]> tmp(new uint8_t[(size_t)(out_h * cols * C)]);
-    v_pass(ip + (tv.lo - in_top) * rs + (c0 - in_left) * C, rs, tv.lo, tv, out_h, cols * C, tmp.get(), acc);
+    v_pass(ip + (tv.lo - in_top) * rs + (c0 - in_left) * C, rs, tv.lo, tv, out_h, cols * C, tmp.get());
     h_pass_any(C, tmp.get(), cols * C, out_h, cols, th, c0, op, out_w, hflip);
     return;
   }
@@ -293,7 +380,7 @@ void pil_resample_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64
     std::memcpy(op, tmp.get(), (size_t)(rows * orow));
     return;
   }
-  v_pass(tmp.get(), orow, r0, tv, out_h, orow, op, acc);
+  v_pass(tmp.get(), orow, r0, tv, out_h, orow, op);
 }
 
 static void check_group(c10::ArrayRef<int64_t> values, size_t expected, const char* name, const char* fields) {
