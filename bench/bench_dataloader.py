@@ -87,6 +87,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--quick", action="store_true", help="16 synthetic images, one run, 64-pixel crops")
+    parser.add_argument("--only", default="", help="run only the pipelines whose name contains this text")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.size, args.root = 1, 64, None
@@ -97,6 +98,8 @@ def main(argv=None) -> dict:
               f"num_workers={args.workers}, {args.runs} runs per loader (alternating), median samples/s")
         results = {}
         for name, make in pipelines(args.size).items():
+            if args.only not in name:
+                continue
             dataset = ImageFolder(root, make())
             fast = fd.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
             ref = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
