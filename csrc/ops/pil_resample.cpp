@@ -186,18 +186,20 @@ void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
 }
 
 #if FP_HAVE_AVX2_TARGET
-// The horizontal pass of RGB rows on AVX2, Pillow's integer arithmetic unchanged: the taps go
-// two at a time, one 8-byte load giving [R G B R' G' B' - -] as eight int32 lanes, multiplied
-// by `pairs` (per output pixel, per tap pair: [w w w w' w' w' 0 0], the same int32 weights)
-// and summed; the two halves then added, shifted and clamped as clip8 does. Integer sums, so
-// the order of the additions leaves the bytes as they are. An output pixel whose loads would
-// pass the row's end (its last taps: the bytes past the pair) takes the scalar loop.
+// The horizontal pass of RGB rows on AVX2, Pillow's integer sums unchanged. The taps go four
+// at a time: one 16-byte load, shuffled to [R0 R1 G0 G1 B0 B1 0 0 | R2 R3 G2 G3 B2 B3 0 0] as
+// int16, and multiplied pairwise (vpmaddwd) by the weights split into w = hi * 2^12 + lo
+// (lo in [0, 4096), both int16): sum w x = 2^12 sum hi x + sum lo x exactly, in int32 as
+// Pillow sums. The halves then added, shifted and clamped as clip8 does. An output pixel
+// whose load would pass the row's end takes the scalar loop.
+constexpr int kSplitBits = 12;
+
 FP_TARGET_AVX2 void h_pass_rgb_avx2(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
-                                    const Taps& t, const int32_t* pairs, int P, int64_t col0, uint8_t* out,
+                                    const Taps& t, const int16_t* quads, int Q, int64_t col0, uint8_t* out,
                                     int64_t n, bool reverse) {
-  const __m256i init = _mm256_setr_epi32(1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
-                                         1 << (kPrecisionBits - 1), 0, 0, 0, 0, 0);
-  const __m256i fold = _mm256_setr_epi32(3, 4, 5, 7, 7, 7, 7, 7);
+  const __m128i gather = _mm_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, 6, 9, 7, 10, 8, 11, -1, -1);
+  const __m128i init = _mm_setr_epi32(1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
+                                      1 << (kPrecisionBits - 1), 0);
   const int64_t row_bytes = width * 3;
   for (int64_t r = 0; r < rows; r++) {
     const uint8_t* line = in + r * in_stride;
@@ -205,38 +207,46 @@ FP_TARGET_AVX2 void h_pass_rgb_avx2(const uint8_t* in, int64_t in_stride, int64_
     for (int64_t j = 0; j < n; j++) {
       const int64_t at = t.first[(size_t)j] - col0;
       uint8_t* d = o + (reverse ? n - 1 - j : j) * 3;
-      if (at * 3 + 6 * (int64_t)P + 2 > row_bytes) {
+      if (at * 3 + 12 * (int64_t)Q + 4 > row_bytes) {
         h_pixel<3, 0>(line + at * 3, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], d);
         continue;
       }
       const uint8_t* p = line + at * 3;
-      const int32_t* w = pairs + j * P * 8;
-      __m256i s = init;
-      for (int q = 0; q < P; q++) {
-        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 6 * q)));
-        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 8 * q));
-        s = _mm256_add_epi32(s, _mm256_mullo_epi32(x, wq));
+      const int16_t* w = quads + j * Q * 32;
+      __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+      for (int q = 0; q < Q; q++) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * q));
+        const __m256i x = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(b, gather));
+        const __m256i* wq = reinterpret_cast<const __m256i*>(w + 32 * q);
+        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(x, _mm256_loadu_si256(wq)));
+        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(x, _mm256_loadu_si256(wq + 1)));
       }
-      __m128i v = _mm256_castsi256_si128(_mm256_add_epi32(s, _mm256_permutevar8x32_epi32(s, fold)));
-      v = _mm_srai_epi32(v, kPrecisionBits);  // arithmetic shift, then [0, 255] by saturation
-      const __m128i w16 = _mm_packs_epi32(v, v);
-      const uint32_t px = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(w16, w16));
+      const __m256i s = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
+      __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      v = _mm_srai_epi32(_mm_add_epi32(v, init), kPrecisionBits);  // arithmetic shift, then [0, 255]
+      const __m128i v16 = _mm_packs_epi32(v, v);
+      const uint32_t px = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(v16, v16));
       d[0] = (uint8_t)px, d[1] = (uint8_t)(px >> 8), d[2] = (uint8_t)(px >> 16);
     }
   }
 }
 
-// The weights of `t` laid out for h_pass_rgb_avx2: P pairs per output pixel (P = ceil(the
-// most taps an output pixel has / 2); lanes past an output's taps hold 0.
-void rgb_pairs(const Taps& t, int64_t n, int P, std::vector<int32_t>& pairs) {
-  pairs.assign((size_t)(n * P * 8), 0);
+// The weights of `t` laid out for h_pass_rgb_avx2: Q quads per output pixel, each the hi and
+// the lo halves of four taps as 16 int16 lanes [a b a b a b 0 0 | c d c d c d 0 0]; taps past
+// an output's count are 0. False when a weight does not split into int16 halves (|w| >= 2^23:
+// not met with Pillow's normalised filters; the scalar loop runs then).
+bool rgb_quads(const Taps& t, int64_t n, int Q, std::vector<int16_t>& quads) {
+  quads.assign((size_t)(n * Q * 32), 0);
   for (int64_t j = 0; j < n; j++) {
     const int32_t* w = &t.w[(size_t)(j * t.K)];
     for (int x = 0; x < t.count[(size_t)j]; x++) {
-      int32_t* lane = &pairs[(size_t)((j * P + x / 2) * 8 + (x % 2) * 3)];
-      lane[0] = lane[1] = lane[2] = w[x];
+      if (w[x] >= (1 << 23) || w[x] < -(1 << 23)) return false;
+      const int32_t lo = w[x] & ((1 << kSplitBits) - 1), hi = (w[x] - lo) / (1 << kSplitBits);
+      int16_t* lane = &quads[(size_t)((j * Q + x / 4) * 32 + (x % 4 / 2) * 8 + x % 2)];
+      for (int c = 0; c < 3; c++) lane[2 * c] = (int16_t)hi, lane[16 + 2 * c] = (int16_t)lo;
     }
   }
+  return true;
 }
 #endif
 
@@ -251,10 +261,10 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
 #if FP_HAVE_AVX2_TARGET
   if (C == 3 && t.K > 1 && isa_level() >= kIsaAvx2) {
     const int taps = n ? *std::max_element(t.count.begin(), t.count.begin() + n) : 1;  // often K - 1 or K - 2
-    const int P = (taps + 1) / 2;
-    std::vector<int32_t> pairs;
-    rgb_pairs(t, n, P, pairs);
-    return h_pass_rgb_avx2(in, in_stride, rows, width, t, pairs.data(), P, col0, out, n, reverse);
+    const int Q = (taps + 3) / 4;
+    std::vector<int16_t> quads;
+    if (rgb_quads(t, n, Q, quads))
+      return h_pass_rgb_avx2(in, in_stride, rows, width, t, quads.data(), Q, col0, out, n, reverse);
   }
 #endif
   switch (t.K) {
