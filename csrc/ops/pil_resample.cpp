@@ -190,44 +190,85 @@ void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
 // at a time: one 16-byte load, shuffled to [R0 R1 G0 G1 B0 B1 0 0 | R2 R3 G2 G3 B2 B3 0 0] as
 // int16, and multiplied pairwise (vpmaddwd) by the weights split into w = hi * 2^12 + lo
 // (lo in [0, 4096), both int16): sum w x = 2^12 sum hi x + sum lo x exactly, in int32 as
-// Pillow sums. The halves then added, shifted and clamped as clip8 does. An output pixel
-// whose load would pass the row's end takes the scalar loop.
+// Pillow sums. The halves then added, shifted and clamped as clip8 does, four output pixels
+// at a time into a row of 4-byte pixels, then packed to RGB (mirrored when asked). An output
+// pixel whose load would pass the row's end takes the scalar loop.
 constexpr int kSplitBits = 12;
+
+// The sum of one output pixel's taps (without Pillow's rounding half), [R G B 0] in int32.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m128i rgb_taps(const uint8_t* p, const int16_t* w, int Q) {
+  const __m128i gather = _mm_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, 6, 9, 7, 10, 8, 11, -1, -1);
+  __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+  for (int q = 0; q < Q; q++) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * q));
+    const __m256i x = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(b, gather));
+    const __m256i* wq = reinterpret_cast<const __m256i*>(w + 32 * q);
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(x, _mm256_loadu_si256(wq)));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(x, _mm256_loadu_si256(wq + 1)));
+  }
+  const __m256i s = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
+  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+// Pillow's rounding of a sum: (2^21 + s) >> 22 (arithmetic), kept as int32 lanes.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m128i rgb_round(__m128i s) {
+  return _mm_srai_epi32(_mm_add_epi32(s, _mm_set1_epi32(1 << (kPrecisionBits - 1))), kPrecisionBits);
+}
+
+// Output pixel j of a row into px (R G B and a spare byte): the vector sum where its load
+// stays inside the row, else the scalar loop.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE uint32_t rgb_pixel(const uint8_t* line, int64_t at, int64_t row_bytes,
+                                                   const Taps& t, int64_t j, const int16_t* quads, int Q) {
+  uint8_t d[4] = {0, 0, 0, 0};
+  if (at * 3 + 12 * (int64_t)Q + 4 > row_bytes) {
+    h_pixel<3, 0>(line + at * 3, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], d);
+    uint32_t px;
+    std::memcpy(&px, d, 4);
+    return px;
+  }
+  const __m128i v = rgb_round(rgb_taps(line + at * 3, quads + j * Q * 32, Q));
+  const __m128i v16 = _mm_packs_epi32(v, v);  // then [0, 255] by saturation: clip8
+  return (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(v16, v16));
+}
+
+// The row's pixels px[0..n) (4 bytes each) to `o` as RGB, mirrored when `reverse`.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE void rgb_compact(const uint32_t* px, int64_t n, bool reverse, uint8_t* o) {
+  const __m128i fwd = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i rev = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(px + k));
+    const __m128i c = _mm_shuffle_epi8(v, reverse ? rev : fwd);
+    uint8_t* d = o + (reverse ? n - 4 - k : k) * 3;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d), c);
+    const uint32_t tail = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(c, 8));
+    std::memcpy(d + 8, &tail, 4);
+  }
+  for (; k < n; k++) {
+    uint8_t* d = o + (reverse ? n - 1 - k : k) * 3;
+    std::memcpy(d, &px[k], 3);
+  }
+}
 
 FP_TARGET_AVX2 void h_pass_rgb_avx2(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
                                     const Taps& t, const int16_t* quads, int Q, int64_t col0, uint8_t* out,
                                     int64_t n, bool reverse) {
-  const __m128i gather = _mm_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, 6, 9, 7, 10, 8, 11, -1, -1);
-  const __m128i init = _mm_setr_epi32(1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
-                                      1 << (kPrecisionBits - 1), 0);
   const int64_t row_bytes = width * 3;
+  std::vector<uint32_t> px((size_t)n);
   for (int64_t r = 0; r < rows; r++) {
     const uint8_t* line = in + r * in_stride;
-    uint8_t* o = out + r * n * 3;
-    for (int64_t j = 0; j < n; j++) {
-      const int64_t at = t.first[(size_t)j] - col0;
-      uint8_t* d = o + (reverse ? n - 1 - j : j) * 3;
-      if (at * 3 + 12 * (int64_t)Q + 4 > row_bytes) {
-        h_pixel<3, 0>(line + at * 3, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], d);
-        continue;
-      }
-      const uint8_t* p = line + at * 3;
-      const int16_t* w = quads + j * Q * 32;
-      __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
-      for (int q = 0; q < Q; q++) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * q));
-        const __m256i x = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(b, gather));
-        const __m256i* wq = reinterpret_cast<const __m256i*>(w + 32 * q);
-        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(x, _mm256_loadu_si256(wq)));
-        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(x, _mm256_loadu_si256(wq + 1)));
-      }
-      const __m256i s = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
-      __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-      v = _mm_srai_epi32(_mm_add_epi32(v, init), kPrecisionBits);  // arithmetic shift, then [0, 255]
-      const __m128i v16 = _mm_packs_epi32(v, v);
-      const uint32_t px = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(v16, v16));
-      d[0] = (uint8_t)px, d[1] = (uint8_t)(px >> 8), d[2] = (uint8_t)(px >> 16);
+    int64_t j = 0;
+    // four output pixels a step, their roundings and packing done together; the taps'
+    // first columns grow with j, so the fourth pixel's load is the one to check
+    for (; j + 4 <= n && (t.first[(size_t)(j + 3)] - col0) * 3 + 12 * (int64_t)Q + 4 <= row_bytes; j += 4) {
+      __m128i v[4];
+      for (int k = 0; k < 4; k++)
+        v[k] = rgb_round(rgb_taps(line + (t.first[(size_t)(j + k)] - col0) * 3, quads + (j + k) * Q * 32, Q));
+      const __m128i b = _mm_packus_epi16(_mm_packs_epi32(v[0], v[1]), _mm_packs_epi32(v[2], v[3]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(px.data() + j), b);
     }
+    for (; j < n; j++) px[(size_t)j] = rgb_pixel(line, t.first[(size_t)j] - col0, row_bytes, t, j, quads, Q);
+    rgb_compact(px.data(), n, reverse, out + r * n * 3);
   }
 }
 
