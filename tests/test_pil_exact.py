@@ -116,10 +116,12 @@ class TestPilResize:
 
 
 #: the vectorized passes' edges: 1-pixel and 2-pixel rows, widths around the vector loads'
-#: reach (outputs whose taps end at the row's end take the scalar loop), very wide, tall
+#: reach (outputs whose taps end at the row's end take the scalar loop), very wide, tall, and a
+#: downscale with more taps than the vector path takes
 EDGE_SIZES = [((1, 1), (3, 4)), ((1, 2), (1, 7)), ((2, 1), (9, 1)), ((5, 3), (4, 2)), ((9, 4), (7, 3)),
               ((6, 5), (6, 11)), ((13, 6), (13, 2)), ((7, 2000), (3, 224)), ((4, 3001), (4, 17)),
-              ((900, 3), (224, 5)), ((31, 33), (31, 32)), ((8, 16), (8, 15)), ((17, 10), (17, 9))]
+              ((900, 3), (224, 5)), ((31, 33), (31, 32)), ((8, 16), (8, 15)), ((17, 10), (17, 9)),
+              ((2, 5000), (2, 9))]
 
 
 @pytest.fixture(params=["baseline", "avx2"])

@@ -194,6 +194,7 @@ void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
 // at a time into a row of 4-byte pixels, then packed to RGB (mirrored when asked). An output
 // pixel whose load would pass the row's end takes the scalar loop.
 constexpr int kSplitBits = 12;
+constexpr int kMaxQuads = 64;  // the most taps the vector path takes: 4 * kMaxQuads
 
 // The sum of one output pixel's taps (without Pillow's rounding half), [R G B 0] in int32.
 FP_TARGET_AVX2 FP_ALWAYS_INLINE __m128i rgb_taps(const uint8_t* p, const int16_t* w, int Q) {
@@ -303,8 +304,8 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
   if (C == 3 && t.K > 1 && isa_level() >= kIsaAvx2) {
     const int taps = n ? *std::max_element(t.count.begin(), t.count.begin() + n) : 1;  // often K - 1 or K - 2
     const int Q = (taps + 3) / 4;
-    std::vector<int16_t> quads;
-    if (rgb_quads(t, n, Q, quads))
+    std::vector<int16_t> quads;  // 4x the bytes of t.w: past kMaxQuads (a downscale past ~100x) the scalar loop
+    if (Q <= kMaxQuads && rgb_quads(t, n, Q, quads))
       return h_pass_rgb_avx2(in, in_stride, rows, width, t, quads.data(), Q, col0, out, n, reverse);
   }
 #endif
