@@ -318,28 +318,36 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
 }
 
 // One output row of the vertical pass: `count` input rows `in_stride` apart, weights `w`, `len`
-// bytes; in blocks of kBlock bytes whose sums stay in registers. Integer sums, so each ISA
-// variant gives the same bytes.
+// bytes; in blocks of kBlock bytes whose sums stay in registers, the last block ending at the
+// row's end (overlapping the one before: those bytes are computed again, the same values).
+// Integer sums, so each ISA variant gives the same bytes.
 constexpr int64_t kBlock = 64;
+
+FP_ALWAYS_INLINE void v_block(const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t x0,
+                              uint8_t* __restrict o) {
+  int32_t a[kBlock];
+  for (int64_t x = 0; x < kBlock; x++) a[x] = 1 << (kPrecisionBits - 1);
+  for (int y = 0; y < count; y++) {
+    const uint8_t* __restrict line = in + y * in_stride + x0;
+    const int32_t wy = w[y];
+    for (int64_t x = 0; x < kBlock; x++) a[x] += (int32_t)line[x] * wy;
+  }
+  for (int64_t x = 0; x < kBlock; x++) o[x0 + x] = clip8(a[x]);
+}
 
 FP_ALWAYS_INLINE void v_row_body(const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t len,
                                  uint8_t* __restrict o) {
-  int64_t x0 = 0;
-  for (; x0 + kBlock <= len; x0 += kBlock) {
-    int32_t a[kBlock];
-    for (int64_t x = 0; x < kBlock; x++) a[x] = 1 << (kPrecisionBits - 1);
-    for (int y = 0; y < count; y++) {
-      const uint8_t* __restrict line = in + y * in_stride + x0;
-      const int32_t wy = w[y];
-      for (int64_t x = 0; x < kBlock; x++) a[x] += (int32_t)line[x] * wy;
+  if (len < kBlock) {
+    for (int64_t x = 0; x < len; x++) {
+      int32_t a = 1 << (kPrecisionBits - 1);
+      for (int y = 0; y < count; y++) a += (int32_t)in[y * in_stride + x] * w[y];
+      o[x] = clip8(a);
     }
-    for (int64_t x = 0; x < kBlock; x++) o[x0 + x] = clip8(a[x]);
+    return;
   }
-  for (int64_t x = x0; x < len; x++) {
-    int32_t a = 1 << (kPrecisionBits - 1);
-    for (int y = 0; y < count; y++) a += (int32_t)in[y * in_stride + x] * w[y];
-    o[x] = clip8(a);
-  }
+  int64_t x0 = 0;
+  for (; x0 + kBlock <= len; x0 += kBlock) v_block(in, in_stride, w, count, x0, o);
+  if (x0 < len) v_block(in, in_stride, w, count, len - kBlock, o);
 }
 
 FP_VARIANTS(v_row, (const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t len, uint8_t* o),
