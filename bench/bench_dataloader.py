@@ -6,7 +6,11 @@ transform, batch size and workers: samples/s and their ratio, measured in one ru
 ``--root``: an ImageFolder tree (class subfolders), e.g. the real-photo cuts of
 ``bench/make_photo_cuts.py`` linked into a few class folders. Without it (or with
 ``--quick``) a small folder of synthetic photo-like JPEGs is made in a temporary directory.
-Loaders alternate run by run; the median of ``--runs`` epochs is reported per loader.
+Loaders alternate run by run; the median of ``--runs`` epochs is reported per loader, as
+samples/s and as samples per CPU-second (the process's CPU time and its finished workers': on a
+machine shared with other jobs the wall-clock ratio moves with their load, the CPU one much
+less). Run it from the checkout it measures (``PYTHONPATH=.``): ``bench/`` is the script's own
+folder, so an installed fastprep is imported otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -71,12 +76,20 @@ def _synthetic_folder(top: str, count: int) -> str:
     return top
 
 
-def _epoch(loader) -> tuple[int, float]:
-    start = time.perf_counter()
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (torch's workers, which exit at
+    the end of each epoch)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _epoch(loader) -> tuple[int, float, float]:
+    """(samples, samples/s, samples per CPU-second) of one epoch."""
+    start, cpu = time.perf_counter(), _cpu_seconds()
     n = 0
     for images, _ in loader:
         n += images.shape[0]
-    return n, n / (time.perf_counter() - start)
+    return n, n / (time.perf_counter() - start), n / max(_cpu_seconds() - cpu, 1e-9)
 
 
 def main(argv=None) -> dict:
@@ -87,6 +100,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--quick", action="store_true", help="16 synthetic images, one run, 64-pixel crops")
+    parser.add_argument("--only", default="", help="run only the pipelines whose name contains this text")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.size, args.root = 1, 64, None
@@ -94,9 +108,12 @@ def main(argv=None) -> dict:
         root = args.root or _synthetic_folder(tmp, 16 if args.quick else 256)
         print(f"CPU: {_cpu()}; Python {platform.python_version()}, torch {torch.__version__}")
         print(f"ImageFolder {root if args.root else '(synthetic)'}, batch {args.batch_size}, "
-              f"num_workers={args.workers}, {args.runs} runs per loader (alternating), median samples/s")
+              f"num_workers={args.workers}, {args.runs} runs per loader (alternating), median samples/s and "
+              "samples per CPU-second")
         results = {}
         for name, make in pipelines(args.size).items():
+            if args.only not in name:
+                continue
             dataset = ImageFolder(root, make())
             fast = fd.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
             ref = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
@@ -104,13 +121,16 @@ def main(argv=None) -> dict:
             _epoch(fast)  # warm-up: page cache, kernels
             ours, theirs = [], []
             for _ in range(args.runs):
-                theirs.append(_epoch(ref)[1])
-                samples, rate = _epoch(fast)
-                ours.append(rate)
-            a, b = statistics.median(ours), statistics.median(theirs)
+                theirs.append(_epoch(ref))
+                ours.append(_epoch(fast))
+            samples = ours[-1][0]
+            a, b = statistics.median(r[1] for r in ours), statistics.median(r[1] for r in theirs)
+            ac, bc = statistics.median(r[2] for r in ours), statistics.median(r[2] for r in theirs)
             results[name] = {"engine": fast.engine, "engine_reason": fast.engine_reason, "samples": samples,
-                             "fastprep_per_s": a, "torch_per_s": b, "ratio": a / b}
-            print(f"{name:34s} torch {b:7.1f}/s  fastprep [{fast.engine}] {a:7.1f}/s  {a / b:.2f}x")
+                             "fastprep_per_s": a, "torch_per_s": b, "ratio": a / b,
+                             "fastprep_per_cpu_s": ac, "torch_per_cpu_s": bc, "cpu_ratio": ac / bc}
+            print(f"{name:34s} torch {b:7.1f}/s  fastprep [{fast.engine}] {a:7.1f}/s  {a / b:.2f}x   "
+                  f"per CPU-second {bc:6.1f} vs {ac:6.1f}: {ac / bc:.2f}x")
     return {"results": results}
 
 

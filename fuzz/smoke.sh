@@ -16,7 +16,7 @@ blind_secs="${FUZZ_BLIND_SECONDS:-10}"
 blind_seed="${FUZZ_BLIND_SEED:-0}"
 here="$(cd "$(dirname "$0")" && pwd)"
 targets=(fuzz_jpeg_info fuzz_decode_jpeg fuzz_decode_roi fuzz_transforms fuzz_transcode fuzz_restart_roi fuzz_plan_batch
-         fuzz_pack_recipes fuzz_index_damage fuzz_native_pipelines)
+         fuzz_pack_recipes fuzz_index_damage fuzz_native_pipelines fuzz_pil_pipelines)
 
 require=()
 [ -n "${CI:-}" ] && require=(--require-cjpeg)

@@ -101,7 +101,7 @@ def test_bench_dataloader_quick(bench_path):
     # PIL pipelines run natively with Pillow's arithmetic (unless the installed Pillow fails the probe)
     assert results["pytorch/examples train (v1 PIL)"]["engine"] == "threads"
     assert results["pytorch/examples val (v1 PIL)"]["engine"] == "threads"
-    assert all(r["samples"] == 16 and r["ratio"] > 0 for r in results.values())
+    assert all(r["samples"] == 16 and r["ratio"] > 0 and r["cpu_ratio"] > 0 for r in results.values())
 
 
 def test_bench_multicrop_quick(bench_path, capsys):

@@ -21,7 +21,8 @@ import fastprep.io as fio
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fio.__file__)))
 FUZZ_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
 TARGETS = ["fuzz_jpeg_info", "fuzz_decode_jpeg", "fuzz_decode_roi", "fuzz_transforms", "fuzz_transcode",
-           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes", "fuzz_index_damage", "fuzz_native_pipelines"]
+           "fuzz_plan_batch", "fuzz_restart_roi", "fuzz_pack_recipes", "fuzz_index_damage", "fuzz_native_pipelines",
+           "fuzz_pil_pipelines"]
 
 try:
     import atheris  # noqa: F401
@@ -247,6 +248,68 @@ class TestNativePipelinesOracle:
         with pytest.raises(_harness.Finding, match="plan_batch and plan differ"):
             for k in range(32):
                 target.test_one_input(bytes([k]) + data[1:])
+
+
+class TestPilPipelinesOracle:
+    """fuzz_pil_pipelines reports a native path that drifts from the literal run on PIL images."""
+
+    @staticmethod
+    def _inputs(corpus):
+        """Small baseline YCbCr seeds with parameter bytes varied (some pipelines are refused)."""
+        for path in corpus:
+            data = _read(path)
+            info = fio.jpeg_info(data[_harness.PARAM_BYTES:])
+            if info.color_space == "YCbCr" and not info.progressive and 1 << 10 <= info.height * info.width <= 1 << 16:
+                for k in range(32):
+                    yield bytes([k]) + data[1:]
+
+    def test_seeds_reach_the_comparison(self, corpus, monkeypatch):
+        """The oracle runs: some inputs get as far as comparing native with literal bits."""
+        target = importlib.import_module("fuzz_pil_pipelines")
+        compared = []
+        real = target.literal
+
+        def counted(*args):
+            out = real(*args)
+            compared.append(out is not None)
+            return out
+
+        monkeypatch.setattr(target, "literal", counted)
+        for data in self._inputs(corpus):
+            target.test_one_input(data)
+        assert sum(compared) >= 8
+
+    def test_a_pixel_off_by_one_is_reported(self, corpus, monkeypatch):
+        target = importlib.import_module("fuzz_pil_pipelines")
+        run = target.NativePipeline.run
+
+        def off_by_one(self, datas, plans, out, **kw):
+            results = run(self, datas, plans, out, **kw)
+            flat = out.view(-1)
+            flat[0] = flat[0] + 1 if out.dtype == torch.uint8 else flat[0] + 1e-3
+            return results
+
+        monkeypatch.setattr(target.NativePipeline, "run", off_by_one)
+        with pytest.raises(_harness.Finding, match="native output differs from the literal run"):
+            for data in self._inputs(corpus):
+                target.test_one_input(data)
+
+    def test_a_drifting_draw_is_reported(self, corpus, monkeypatch):
+        target = importlib.import_module("fuzz_pil_pipelines")
+        plan = target.NativePipeline.plan
+
+        def drifted(self, data, key=None):
+            return plan(self, data, key=None if key is None else key + 1)
+
+        monkeypatch.setattr(target.NativePipeline, "plan", drifted)
+        with pytest.raises(_harness.Finding, match="plan_batch and plan differ"):
+            for data in self._inputs(corpus):
+                target.test_one_input(data)
+
+    def test_a_pipeline_the_literal_run_refuses_is_not_compared(self, corpus):
+        """A file Pillow cannot open gives no literal result: ``literal`` says None."""
+        target = importlib.import_module("fuzz_pil_pipelines")
+        assert target.literal(target.T1.Compose([target.T1.ToTensor()]), b"not a jpeg", 0, 0) is None
 
 
 class TestBlindMode:

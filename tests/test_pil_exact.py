@@ -115,6 +115,60 @@ class TestPilResize:
             _resize(arr, (10, 10), bad.get("fid", 2), window=bad.get("window"))
 
 
+#: the vectorized passes' edges: 1-pixel and 2-pixel rows, widths around the vector loads'
+#: reach (outputs whose taps end at the row's end take the scalar loop), very wide, tall, and a
+#: downscale with more taps than the vector path takes
+EDGE_SIZES = [((1, 1), (3, 4)), ((1, 2), (1, 7)), ((2, 1), (9, 1)), ((5, 3), (4, 2)), ((9, 4), (7, 3)),
+              ((6, 5), (6, 11)), ((13, 6), (13, 2)), ((7, 2000), (3, 224)), ((4, 3001), (4, 17)),
+              ((900, 3), (224, 5)), ((31, 33), (31, 32)), ((8, 16), (8, 15)), ((17, 10), (17, 9)),
+              ((2, 5000), (2, 9))]
+
+
+@pytest.fixture(params=["baseline", "avx2"])
+def isa_level(request):
+    """Each ISA variant of the kernels this CPU runs (csrc/isa.h), restored afterwards."""
+    from fastprep._kernels import isa as kernel_isa
+
+    if request.param not in kernel_isa.supported_isas():
+        pytest.skip(f"this CPU has no {request.param}")
+    kernel_isa.set_isa(request.param)
+    yield request.param
+    kernel_isa.set_isa("auto")
+
+
+class TestPilResizeVariants:
+    """Every ISA variant of the resampling passes (the AVX2 one: tap pairs as int32 lanes)
+    against Pillow itself, at their edges: tails, 1-pixel images, very wide rows, windows,
+    mirrored output."""
+
+    @pytest.mark.parametrize("name", [f.name for f in PIL_FILTERS])
+    def test_edges_equal_pillow(self, isa_level, name):
+        flt = PIL.Image.Resampling[name]
+        for k, ((h, w), (oh, ow)) in enumerate(EDGE_SIZES):
+            for c in (1, 3):
+                arr = _image(h, w, c, k, "random")
+                want = np.asarray(_pil_of(arr).resize((ow, oh), flt)).reshape(oh, ow, c)
+                got = _resize(arr, (oh, ow), PIL_FILTERS[flt])
+                assert np.array_equal(got, want), f"{isa_level} {name} {h}x{w}x{c} -> {oh}x{ow}"
+
+    @pytest.mark.parametrize("name", ["BILINEAR", "BICUBIC", "LANCZOS", "BOX"])
+    def test_random_windows_mirrored(self, isa_level, name):
+        """Windows of the output from windows of the input, mirrored or not, at random sizes
+        and scales: Pillow's full resize cropped (and flipped)."""
+        flt = PIL.Image.Resampling[name]
+        rng = np.random.default_rng(11)
+        for k in range(12):
+            h, w, oh, ow = (int(v) for v in rng.integers(2, 120, 4))
+            arr = _image(h, w, 3, k, "random" if k % 2 else "photo")
+            full = np.asarray(PIL.Image.fromarray(arr).resize((ow, oh), flt))
+            top, left = int(rng.integers(0, oh)), int(rng.integers(0, ow))
+            wh, ww = int(rng.integers(1, oh - top + 1)), int(rng.integers(1, ow - left + 1))
+            flip = bool(k % 3 == 0)
+            got = _resize(arr, (oh, ow), PIL_FILTERS[flt], window=(top, left, wh, ww), hflip=flip)
+            want = full[top:top + wh, left:left + ww]
+            assert np.array_equal(got, want[:, ::-1] if flip else want), f"{isa_level} {h}x{w} -> {oh}x{ow}"
+
+
 def _jpeg(arr, mode="RGB", **kwargs):
     buf = io.BytesIO()
     PIL.Image.fromarray(arr, "RGB").convert(mode).save(buf, "JPEG", quality=kwargs.pop("quality", 88), **kwargs)

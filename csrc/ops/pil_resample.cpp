@@ -23,12 +23,18 @@
 
 #include "ops/pil_resample.h"
 
+#include "isa.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
+
+#if FP_HAVE_AVX2_TARGET
+#include <immintrin.h>
+#endif
 
 namespace fastprep {
 namespace {
@@ -141,7 +147,7 @@ void identity_taps(Taps& t, int64_t out_start, int64_t n) {
   t.lo = out_start, t.hi = out_start + n;
 }
 
-inline uint8_t clip8(int32_t v) {
+FP_ALWAYS_INLINE uint8_t clip8(int32_t v) {
   v >>= kPrecisionBits;  // arithmetic shift, as Pillow's (floor)
   return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
@@ -179,6 +185,113 @@ void h_pass_k(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
   }
 }
 
+#if FP_HAVE_AVX2_TARGET
+// The horizontal pass of RGB rows on AVX2, Pillow's integer sums unchanged. The taps go four
+// at a time: one 16-byte load, shuffled to [R0 R1 G0 G1 B0 B1 0 0 | R2 R3 G2 G3 B2 B3 0 0] as
+// int16, and multiplied pairwise (vpmaddwd) by the weights split into w = hi * 2^12 + lo
+// (lo in [0, 4096), both int16): sum w x = 2^12 sum hi x + sum lo x exactly, in int32 as
+// Pillow sums. The halves then added, shifted and clamped as clip8 does, four output pixels
+// at a time into a row of 4-byte pixels, then packed to RGB (mirrored when asked). An output
+// pixel whose load would pass the row's end takes the scalar loop.
+constexpr int kSplitBits = 12;
+constexpr int kMaxQuads = 64;  // the most taps the vector path takes: 4 * kMaxQuads
+
+// The sum of one output pixel's taps (without Pillow's rounding half), [R G B 0] in int32.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m128i rgb_taps(const uint8_t* p, const int16_t* w, int Q) {
+  const __m128i gather = _mm_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, 6, 9, 7, 10, 8, 11, -1, -1);
+  __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+  for (int q = 0; q < Q; q++) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * q));
+    const __m256i x = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(b, gather));
+    const __m256i* wq = reinterpret_cast<const __m256i*>(w + 32 * q);
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(x, _mm256_loadu_si256(wq)));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(x, _mm256_loadu_si256(wq + 1)));
+  }
+  const __m256i s = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
+  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+// Pillow's rounding of a sum: (2^21 + s) >> 22 (arithmetic), kept as int32 lanes.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE __m128i rgb_round(__m128i s) {
+  return _mm_srai_epi32(_mm_add_epi32(s, _mm_set1_epi32(1 << (kPrecisionBits - 1))), kPrecisionBits);
+}
+
+// Output pixel j of a row into px (R G B and a spare byte): the vector sum where its load
+// stays inside the row, else the scalar loop.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE uint32_t rgb_pixel(const uint8_t* line, int64_t at, int64_t row_bytes,
+                                                   const Taps& t, int64_t j, const int16_t* quads, int Q) {
+  uint8_t d[4] = {0, 0, 0, 0};
+  if (at * 3 + 12 * (int64_t)Q + 4 > row_bytes) {
+    h_pixel<3, 0>(line + at * 3, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], d);
+    uint32_t px;
+    std::memcpy(&px, d, 4);
+    return px;
+  }
+  const __m128i v = rgb_round(rgb_taps(line + at * 3, quads + j * Q * 32, Q));
+  const __m128i v16 = _mm_packs_epi32(v, v);  // then [0, 255] by saturation: clip8
+  return (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(v16, v16));
+}
+
+// The row's pixels px[0..n) (4 bytes each) to `o` as RGB, mirrored when `reverse`.
+FP_TARGET_AVX2 FP_ALWAYS_INLINE void rgb_compact(const uint32_t* px, int64_t n, bool reverse, uint8_t* o) {
+  const __m128i fwd = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i rev = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(px + k));
+    const __m128i c = _mm_shuffle_epi8(v, reverse ? rev : fwd);
+    uint8_t* d = o + (reverse ? n - 4 - k : k) * 3;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d), c);
+    const uint32_t tail = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(c, 8));
+    std::memcpy(d + 8, &tail, 4);
+  }
+  for (; k < n; k++) {
+    uint8_t* d = o + (reverse ? n - 1 - k : k) * 3;
+    std::memcpy(d, &px[k], 3);
+  }
+}
+
+FP_TARGET_AVX2 void h_pass_rgb_avx2(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width,
+                                    const Taps& t, const int16_t* quads, int Q, int64_t col0, uint8_t* out,
+                                    int64_t n, bool reverse) {
+  const int64_t row_bytes = width * 3;
+  std::vector<uint32_t> px((size_t)n);
+  for (int64_t r = 0; r < rows; r++) {
+    const uint8_t* line = in + r * in_stride;
+    int64_t j = 0;
+    // four output pixels a step, their roundings and packing done together; the taps'
+    // first columns grow with j, so the fourth pixel's load is the one to check
+    for (; j + 4 <= n && (t.first[(size_t)(j + 3)] - col0) * 3 + 12 * (int64_t)Q + 4 <= row_bytes; j += 4) {
+      __m128i v[4];
+      for (int k = 0; k < 4; k++)
+        v[k] = rgb_round(rgb_taps(line + (t.first[(size_t)(j + k)] - col0) * 3, quads + (j + k) * Q * 32, Q));
+      const __m128i b = _mm_packus_epi16(_mm_packs_epi32(v[0], v[1]), _mm_packs_epi32(v[2], v[3]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(px.data() + j), b);
+    }
+    for (; j < n; j++) px[(size_t)j] = rgb_pixel(line, t.first[(size_t)j] - col0, row_bytes, t, j, quads, Q);
+    rgb_compact(px.data(), n, reverse, out + r * n * 3);
+  }
+}
+
+// The weights of `t` laid out for h_pass_rgb_avx2: Q quads per output pixel, each the hi and
+// the lo halves of four taps as 16 int16 lanes [a b a b a b 0 0 | c d c d c d 0 0]; taps past
+// an output's count are 0. False when a weight does not split into int16 halves (|w| >= 2^23:
+// not met with Pillow's normalised filters; the scalar loop runs then).
+bool rgb_quads(const Taps& t, int64_t n, int Q, std::vector<int16_t>& quads) {
+  quads.assign((size_t)(n * Q * 32), 0);
+  for (int64_t j = 0; j < n; j++) {
+    const int32_t* w = &t.w[(size_t)(j * t.K)];
+    for (int x = 0; x < t.count[(size_t)j]; x++) {
+      if (w[x] >= (1 << 23) || w[x] < -(1 << 23)) return false;
+      const int32_t lo = w[x] & ((1 << kSplitBits) - 1), hi = (w[x] - lo) / (1 << kSplitBits);
+      int16_t* lane = &quads[(size_t)((j * Q + x / 4) * 32 + (x % 4 / 2) * 8 + x % 2)];
+      for (int c = 0; c < 3; c++) lane[2 * c] = (int16_t)hi, lane[16 + 2 * c] = (int16_t)lo;
+    }
+  }
+  return true;
+}
+#endif
+
 template <int C>
 void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t, int64_t col0,
             uint8_t* out, int64_t n, bool reverse) {
@@ -187,6 +300,15 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
       std::memcpy(out + r * n * C, in + r * in_stride + (t.first[0] - col0) * C, (size_t)(n * C));
     return;
   }
+#if FP_HAVE_AVX2_TARGET
+  if (C == 3 && t.K > 1 && isa_level() >= kIsaAvx2) {
+    const int taps = n ? *std::max_element(t.count.begin(), t.count.begin() + n) : 1;  // often K - 1 or K - 2
+    const int Q = (taps + 3) / 4;
+    std::vector<int16_t> quads;  // 4x the bytes of t.w: past kMaxQuads (a downscale past ~100x) the scalar loop
+    if (Q <= kMaxQuads && rgb_quads(t, n, Q, quads))
+      return h_pass_rgb_avx2(in, in_stride, rows, width, t, quads.data(), Q, col0, out, n, reverse);
+  }
+#endif
   switch (t.K) {
     case 3: return h_pass_k<C, 3>(in, in_stride, rows, width, t, col0, out, n, reverse);
     case 5: return h_pass_k<C, 5>(in, in_stride, rows, width, t, col0, out, n, reverse);
@@ -195,22 +317,48 @@ void h_pass(const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, c
   }
 }
 
+// One output row of the vertical pass: `count` input rows `in_stride` apart, weights `w`, `len`
+// bytes; in blocks of kBlock bytes whose sums stay in registers, the last block ending at the
+// row's end (overlapping the one before: those bytes are computed again, the same values).
+// Integer sums, so each ISA variant gives the same bytes.
+constexpr int64_t kBlock = 64;
+
+FP_ALWAYS_INLINE void v_block(const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t x0,
+                              uint8_t* __restrict o) {
+  int32_t a[kBlock];
+  for (int64_t x = 0; x < kBlock; x++) a[x] = 1 << (kPrecisionBits - 1);
+  for (int y = 0; y < count; y++) {
+    const uint8_t* __restrict line = in + y * in_stride + x0;
+    const int32_t wy = w[y];
+    for (int64_t x = 0; x < kBlock; x++) a[x] += (int32_t)line[x] * wy;
+  }
+  for (int64_t x = 0; x < kBlock; x++) o[x0 + x] = clip8(a[x]);
+}
+
+FP_ALWAYS_INLINE void v_row_body(const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t len,
+                                 uint8_t* __restrict o) {
+  if (len < kBlock) {
+    for (int64_t x = 0; x < len; x++) {
+      int32_t a = 1 << (kPrecisionBits - 1);
+      for (int y = 0; y < count; y++) a += (int32_t)in[y * in_stride + x] * w[y];
+      o[x] = clip8(a);
+    }
+    return;
+  }
+  int64_t x0 = 0;
+  for (; x0 + kBlock <= len; x0 += kBlock) v_block(in, in_stride, w, count, x0, o);
+  if (x0 < len) v_block(in, in_stride, w, count, len - kBlock, o);
+}
+
+FP_VARIANTS(v_row, (const uint8_t* in, int64_t in_stride, const int32_t* w, int count, int64_t len, uint8_t* o),
+            (in, in_stride, w, count, len, o))
+
 // Vertical pass: out row j = taps over rows of `in` (rows relative to row0), `len` bytes a row.
 void v_pass(const uint8_t* in, int64_t in_stride, int64_t row0, const Taps& t, int64_t rows_out, int64_t len,
-            uint8_t* out, std::vector<int32_t>& acc) {
-  acc.resize((size_t)len);
-  for (int64_t j = 0; j < rows_out; j++) {
-    int32_t* __restrict a = acc.data();  // (uint8_t may alias anything: say it does not)
-    for (int64_t x = 0; x < len; x++) a[x] = 1 << (kPrecisionBits - 1);
-    const int32_t* w = &t.w[(size_t)(j * t.K)];
-    for (int y = 0; y < t.count[(size_t)j]; y++) {
-      const uint8_t* __restrict line = in + (t.first[(size_t)j] + y - row0) * in_stride;
-      const int32_t wy = w[y];
-      for (int64_t x = 0; x < len; x++) a[x] += (int32_t)line[x] * wy;
-    }
-    uint8_t* __restrict o = out + j * len;
-    for (int64_t x = 0; x < len; x++) o[x] = clip8(a[x]);
-  }
+            uint8_t* out) {
+  for (int64_t j = 0; j < rows_out; j++)
+    v_row(in + (t.first[(size_t)j] - row0) * in_stride, in_stride, &t.w[(size_t)(j * t.K)], t.count[(size_t)j], len,
+          out + j * len);
 }
 
 void h_pass_any(int64_t C, const uint8_t* in, int64_t in_stride, int64_t rows, int64_t width, const Taps& t,
@@ -276,12 +424,11 @@ void pil_resample_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64
   check_reads(th, in_left, W, "column");
   check_reads(tv, in_top, H, "row");
   const int64_t orow = out_w * C;
-  std::vector<int32_t> acc;
   if (vertical_first(full_in_h, full_in_w, full_out_h, full_out_w)) {
     // The vertical pass over the columns the horizontal pass reads, then the horizontal pass.
     const int64_t c0 = th.lo, cols = th.hi - th.lo;
     std::unique_ptr<uint8_t[]> tmp(new uint8_t[(size_t)(out_h * cols * C)]);
-    v_pass(ip + (tv.lo - in_top) * rs + (c0 - in_left) * C, rs, tv.lo, tv, out_h, cols * C, tmp.get(), acc);
+    v_pass(ip + (tv.lo - in_top) * rs + (c0 - in_left) * C, rs, tv.lo, tv, out_h, cols * C, tmp.get());
     h_pass_any(C, tmp.get(), cols * C, out_h, cols, th, c0, op, out_w, hflip);
     return;
   }
@@ -293,7 +440,7 @@ void pil_resample_into(const uint8_t* ip, int64_t C, int64_t H, int64_t W, int64
     std::memcpy(op, tmp.get(), (size_t)(rows * orow));
     return;
   }
-  v_pass(tmp.get(), orow, r0, tv, out_h, orow, op, acc);
+  v_pass(tmp.get(), orow, r0, tv, out_h, orow, op);
 }
 
 static void check_group(c10::ArrayRef<int64_t> values, size_t expected, const char* name, const char* fields) {
