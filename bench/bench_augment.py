@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image, ImageFilter
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
@@ -141,8 +142,22 @@ def _pil_cases() -> list[KernelCase]:
              ("equalize", "equalize", F.equalize, [], []),
              ("invert", "invert", F.invert, [], []),
              ("adjust_sharpness(2.0)", "adjust_sharpness", lambda x: F.adjust_sharpness(x, 2.0), [], [2.0])]
+    geometry = [  # csrc/ops/pil_geometry.cpp: Pillow's own calls, and torchvision's affine on PIL
+        ("gaussian_blur(1.3)", "gaussian_blur", lambda x: x.filter(ImageFilter.GaussianBlur(1.3)), [3], [1.3, 1.3]),
+        ("transform AFFINE bilinear", "transform_affine",
+         lambda x: x.transform(x.size, Image.Transform.AFFINE, _SHEAR_DATA, Image.Resampling.BILINEAR),
+         [2, 1], [*_SHEAR_DATA, 0.0]),
+        ("rotate(17, bicubic)", "rotate", lambda x: x.rotate(17.0, Image.Resampling.BICUBIC), [3, 1, 0],
+         [17.0, 0.0, 0.0, 0.0]),
+        ("affine(rotate 17, bilinear)", "affine", lambda x: F.rotate(x, 17.0, F.InterpolationMode.BILINEAR),
+         [1, 0, 1, 0, 1], [0.0] * 10 + [17.0, 0.0, 0.0, 1.0, 0.0, 0.0]),
+    ]
     return [KernelCase(f"pil {label}", f"pil_{kernel}", fn, ints, floats, pil=True)
-            for label, kernel, fn, ints, floats in cases]
+            for label, kernel, fn, ints, floats in (*cases, *geometry)]
+
+
+#: an AFFINE transform's data (a shear of 0.3 and a shift), for ``Image.transform``
+_SHEAR_DATA = [1.0, 0.3, -4.0, 0.0, 1.0, 2.5]
 
 
 def _affine_cases(size: int) -> list[KernelCase]:
