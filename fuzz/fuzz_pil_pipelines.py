@@ -5,7 +5,8 @@ The parameter bytes seed a random pipeline, v1 (``torchvision.transforms``) or v
 the op tables below -- a geometry (RandomResizedCrop [+ a flip], Resize + CenterCrop,
 Resize((h, w)), CenterCrop) with the interpolation in every form torchvision
 takes (the enum, Pillow's int constant or ``Image.Resampling``, the string; bilinear,
-bicubic, lanczos, nearest, box, hamming), zero to two ops on the PIL image (flips; mostly none), then
+bicubic, lanczos, nearest, box, hamming), zero to two ops on the PIL image (flips, colour and point ops, affine, rotation, the
+auto-augment policies, blur; mostly none), then
 the conversion to a tensor (``ToTensor``, ``PILToTensor`` [+ ``ConvertImageDtype`` /
 ``ToDtype``], ``ToImage`` + ``ToDtype``) and optionally ``Normalize`` -- plus the dataloader
 seed and the sample's index.
@@ -111,10 +112,59 @@ GEOMETRY = {
     "CenterCrop": lambda rng, ns, size: [ns.CenterCrop(_size(rng, size))],
 }
 
+def _jitter(rng, ns):
+    """ColorJitter with each factor absent, a number or a (min, max) pair."""
+    def factor(lo, hi):
+        return rng.choice([0, rng.uniform(lo, hi), _range(rng, lo, hi)])
+    return ns.ColorJitter(brightness=factor(0.0, 0.8), contrast=factor(0.0, 0.8), saturation=factor(0.0, 0.8),
+                          hue=rng.choice([0, rng.uniform(0.0, 0.5), _range(rng, -0.5, 0.5, -0.5)]))
+
+
+def _fill(rng):
+    return rng.choice([None, 0, rng.randint(0, 255), [rng.randint(0, 255) for _ in range(3)]])
+
+
+def _affine_interp(rng):
+    return rng.choice([IM.NEAREST, IM.BILINEAR, IM.BICUBIC])
+
+
+def _affine(rng, ns):
+    return [ns.RandomAffine(rng.uniform(0, 45), translate=rng.choice([None, (rng.random() * 0.3, rng.random() * 0.3)]),
+                            scale=rng.choice([None, _range(rng, 0.7, 1.3, 0.1)]),
+                            shear=rng.choice([None, rng.uniform(0, 20), _range(rng, -20, 20, -20)]),
+                            interpolation=_affine_interp(rng), fill=_fill(rng))]
+
+
+def _policy(rng, ns):
+    kind = rng.choice(["ta", "ra", "aa"])
+    interpolation = rng.choice([IM.NEAREST, IM.BILINEAR])
+    if kind == "ta":
+        return [ns.TrivialAugmentWide(interpolation=interpolation, fill=_fill(rng))]
+    if kind == "ra":
+        return [ns.RandAugment(rng.randint(1, 3), rng.randint(0, 30), interpolation=interpolation, fill=_fill(rng))]
+    policy = rng.choice(list(T1.AutoAugmentPolicy))
+    return [ns.AutoAugment(policy, interpolation=interpolation, fill=_fill(rng))]
+
+
 #: Ops on the PIL image between the geometry and the conversion: name -> builder(rng, ns).
 PIL_OPS = {
     "RandomHorizontalFlip": lambda rng, ns: [ns.RandomHorizontalFlip(_p(rng))],
     "RandomVerticalFlip": lambda rng, ns: [ns.RandomVerticalFlip(_p(rng))],
+    "ColorJitter": lambda rng, ns: [_jitter(rng, ns)],
+    "RandomApply(ColorJitter)": lambda rng, ns: [ns.RandomApply([_jitter(rng, ns)], p=_p(rng))],
+    "RandomGrayscale": lambda rng, ns: [ns.RandomGrayscale(_p(rng))],
+    "Grayscale(3)": lambda rng, ns: [ns.Grayscale(3)],
+    "RandomSolarize": lambda rng, ns: [ns.RandomSolarize(rng.randint(0, 255), _p(rng))],
+    "RandomPosterize": lambda rng, ns: [ns.RandomPosterize(rng.randint(1, 8), _p(rng))],
+    "RandomEqualize": lambda rng, ns: [ns.RandomEqualize(_p(rng))],
+    "RandomAutocontrast": lambda rng, ns: [ns.RandomAutocontrast(_p(rng))],
+    "RandomInvert": lambda rng, ns: [ns.RandomInvert(_p(rng))],
+    "RandomAdjustSharpness": lambda rng, ns: [ns.RandomAdjustSharpness(rng.uniform(0, 3), _p(rng))],
+    "RandomAffine": _affine,
+    "RandomRotation": lambda rng, ns: [ns.RandomRotation(rng.uniform(0, 180), interpolation=_affine_interp(rng),
+                                                         fill=_fill(rng))],
+    "policy": _policy,
+    "GaussianBlur": lambda rng, ns: [ns.GaussianBlur(rng.choice([1, 3, 5]), sigma=_range(rng, 0.1, 2.0, 0.1))],
 }
 
 

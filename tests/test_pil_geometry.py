@@ -216,6 +216,49 @@ class TestGaussianBlur:
             _kernel(_array(5, 5, 3, 0), "pil_gaussian_blur", ints, floats)
 
 
+class TestAffineTwinMatrices:
+    """``pil_affine`` from the step's recorded arguments: v1's F.affine and v2's compute the
+    same inverse matrix in another order of operations, and a pixel whose source lands exactly
+    on a sample boundary tells them apart (a fuzz finding: a gray 59x59 image, bicubic)."""
+
+    # the finding's draw: angle, shear x of v1 RandomAffine(43.5, shear=(-7.5, 6.3)); bicubic
+    ANGLE, SHEAR = 19.952199935913086, -4.29518985748291
+
+    @staticmethod
+    def _twin(arr, kind, angle, shear, interpolation, fill):
+        floats = [0.0] * 6 + [float(v) for v in fill] + [0.0] * (4 - len(fill))
+        floats += [angle, 0.0, 0.0, 1.0, shear, 0.0, 0.0, 0.0]
+        return _kernel(arr, "pil_affine", [interpolation, 1, len(fill), 0, kind], floats)
+
+    def test_boundary_pixel_follows_the_version(self):
+        from torchvision.transforms import functional as F1
+        from torchvision.transforms.v2 import functional as F2
+
+        arr = np.repeat(photo_like(59, 59, seed=1)[..., :1], 3, axis=2)  # gray as RGB, as convert("RGB") gives
+        im = _pil(arr)
+        args = dict(angle=self.ANGLE, translate=[0, 0], scale=1.0, shear=[self.SHEAR, 0.0],
+                    interpolation=F1.InterpolationMode.BICUBIC, fill=[22, 220, 68])
+        want_v1 = np.asarray(F1.affine(im, **args))
+        want_v2 = np.asarray(F2.affine(im, **args))
+        assert not np.array_equal(want_v1, want_v2)  # the image tells the two matrices apart
+        assert np.array_equal(self._twin(arr, 2, self.ANGLE, self.SHEAR, 2, [22, 220, 68]), want_v1)
+        assert np.array_equal(self._twin(arr, 0, self.ANGLE, self.SHEAR, 2, [22, 220, 68]), want_v2)
+
+    @pytest.mark.parametrize("interpolation", [0, 1, 2])
+    def test_v1_sweep(self, interpolation):
+        from torchvision.transforms import functional as F1
+
+        modes = [F1.InterpolationMode.NEAREST, F1.InterpolationMode.BILINEAR, F1.InterpolationMode.BICUBIC]
+        rng = np.random.default_rng(interpolation)
+        for k in range(40):
+            h, w = int(rng.integers(1, 70)), int(rng.integers(1, 70))
+            arr = _array(h, w, 3, k)
+            angle, shear = float(rng.uniform(-180, 180)), float(rng.uniform(-40, 40))
+            want = np.asarray(F1.affine(_pil(arr), angle=angle, translate=[0, 0], scale=1.0, shear=[shear, 0.0],
+                                        interpolation=modes[interpolation], fill=[7, 8, 9]))
+            assert np.array_equal(self._twin(arr, 2, angle, shear, interpolation, [7, 8, 9]), want), (h, w, k)
+
+
 # ---------------------------------------------------------------------------------------
 # Through the loader: the threads engine against the dataset run literally under sample_rng
 

@@ -69,6 +69,26 @@ void inverse_affine_matrix(const double center[2], double angle, const double tr
   matrix[5] += cy - matrix[3] * cx_plus_tx - matrix[4] * cy_plus_ty;
 }
 
+void inverse_affine_matrix_v1(const double center[2], double angle, const double translate[2], double scale,
+                              const double shear[2], double matrix[6]) {
+  const double rot = radians(angle);
+  const double sx = radians(shear[0]);
+  const double sy = radians(shear[1]);
+  const double cx = center[0], cy = center[1];
+  const double tx = translate[0], ty = translate[1];
+  // each expression as written in torchvision/transforms/functional.py, left to right
+  const double a = libm_cos(rot - sy) / libm_cos(sy);
+  const double b = -libm_cos(rot - sy) * libm_tan(sx) / libm_cos(sy) - libm_sin(rot);
+  const double c = libm_sin(rot - sy) / libm_cos(sy);
+  const double d = -libm_sin(rot - sy) * libm_tan(sx) / libm_cos(sy) + libm_cos(rot);
+  const double m[6] = {d, -b, 0.0, -c, a, 0.0};
+  for (int k = 0; k < 6; k++) matrix[k] = m[k] / scale;
+  matrix[2] += matrix[0] * (-cx - tx) + matrix[1] * (-cy - ty);
+  matrix[5] += matrix[3] * (-cx - tx) + matrix[4] * (-cy - ty);
+  matrix[2] += cx;
+  matrix[5] += cy;
+}
+
 double python_float_mod(double x, double y) {
   double mod = std::fmod(x, y);
   if (mod != 0.0) {
@@ -245,10 +265,10 @@ GridFill node_fill(const NodeSpec& node, const DrawContext& ctx, int64_t min_int
 
 // v2.RandomAffine: make_params' draws (angle; translate x, y; scale; shear x, y), then
 // affine_image's matrix. ints: bilinear, fill count, has translate, has scale, shear bounds
-// (0, 2 or 4), has center; floats: 4 fill slots, degrees lo/hi, translate fractions x/y,
+// (0, 2 or 4), has center, v1 class; floats: 4 fill slots, degrees lo/hi, translate fractions x/y,
 // scale lo/hi, 4 shear bounds, center x/y.
 void draw_random_affine(const NodeSpec& node, DrawContext& ctx) {
-  const GridFill fill = node_fill(node, ctx, 6, 16, "RandomAffine");
+  const GridFill fill = node_fill(node, ctx, 7, 16, "RandomAffine");
   const int64_t* I = ctx.ints(node);
   const double* F = ctx.floats(node);
   Draws& g = ctx.draws;
@@ -274,6 +294,7 @@ void draw_random_affine(const NodeSpec& node, DrawContext& ctx) {
   args.scale = scale;
   args.shear[0] = shear[0], args.shear[1] = shear[1];
   args.center = I[5] ? F + 14 : nullptr;
+  args.kind = I[6] ? AffineArgs::kAffineV1 : AffineArgs::kAffine;  // a v1 class (PIL images only)
   emit_affine(ctx, matrix, fill, args);
 }
 

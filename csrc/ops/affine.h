@@ -23,6 +23,11 @@ struct GridFill {
 // math.radians/degrees as CPython computes them and the C library's cos, sin and tan.
 void inverse_affine_matrix(const double center[2], double angle, const double translate[2], double scale,
                            const double shear[2], double matrix[6]);
+// The same matrix as torchvision.transforms.functional (v1) computes it: another order of the
+// same operations (b and d from cos * tan / cos, the centre added last), so the last bits can
+// differ from v2's -- which decides a pixel whose source lies exactly on a boundary.
+void inverse_affine_matrix_v1(const double center[2], double angle, const double translate[2], double scale,
+                              const double shear[2], double matrix[6]);
 
 // CPython's math.degrees (x * (180 / pi), the constant rounded once) and math.atan (the C
 // library's atan).
@@ -37,7 +42,9 @@ double python_float_mod(double x, double y);
 // i3=has center, i4=kind, f10=angle, f11, f12=translate, f13=scale, f14, f15=shear,
 // f16, f17=center (x, y) in pixels as given.
 struct AffineArgs {
-  static constexpr int64_t kAffine = 0, kRotate = 1;  // F.affine(angle, translate, scale, shear, center) / F.rotate(angle, center)
+  // F.affine(angle, translate, scale, shear, center) / F.rotate(angle, center) / v1's F.affine
+  // (torchvision.transforms.functional, whose matrix rounds otherwise on PIL images)
+  static constexpr int64_t kAffine = 0, kRotate = 1, kAffineV1 = 2;
   int64_t kind = kAffine;
   double angle = 0.0;
   double translate[2] = {0.0, 0.0};

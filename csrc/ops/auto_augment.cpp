@@ -111,7 +111,7 @@ class AugmentSpace {
 // F.affine(image, angle, translate, scale=1.0, shear, center) as affine_image computes its
 // matrix: center (in pixels) shifted so that (0, 0) is the image's centre.
 void emit_op_affine(DrawContext& ctx, const double* center, const double translate[2], const double shear[2],
-                    const GridFill& fill) {
+                    const GridFill& fill, bool v1) {
   double center_f[2] = {0.0, 0.0};
   if (center != nullptr) {
     center_f[0] = center[0] - (double)ctx.width * 0.5;
@@ -123,6 +123,7 @@ void emit_op_affine(DrawContext& ctx, const double* center, const double transla
   args.translate[0] = translate[0], args.translate[1] = translate[1];
   args.shear[0] = shear[0], args.shear[1] = shear[1];
   args.center = center;
+  args.kind = v1 ? AffineArgs::kAffineV1 : AffineArgs::kAffine;  // v1's F.affine (PIL images only)
   emit_affine(ctx, matrix, fill, args);
 }
 
@@ -143,22 +144,22 @@ void apply_op(Op op, double magnitude, DrawContext& ctx, const GridFill& fill, b
       return;
     case kShearX: {
       const double shear[2] = {math_degrees(math_atan(magnitude)), 0.0};
-      emit_op_affine(ctx, origin, zero, shear, fill);
+      emit_op_affine(ctx, origin, zero, shear, fill, v1);
       return;
     }
     case kShearY: {
       const double shear[2] = {0.0, math_degrees(math_atan(magnitude))};
-      emit_op_affine(ctx, origin, zero, shear, fill);
+      emit_op_affine(ctx, origin, zero, shear, fill, v1);
       return;
     }
     case kTranslateX: {
       const double translate[2] = {(double)(int64_t)magnitude, 0.0};  // int(magnitude)
-      emit_op_affine(ctx, nullptr, translate, zero, fill);
+      emit_op_affine(ctx, nullptr, translate, zero, fill, v1);
       return;
     }
     case kTranslateY: {
       const double translate[2] = {0.0, (double)(int64_t)magnitude};
-      emit_op_affine(ctx, nullptr, translate, zero, fill);
+      emit_op_affine(ctx, nullptr, translate, zero, fill, v1);
       return;
     }
     case kRotate:

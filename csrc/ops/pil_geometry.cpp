@@ -424,8 +424,8 @@ void pil_affine_twin(const PixelStep& s, Image& im, KernelScratch& scratch) {
   check_image(im, "pil_affine");
   TORCH_CHECK_VALUE(s.i[0] >= 0 && s.i[0] <= 2, "pil_affine: interpolation must be 0 (nearest), 1 (bilinear) or 2 "
                     "(bicubic), got ", s.i[0]);
-  TORCH_CHECK_VALUE(s.i[4] == AffineArgs::kAffine || s.i[4] == AffineArgs::kRotate,
-                    "pil_affine: i4 must be 0 (F.affine) or 1 (F.rotate), got ", s.i[4]);
+  TORCH_CHECK_VALUE(s.i[4] == AffineArgs::kAffine || s.i[4] == AffineArgs::kRotate || s.i[4] == AffineArgs::kAffineV1,
+                    "pil_affine: i4 must be 0 (F.affine), 1 (F.rotate) or 2 (v1's F.affine), got ", s.i[4]);
   const int64_t resample = s.i[0] == 0 ? kNearest : (s.i[0] == 1 ? kBilinear : kBicubic);
   uint8_t fill[4] = {};
   if (s.i[1] != 0) {
@@ -444,7 +444,11 @@ void pil_affine_twin(const PixelStep& s, Image& im, KernelScratch& scratch) {
   if (s.i[4] == AffineArgs::kRotate) return rotate_image(im, s.f[10], resample, center, fill, scratch);
   const double c[2] = {center ? center[0] : (double)im.width * 0.5, center ? center[1] : (double)im.height * 0.5};
   double a[6];
-  inverse_affine_matrix(c, s.f[10], s.f + 11, s.f[13], s.f + 14, a);
+  if (s.i[4] == AffineArgs::kAffineV1) {
+    inverse_affine_matrix_v1(c, s.f[10], s.f + 11, s.f[13], s.f + 14, a);
+  } else {
+    inverse_affine_matrix(c, s.f[10], s.f + 11, s.f[13], s.f + 14, a);
+  }
   run_transform(im, a, resample, fill, scratch);
 }
 

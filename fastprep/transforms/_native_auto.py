@@ -117,6 +117,8 @@ class AffineArgs(NamedTuple):
     scale: float = 1.0
     shear: tuple[float, float] = (0.0, 0.0)
     center: Sequence[float] | None = None
+    #: v1's F.affine (torchvision.transforms.functional): its matrix rounds otherwise on PIL images
+    v1: bool = False
 
 
 def fill_params(fill: _GridFill) -> tuple[list[int], list[float]]:
@@ -138,13 +140,14 @@ def rotate_steps(steps: Steps, angle: float, fill: _GridFill) -> None:
 def _affine_step(steps: Steps, matrix: Sequence[float], fill: _GridFill, args: AffineArgs) -> None:
     values = list(fill.values or ())
     center = [float(c) for c in args.center] if args.center is not None else [0.0, 0.0]
-    steps.emit("affine", ints=(*fill.ints(), int(args.center is not None), int(args.rotate)),
+    kind = 1 if args.rotate else (2 if args.v1 else 0)  # csrc/ops/affine.h: AffineArgs::kind
+    steps.emit("affine", ints=(*fill.ints(), int(args.center is not None), kind),
                floats=(*matrix, *values, *([0.0] * (_FILL_SLOTS - len(values))), args.angle, *args.translate,
                        args.scale, *args.shear, *center))
 
 
 def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], shear: Sequence[float],
-                  center: Sequence[int] | None) -> None:
+                  center: Sequence[int] | None, v1: bool = False) -> None:
     """The step of ``F.affine(image, angle=0.0, translate, scale=1.0, shear, center)`` (affine_image)."""
     from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
 
@@ -153,7 +156,7 @@ def _apply_affine(steps: Steps, fill: _GridFill, *, translate: Sequence[int], sh
         center_f = [(float(c) - s * 0.5) for c, s in zip(center, [steps.width, steps.height])]
     translate_f = [float(t) for t in translate]
     args = AffineArgs(translate=(translate_f[0], translate_f[1]), shear=(float(shear[0]), float(shear[1])),
-                      center=center)
+                      center=center, v1=v1)
     _affine_step(steps, _get_inverse_affine_matrix(center_f, 0.0, translate_f, 1.0, list(shear)), fill, args)
 
 
@@ -178,13 +181,15 @@ def _apply_op(steps: Steps, op: str, magnitude: float, fill: _GridFill, v1: bool
     """The steps of ``_apply_image_or_video_transform(image, op, magnitude, ...)`` on a uint8 image
     (``v1``: of v1's ``_apply_op``, whose Solarize threshold is the magnitude itself)."""
     if op == "ShearX":
-        _apply_affine(steps, fill, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0])
+        _apply_affine(steps, fill, translate=[0, 0], shear=[math.degrees(math.atan(magnitude)), 0.0], center=[0, 0],
+                      v1=v1)
     elif op == "ShearY":
-        _apply_affine(steps, fill, translate=[0, 0], shear=[0.0, math.degrees(math.atan(magnitude))], center=[0, 0])
+        _apply_affine(steps, fill, translate=[0, 0], shear=[0.0, math.degrees(math.atan(magnitude))], center=[0, 0],
+                      v1=v1)
     elif op == "TranslateX":
-        _apply_affine(steps, fill, translate=[int(magnitude), 0], shear=[0.0, 0.0], center=None)
+        _apply_affine(steps, fill, translate=[int(magnitude), 0], shear=[0.0, 0.0], center=None, v1=v1)
     elif op == "TranslateY":
-        _apply_affine(steps, fill, translate=[0, int(magnitude)], shear=[0.0, 0.0], center=None)
+        _apply_affine(steps, fill, translate=[0, int(magnitude)], shear=[0.0, 0.0], center=None, v1=v1)
     elif op == "Rotate":
         _apply_rotate(steps, magnitude, fill)
     elif op in _COLOR_KERNELS:

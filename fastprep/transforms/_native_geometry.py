@@ -38,6 +38,8 @@ class NativeRandomAffine(NativeTransform):
 
     draw_name = "RandomAffine"
     emits = ("affine",)
+    #: v1's class: F.affine's matrix as torchvision.transforms.functional computes it
+    v1 = False
 
     def __init__(self, transform: Any):
         super().__init__(transform)
@@ -48,7 +50,7 @@ class NativeRandomAffine(NativeTransform):
         t = self.transform
         ints, floats = fill_params(self._fill)
         shear = list(t.shear) if t.shear is not None else []
-        ints += [int(t.translate is not None), int(t.scale is not None), len(shear), self._has_center]
+        ints += [int(t.translate is not None), int(t.scale is not None), len(shear), self._has_center, int(self.v1)]
         floats += [float(t.degrees[0]), float(t.degrees[1])]
         floats += [float(v) for v in t.translate] if t.translate is not None else [0.0, 0.0]
         floats += [float(v) for v in t.scale] if t.scale is not None else [1.0, 1.0]
@@ -73,7 +75,7 @@ class NativeRandomAffine(NativeTransform):
                 shear[1] = draws.uniform(t.shear[2], t.shear[3])
         center = _center(t.center, steps) if t.center is not None else [0.0, 0.0]
         args = AffineArgs(angle=angle, translate=(translate[0], translate[1]), scale=scale, shear=(shear[0], shear[1]),
-                          center=self._center if t.center is not None else None)
+                          center=self._center if t.center is not None else None, v1=self.v1)
         affine_step(steps, _get_inverse_affine_matrix(center, angle, translate, scale, shear), self._fill, args)
 
     def _grid_fill(self) -> Any:
@@ -123,7 +125,9 @@ class NativeRandomRotation(NativeTransform):
 @native_transform(v1.RandomAffine, pil_only=True)
 class NativeRandomAffineV1(NativeRandomAffine):
     """v1 ``RandomAffine`` on PIL images: ``get_params`` makes v2's draws in v2's order; its
-    ``fill`` (default 0) goes to ``F.affine`` as given."""
+    ``fill`` (default 0) goes to ``F.affine`` as given, whose matrix is v1's."""
+
+    v1 = True
 
     def _grid_fill(self) -> Any:
         return grid_fill(self, self.transform.fill, v1_fill=True)
