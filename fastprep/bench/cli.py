@@ -115,9 +115,8 @@ def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
                         "multi-crop, a list of v2 views per image (fastprep: MultiView, one decode; fastprep-fast: "
                         "separable blur); examples-train (pytorch/examples), dino-pil (DINO's multi-crop class), "
                         "timm-rand-m9 (timm create_transform, needs timm): an ImageFolder with the script's own PIL "
-                        "transform, torch's DataLoader against fastprep.data.DataLoader; all RGB normalised, torchvision as "
-                        "reference, on "
-                        "built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
+                        "transform, torch's DataLoader against fastprep.data.DataLoader; all RGB normalised, "
+                        "torchvision as reference, on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): each pipeline's own loader on this machine (fastprep and "
                         "fastprep-packed: make_loader's threads engine, --workers = native decode threads; the "
