@@ -26,12 +26,13 @@ import time
 
 import torch
 from PIL import Image
-from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
 import fastprep.data as fd
 from fastprep.bench.synthetic import photo_like
+# pytorch/examples' transforms, shared with `python -m fastprep.bench --recipe examples-train`
+from fastprep.bench.unchanged import examples_train, examples_val
 
 M, S = fd.IMAGENET_MEAN, fd.IMAGENET_STD
 
@@ -45,10 +46,8 @@ def pipelines(size: int) -> dict:
         "v2 tensor val": lambda: v2.Compose([v2.ToImage(), v2.Resize(size * 8 // 7, antialias=True),
                                              v2.CenterCrop(size), v2.ToDtype(torch.float32, scale=True),
                                              v2.Normalize(M, S)]),
-        "pytorch/examples train (v1 PIL)": lambda: T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(),
-                                                              T.ToTensor(), T.Normalize(M, S)]),
-        "pytorch/examples val (v1 PIL)": lambda: T.Compose([T.Resize(size * 8 // 7), T.CenterCrop(size), T.ToTensor(),
-                                                            T.Normalize(M, S)]),
+        "pytorch/examples train (v1 PIL)": lambda: examples_train(size),
+        "pytorch/examples val (v1 PIL)": lambda: examples_val(size),
     }
 
 

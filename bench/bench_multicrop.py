@@ -19,76 +19,20 @@ import argparse
 import glob
 import os
 import platform
-import random
 import statistics
 import sys
 import tempfile
 import time
 
 import torch
-import torchvision.transforms as transforms
-from PIL import Image, ImageFilter, ImageOps
+from PIL import Image
 from torch.utils.data import Subset
 from torchvision.datasets import ImageFolder
 
 import fastprep.data as fd
 from fastprep.bench.synthetic import photo_like
-
-
-class GaussianBlur:
-    """DINO's utils.GaussianBlur."""
-
-    def __init__(self, p=0.5, radius_min=0.1, radius_max=2.0):
-        self.prob, self.radius_min, self.radius_max = p, radius_min, radius_max
-
-    def __call__(self, img):
-        do_it = random.random() <= self.prob
-        if not do_it:
-            return img
-        return img.filter(ImageFilter.GaussianBlur(radius=random.uniform(self.radius_min, self.radius_max)))
-
-
-class Solarization:
-    """DINO's utils.Solarization."""
-
-    def __init__(self, p):
-        self.p = p
-
-    def __call__(self, img):
-        if random.random() < self.p:
-            return ImageOps.solarize(img)
-        return img
-
-
-class DataAugmentationDINO:
-    """DINO's main_dino.DataAugmentationDINO: 2 global 224 views and ``local_crops_number`` 96 views."""
-
-    def __init__(self, global_crops_scale=(0.4, 1.0), local_crops_scale=(0.05, 0.4), local_crops_number=8):
-        flip_and_color_jitter = transforms.Compose([
-            transforms.RandomHorizontalFlip(p=0.5),
-            transforms.RandomApply([transforms.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)],
-                                   p=0.8),
-            transforms.RandomGrayscale(p=0.2),
-        ])
-        normalize = transforms.Compose([transforms.ToTensor(),
-                                        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
-        bicubic = transforms.InterpolationMode.BICUBIC
-        self.global_transfo1 = transforms.Compose([
-            transforms.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
-            flip_and_color_jitter, GaussianBlur(1.0), normalize])
-        self.global_transfo2 = transforms.Compose([
-            transforms.RandomResizedCrop(224, scale=global_crops_scale, interpolation=bicubic),
-            flip_and_color_jitter, GaussianBlur(0.1), Solarization(0.2), normalize])
-        self.local_crops_number = local_crops_number
-        self.local_transfo = transforms.Compose([
-            transforms.RandomResizedCrop(96, scale=local_crops_scale, interpolation=bicubic),
-            flip_and_color_jitter, GaussianBlur(p=0.5), normalize])
-
-    def __call__(self, image):
-        crops = [self.global_transfo1(image), self.global_transfo2(image)]
-        for _ in range(self.local_crops_number):
-            crops.append(self.local_transfo(image))
-        return crops
+# DINO's multi-crop class and timm's pipelines, shared with `python -m fastprep.bench --recipe dino-pil`
+from fastprep.bench.unchanged import DataAugmentationDINO, timm_eval, timm_train
 
 
 def _cpu() -> str:
@@ -121,12 +65,9 @@ def _folder(top: str, photos: str | None, count: int) -> str:
 def _transform(name: str):
     if name == "dino":
         return DataAugmentationDINO(), "DINO multi-crop (2x224 + 8x96)"
-    from timm.data import create_transform
-
     if name == "timm-train":
-        return (create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5", re_prob=0.25, re_mode="pixel",
-                                 interpolation="random"), "timm create_transform train rand-m9-mstd0.5, re_prob=0.25")
-    return create_transform(224, is_training=False), "timm create_transform eval"
+        return timm_train(224), "timm create_transform train rand-m9-mstd0.5, re_prob=0.25"
+    return timm_eval(224), "timm create_transform eval"
 
 
 def _epoch(loader, limit: int) -> float:

@@ -1198,3 +1198,109 @@ def test_ddp_example_help_says_what_workers_are(capsys):
         module.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "DataLoader workers" not in text and "native decode threads" in text
+
+
+# ------------------------------------------------------------------- folder recipes (scripts unchanged)
+
+
+@pytest.mark.parametrize("recipe", ["examples-train", "dino-pil", "timm-rand-m9"])
+def test_cli_folder_recipe_runs_torch_and_fastprep_dataloaders(recipe, cache, tmp_path, capsys):
+    """--recipe examples-train / dino-pil / timm-rand-m9: torch's DataLoader and
+    fastprep.data.DataLoader on the same ImageFolder, fastprep's row on the threads engine and
+    checked bit for bit against `with sample_rng(S, 0, i): dataset[i]` before it is timed;
+    dino-pil's batches are its 10 checked views."""
+    if recipe.startswith("timm"):
+        pytest.importorskip("timm")
+    out = tmp_path / "r.json"
+    rc = cli.main(["--recipe", recipe, "--num-images", "4", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+                   "--workers", "0", "--step-ms", "1", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    rows = {r["pipeline"]: r for r in report["results"]}
+    assert set(rows) == {"reference", "fastprep"}
+    assert all(r["error"] is None and r["samples_per_s"] > 0 for r in rows.values())
+    assert (rows["reference"]["engine"], rows["reference"]["exactness"]) == (None, None)
+    assert (rows["fastprep"]["engine"], rows["fastprep"]["engine_fallback"]) == ("threads", None)
+    assert rows["fastprep"]["exactness"].startswith("4 samples equal `with sample_rng(0, 0, i): dataset[i]` bit for "
+                                                    "bit, targets included (engine threads")
+    assert f"fastprep ({recipe}): 4 samples equal" in capsys.readouterr().out
+
+
+def test_cli_folder_recipe_needing_a_missing_package_is_skipped(cache, tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    from fastprep.bench import unchanged
+
+    recipe = unchanged.FOLDER_RECIPES["timm-rand-m9"]
+    monkeypatch.setitem(unchanged.FOLDER_RECIPES, "timm-rand-m9",
+                        dataclasses.replace(recipe, needs="no_such_package_for_fastprep"))
+    out = tmp_path / "r.json"
+    cli.main(["--recipe", "timm-rand-m9", "--num-images", "2", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+              "--workers", "0", "--step-ms", "1", "--no-progress", "--json", str(out)])
+    rows = json.loads(out.read_text())["results"]
+    assert {r["pipeline"] for r in rows} == {"reference", "fastprep"}
+    assert all(r["skipped"] == "no_such_package_for_fastprep not installed (pip install no_such_package_for_fastprep)"
+               and r["samples_per_s"] is None for r in rows)
+    assert "Skipping fastprep: no_such_package_for_fastprep not installed" in capsys.readouterr().out
+
+
+def test_check_exact_compares_with_sample_rng_and_names_a_difference():
+    from torch.utils.data import Dataset
+
+    from fastprep.bench.unchanged import check_exact
+
+    class Drawn(Dataset):  # draws from torch's, Python's and NumPy's RNGs: equal under sample_rng
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            import random
+
+            return torch.rand(2, 3) + random.random() + float(np.random.rand()), i % 2
+
+    class Counter(Dataset):  # each call returns a new value: never equal to a second call
+        calls = 0
+
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            self.calls += 1
+            return torch.full((2,), float(self.calls)), 0
+
+    assert check_exact(Drawn(), workers=0, seed=3).startswith("4 samples equal `with sample_rng(3, 0, i): "
+                                                               "dataset[i]` bit for bit, targets included (engine ")
+    with pytest.raises(RuntimeError, match=r"sample 0 differs from `with sample_rng\(0, 0, 0\): dataset\[0\]`"):
+        check_exact(Counter(), workers=0)
+
+
+def test_imagefolder_copy_keeps_the_classes_and_is_cached(cache, tmp_path):
+    from torchvision.datasets import ImageFolder
+
+    from fastprep.bench.unchanged import imagefolder_copy
+
+    files = []
+    for k, cls in enumerate(["cat", "dog", "cat"]):
+        (tmp_path / "src" / cls).mkdir(parents=True, exist_ok=True)
+        path = tmp_path / "src" / cls / f"{k}.jpg"
+        path.write_bytes(b"x" * (k + 1))
+        files.append(str(path))
+    links = imagefolder_copy(files)
+    assert [os.path.realpath(p) for p in links] == [os.path.realpath(f) for f in files]
+    assert [Path(p).parent.name for p in links] == ["cat", "dog", "cat"]
+    folder = ImageFolder(os.path.dirname(os.path.dirname(links[0])), loader=lambda p: Path(p).read_bytes())
+    assert folder.classes == ["cat", "dog"] and sorted(folder.targets) == [0, 0, 1]
+    assert sorted(len(folder[i][0]) for i in range(3)) == [1, 2, 3]
+    stamps = [os.lstat(p).st_mtime_ns for p in links]
+    assert imagefolder_copy(files) == links and [os.lstat(p).st_mtime_ns for p in links] == stamps
+    assert Path(links[0]).is_relative_to(cache)
+    with pytest.raises(ValueError, match="at least one file"):
+        imagefolder_copy([])
+
+
+def test_recipe_bounds_leave_timm_noise_unbounded():
+    from fastprep.bench.recipes import normalized_bounds, recipe_bounds, view_sizes
+
+    assert recipe_bounds("examples-train") == recipe_bounds("dino-pil") == normalized_bounds()
+    assert recipe_bounds("timm-rand-m9") == ((-float("inf"), float("inf")),) * 3
+    assert view_sizes("dino-pil") == (224, 224) + (96,) * 8 and view_sizes("examples-train") is None

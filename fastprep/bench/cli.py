@@ -113,8 +113,10 @@ def _common(p: argparse.ArgumentParser, table: bool = True) -> None:
                         "(BYOL/SimCLR colour view): an unchanged torchvision v2 augmentation pipeline that every row "
                         "runs (fastprep: make_loader(transform=...)); dino (2 x 224 + 8 x 96 views), simclr (2 x 224): "
                         "multi-crop, a list of v2 views per image (fastprep: MultiView, one decode; fastprep-fast: "
-                        "separable blur); all RGB normalised, torchvision as reference, on "
-                        "built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
+                        "separable blur); examples-train (pytorch/examples), dino-pil (DINO's multi-crop class), "
+                        "timm-rand-m9 (timm create_transform, needs timm): an ImageFolder with the script's own PIL "
+                        "transform, torch's DataLoader against fastprep.data.DataLoader; all RGB normalised, "
+                        "torchvision as reference, on built-in 500x375 photos (or 4000x3000: --builtin-size 12mp)")
     g.add_argument("--engine", choices=("dataloader", "ray"), default="dataloader",
                    help="dataloader (default): each pipeline's own loader on this machine (fastprep and "
                         "fastprep-packed: make_loader's threads engine, --workers = native decode threads; the "
@@ -385,6 +387,7 @@ def _measure_one(cfg: BenchConfig, item: _Planned, files: list[str], data: Bench
                 check_syncs=cfg.check_syncs, min_window_s=cfg.min_window_s or 0.0, max_steps=cfg.max_steps)
         if cfg.engine == "ray":  # Ray's actors are not this process's children: not measured
             res.worker_cpu_cores = None
+        res.exactness = getattr(item.pipe, "exactness", None)
         fell_back = item.pipe.engine == "threads" and res.engine not in (None, "threads")
         if fell_back and cfg.engine == "dataloader" and not alone:
             res.engine_fallback = res.engine_reason or f"make_loader chose the {res.engine} engine"

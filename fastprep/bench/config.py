@@ -17,7 +17,7 @@ import torch
 
 from .._threads import usable_cpus
 from .pipelines import PipelineConfig
-from .recipes import RECIPE_CROP, RECIPES, normalized_bounds, pipeline_registry, view_sizes
+from .recipes import RECIPE_CROP, RECIPES, pipeline_registry, recipe_bounds, view_sizes
 from .trainer import ASSUMED_GPU_TFLOPS, Trainer, make_trainer, train_step_flops
 
 if TYPE_CHECKING:
@@ -282,7 +282,7 @@ class BenchConfig:
     @property
     def output_bounds(self) -> tuple[tuple[float, float], ...] | None:
         """Per-channel bounds of the pipelines' output (``None``: the YUV default)."""
-        return None if self.recipe == "seed" else normalized_bounds()
+        return None if self.recipe == "seed" else recipe_bounds(self.recipe)
 
     @property
     def check_crop(self) -> int | tuple[int, ...]:

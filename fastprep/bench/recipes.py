@@ -50,6 +50,12 @@ with a list of v2 views in place of the pipeline: ``reference`` runs ``[view(ima
 in views]`` on one ``decode_jpeg`` per file (:class:`ViewList`), fastprep's rows
 ``make_loader(transform=MultiView(views))``; their batches are one tensor per view. They add
 ``fastprep-fast``: ``fastprep`` on ``fast_ops(MultiView(views))`` (the separable blur).
+
+The folder recipes of :data:`~fastprep.bench.unchanged.FOLDER_RECIPES` (``examples-train``,
+``dino-pil``, ``timm-rand-m9``) are training scripts as their users wrote them: an
+``ImageFolder`` of PIL images with the script's transform, through
+``torch.utils.data.DataLoader`` (``reference``) and ``fastprep.data.DataLoader``
+(``fastprep``); see :mod:`fastprep.bench.unchanged`.
 """
 
 from __future__ import annotations
@@ -61,9 +67,10 @@ import torch
 from torch.utils.data import default_collate
 
 from .pipelines import Fastprep, Parts, Pipeline, ToDevice, engine_options, label_parts, read_tensor
+from .unchanged import FOLDER_RECIPES, FastprepFolder, TorchFolder
 
 __all__ = ["AUGMENT_RECIPES", "MULTIVIEW_RECIPES", "RECIPES", "RECIPE_CROP", "RECIPE_PIPELINES", "ViewList",
-           "normalized_bounds", "recipe_transform", "view_sizes"]
+           "normalized_bounds", "recipe_bounds", "recipe_transform", "view_sizes"]
 
 #: Output size of the ImageNet recipes.
 RECIPE_CROP = 224
@@ -163,11 +170,14 @@ MULTIVIEW_RECIPES: dict[str, Callable[[], list]] = {
 }
 
 #: ``--recipe`` choices; ``seed`` is the bench's own pipelines.
-RECIPES = ("seed", "imagenet-train", "imagenet-eval", *AUGMENT_RECIPES, *MULTIVIEW_RECIPES)
+RECIPES = ("seed", "imagenet-train", "imagenet-eval", *AUGMENT_RECIPES, *MULTIVIEW_RECIPES, *FOLDER_RECIPES)
 
 
 def view_sizes(recipe: str) -> tuple[int, ...] | None:
     """The output size of each view of a multi-view recipe (``None`` for the others)."""
+    if recipe in FOLDER_RECIPES:
+        views = FOLDER_RECIPES[recipe].views
+        return views if len(views) > 1 else None
     if recipe not in MULTIVIEW_RECIPES:
         return None
     return tuple(view.transforms[0].size[0] for view in MULTIVIEW_RECIPES[recipe]())
@@ -197,6 +207,15 @@ def normalized_bounds(tolerance: float = 1e-4) -> tuple[tuple[float, float], ...
     """``(lo, hi)`` per channel (R, G, B) of ``(x / 255 - mean) / std`` for x in [0, 255]."""
     mean, std = _imagenet_stats()
     return tuple(((0 - m) / s - tolerance, (1 - m) / s + tolerance) for m, s in zip(mean, std))
+
+
+def recipe_bounds(recipe: str) -> tuple[tuple[float, float], ...]:
+    """``(lo, hi)`` per channel that the batches of ``recipe`` (not ``seed``) may take:
+    :func:`normalized_bounds`, or any finite value for a recipe that writes noise (timm's
+    pixel-mode random erasing draws from a normal distribution)."""
+    if recipe in FOLDER_RECIPES and not FOLDER_RECIPES[recipe].bounded:
+        return ((-float("inf"), float("inf")),) * 3
+    return normalized_bounds()
 
 
 class _TorchvisionBatch(torch.nn.Module):
@@ -432,6 +451,8 @@ class FastprepAugment(Pipeline):
 
 
 def _recipe_pipelines(recipe: str) -> dict[str, Pipeline]:
+    if recipe in FOLDER_RECIPES:
+        return {"reference": TorchFolder(recipe), "fastprep": FastprepFolder(recipe)}
     if recipe in MULTIVIEW_RECIPES:
         return {"reference": TorchvisionAugment(recipe), "fastprep": FastprepAugment(recipe),
                 "fastprep-fast": FastprepAugment(recipe, fast=True),

@@ -18,6 +18,7 @@ finished the last step. Within it:
   for the threads engine, whose workers are threads of this process: in ``main_cpu_cores``).
 * ``engine_stage``: the threads engine's stage that held the window (:func:`engine_stage`).
 * ``engine`` / ``engine_reason``: the engine a make_loader loader runs on, and why not threads.
+* ``exactness``: what the row checked of its samples before it was timed (or ``None``).
 * ``steps``: the measured steps; more than asked when a minimum window (``min_window_s``)
   made the run go on.
 """
@@ -72,6 +73,9 @@ class ConfigResult:
     #: the accelerator set the rate (starved less than
     #: :data:`~fastprep.bench.uncapped.CAPPED_STARVATION`): the row is a floor of the pipeline's
     capped_by_accelerator: bool | None = None
+    #: the check a row makes of its samples before it is timed (the folder recipes'
+    #: ``fastprep`` row: :func:`fastprep.bench.unchanged.check_exact`), ``None`` for none
+    exactness: str | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
