@@ -27,10 +27,12 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import torch
 
 from .datasets import JpegDataset, folder_extensions, list_folder_keys
 from .options import StorageOptions
+from .windows import WINDOW_PREFIX, WindowLayout, header_end
 
 __all__ = ["ObjectFolder", "ObjectStore", "ReadAhead", "is_object_url", "split_url"]
 
@@ -576,12 +578,104 @@ class ObjectFolder(JpegDataset):
             out.append((data, "") if isinstance(data, OSError) else (_tensor(data), self.files[i]))
         return out
 
+    @property
+    def window_reads(self) -> bool:
+        """Whether the threads engine reads this folder by window (:meth:`read_windows`):
+        ``storage.window_reads``, unless a subclass reads samples its own way."""
+        return self.store.options.window_reads and type(self).read_encoded is ObjectFolder.read_encoded
+
+    def read_windows(self, indices, plan_windows) -> list[tuple[torch.Tensor | Exception, str]]:
+        """:meth:`read_encoded_batch` reading of packed files only what each crop decodes,
+        in two rounds of requests, each with the whole batch's in flight at once: a range
+        read of every file's first :data:`~fastprep.data.windows.WINDOW_PREFIX` bytes
+        (more where its header is longer), then, per file, the ranges of the restart
+        intervals of its window (``plan_windows(buffers, indices)`` -> per sample
+        ``(top, left, height, width, scale_num)`` or ``None``: the loader's own plan, the
+        same draws), or the rest of the object where the file is not packed or the window
+        is not decoded from its intervals. Each entry is a buffer of the object's size
+        that the decode reads as the whole file (docs/storage.md)."""
+        indices = list(indices)
+        heads = self._read_heads(indices)
+        buffers: list[Any] = []
+        layouts: list[Any] = []
+        for i, (head, scan) in zip(indices, heads):
+            layout = None if isinstance(head, OSError) or scan <= 0 else WindowLayout.parse(head, scan)
+            layouts.append(layout)
+            if isinstance(head, OSError):
+                buffers.append(head)
+            elif layout is None:
+                buffers.append(None)
+            else:
+                buffers.append(layout.sparse(self.sizes[i], head, len(layout.starts) - 1))
+        live = [k for k, b in enumerate(buffers) if isinstance(b, torch.Tensor)]
+        windows = dict(zip(live, plan_windows([buffers[k] for k in live], [indices[k] for k in live]))) if live \
+            else {}
+        requests: list[tuple[int, int, int]] = []  # (sample, start, length)
+        for k, i in enumerate(indices):
+            if isinstance(buffers[k], OSError):
+                continue
+            window = windows.get(k)
+            chosen = None if window is None else layouts[k].intervals(*window)
+            if chosen is None:  # the whole file: what the prefix does not hold
+                head = heads[k][0]
+                if layouts[k] is not None:
+                    buffers[k] = None
+                if len(head) < self.sizes[i]:
+                    requests.append((k, len(head), self.sizes[i] - len(head)))
+                continue
+            buffers[k] = layouts[k].sparse(self.sizes[i], heads[k][0], chosen[-1])
+            requests += [(k, a, n) for a, n in layouts[k].ranges(chosen)]
+        datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests])
+        for (k, a, _), data in zip(requests, datas):
+            if isinstance(data, OSError) or isinstance(buffers[k], OSError):
+                buffers[k] = data if isinstance(data, OSError) else buffers[k]
+                continue
+            if buffers[k] is None:
+                buffers[k] = bytearray(heads[k][0])
+            target = buffers[k]
+            if isinstance(target, torch.Tensor):
+                target.numpy()[a:a + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            else:
+                target += data
+        out: list[tuple[torch.Tensor | Exception, str]] = []
+        for k, i in enumerate(indices):
+            b = buffers[k] if buffers[k] is not None else bytearray(heads[k][0])
+            if isinstance(b, OSError):
+                out.append((b, ""))
+            else:
+                out.append((b if isinstance(b, torch.Tensor) else _tensor(b), self.files[i]))
+        return out
+
+    def _read_heads(self, indices: list[int]) -> list[tuple[bytearray | OSError, int]]:
+        """Per index, the object's first bytes holding its whole header (or all of it) and
+        where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight."""
+        heads: list[Any] = self.store.get_many(
+            [(self.names[i], 0, min(WINDOW_PREFIX, self.sizes[i])) for i in indices])
+        scans = [0] * len(indices)
+        todo = list(range(len(indices)))
+        while todo:
+            more = []
+            for k in todo:
+                if isinstance(heads[k], OSError):
+                    continue
+                scans[k] = header_end(heads[k])
+                size = self.sizes[indices[k]]
+                if scans[k] < 0 and len(heads[k]) < size:
+                    more.append((k, min(size, max(-scans[k], 2 * len(heads[k])))))
+            datas = self.store.get_many([(self.names[indices[k]], len(heads[k]), n - len(heads[k]))
+                                         for k, n in more])
+            for (k, _), data in zip(more, datas):
+                heads[k] = data if isinstance(data, OSError) else heads[k] + data
+            todo = [k for k, _ in more]
+        return list(zip(heads, scans))
+
     def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
         """The epoch's whole-object GETs in order of ``indices``, issued ahead
         (:class:`ReadAhead`; its ``read_batch(positions)`` answers as
         :meth:`read_encoded_batch`); ``None`` when a subclass reads samples its own way or
         ``storage.read_ahead`` is off."""
-        if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead:
+        if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead \
+                or self.window_reads:
             return None
         indices = list(indices)
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
