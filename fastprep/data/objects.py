@@ -646,7 +646,7 @@ class ObjectFolder(JpegDataset):
                 out.append((b if isinstance(b, torch.Tensor) else _tensor(b), self.files[i]))
         return out
 
-    def _read_heads(self, indices: list[int]) -> list[tuple[bytearray | OSError, int]]:
+    def _read_heads(self, indices: list[int]) -> list[tuple[Any, int]]:
         """Per index, the object's first bytes holding its whole header (or all of it) and
         where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight."""
         heads: list[Any] = self.store.get_many(

@@ -84,7 +84,8 @@ class WindowLayout:
         """The layout of the header ``head[:scan]``, or ``None`` when it is not a baseline
         or extended sequential JPEG in one interleaved scan whose restart intervals tile its
         MCU rows, with a well-formed interval index."""
-        i, frame, interval, chunks, scans = 2, None, 0, [], 0
+        i, frame, interval = 2, None, 0
+        chunks: list[tuple[int, bytes]] = []
         while i < scan:
             marker = head[i + 1]
             if marker == 0xFF or marker in _STANDALONE:
@@ -104,7 +105,6 @@ class WindowLayout:
                     return None
                 chunks.append((count, body[_CHUNK_HEADER:]))
             elif marker == 0xDA:
-                scans += 1
                 if frame is None or body[0] != frame[5]:
                     return None  # not one scan of every component
             i = end
