@@ -18,12 +18,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["WINDOW_GAP", "WINDOW_PREFIX", "WindowLayout", "header_end"]
+__all__ = ["WINDOW_PREFIX", "WindowLayout", "header_end"]
 
 #: bytes read first from each object: the header and interval index of most packed files
 WINDOW_PREFIX = 64 << 10
-#: the ranges of one window at most this many bytes apart are one request
-WINDOW_GAP = 2 << 10
 
 _SIGNATURE = b"fastprep.rst\0"
 _CHUNK_HEADER = len(_SIGNATURE) + 3
@@ -154,7 +152,7 @@ class WindowLayout:
             return None
         return [r * n + j for r in range(r0, r1) for j in range(j0, j1)]
 
-    def ranges(self, intervals: list[int], gap: int = WINDOW_GAP) -> list[tuple[int, int]]:
+    def ranges(self, intervals: list[int], gap: int) -> list[tuple[int, int]]:
         """``(start, length)`` in the file of the intervals' bytes (each with its marker),
         ranges at most ``gap`` bytes apart merged."""
         out: list[list[int]] = []
