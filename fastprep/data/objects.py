@@ -553,6 +553,7 @@ class ObjectFolder(JpegDataset):
         if not listing.samples:
             raise FileNotFoundError(f"no objects ending in {self.extensions} found under {self.store.url!r}")
         self.names = [name for name, _ in listing.samples]
+        self._window_prefix = 0  # the longest header read by window so far
         self.sizes = [sizes[name] for name in self.names]
         self.samples = [(self.store.url_of(name), t) for name, t in listing.samples]
         super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform, on_error, **kwargs)
@@ -648,9 +649,11 @@ class ObjectFolder(JpegDataset):
 
     def _read_heads(self, indices: list[int]) -> list[tuple[Any, int]]:
         """Per index, the object's first bytes holding its whole header (or all of it) and
-        where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight."""
-        heads: list[Any] = self.store.get_many(
-            [(self.names[i], 0, min(WINDOW_PREFIX, self.sizes[i])) for i in indices])
+        where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight.
+        The first read of each is as long as the longest header seen so far."""
+        # the first read: the longest header seen so far (from WINDOW_PREFIX, at most 1 MB)
+        prefix = max(WINDOW_PREFIX, min(self._window_prefix, 1 << 20))
+        heads: list[Any] = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
         scans = [0] * len(indices)
         todo = list(range(len(indices)))
         while todo:
@@ -667,6 +670,7 @@ class ObjectFolder(JpegDataset):
             for (k, _), data in zip(more, datas):
                 heads[k] = data if isinstance(data, OSError) else heads[k] + data
             todo = [k for k, _ in more]
+        self._window_prefix = max([self._window_prefix, *scans])
         return list(zip(heads, scans))
 
     def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
