@@ -311,12 +311,15 @@ class TestWindowReads:
 
         monkeypatch.setattr(objects, "WINDOW_PREFIX", 300)
 
-    def test_same_batches_with_faults_fewer_bytes(self, data, local_server):
+    @pytest.mark.parametrize("read_ahead", [True, False])
+    def test_same_batches_with_faults_fewer_bytes(self, data, local_server, read_ahead):
+        """The headers read ahead in the epoch's order, or each batch's when it is taken."""
         ref = _batches(str(data / "wpacked"))
         server = local_server(fail_every=7, reset_every=11)
+        storage = D.StorageOptions(window_reads=True, read_ahead=read_ahead)
         loader = D.make_loader(f"s3://{BUCKET}/wpacked", batch_size=3, crop_size=24, device="cpu", seed=7,
-                               shuffle=True, num_workers=2, storage=self.WINDOWS)
-        assert loader.dataset.window_reads and loader.dataset.read_ahead(range(3), budget_bytes=1, group=1) is None
+                               shuffle=True, num_workers=2, storage=storage)
+        assert loader.dataset.window_reads
         _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
         assert server.stats["failed_503"] > 0 and server.stats["resets"] > 0
         stats = loader.dataset.store.stats

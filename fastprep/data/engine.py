@@ -512,9 +512,12 @@ class _EpochRun:
         dataset = self.dataset
         samples = [_Sample(i, _sample_name(dataset, i)) for i in indices]
         start = time.thread_time()
+        windows = getattr(dataset, "window_reads", False)
         if self.ahead is not None and positions is not None:
             read = self.ahead.read_batch(positions)
-        elif getattr(dataset, "window_reads", False):
+            if windows:  # the headers were read ahead
+                read = dataset.read_windows(indices, self.plan_windows, read)
+        elif windows:
             read = dataset.read_windows(indices, self.plan_windows)
         else:
             read = dataset.read_encoded_batch(indices)

@@ -585,7 +585,7 @@ class ObjectFolder(JpegDataset):
         ``storage.window_reads``, unless a subclass reads samples its own way."""
         return self.store.options.window_reads and type(self).read_encoded is ObjectFolder.read_encoded
 
-    def read_windows(self, indices, plan_windows) -> list[tuple[torch.Tensor | Exception, str]]:
+    def read_windows(self, indices, plan_windows, heads=None) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded_batch` reading of packed files only what each crop decodes,
         in two rounds of requests, each with the whole batch's in flight at once: a range
         read of every file's first :data:`~fastprep.data.windows.WINDOW_PREFIX` bytes
@@ -594,15 +594,17 @@ class ObjectFolder(JpegDataset):
         ``(top, left, height, width, scale_num)`` or ``None``: the loader's own plan, the
         same draws), or the rest of the object where the file is not packed or the window
         is not decoded from its intervals. Each entry is a buffer of the object's size
-        that the decode reads as the whole file (docs/storage.md)."""
+        that the decode reads as the whole file (docs/storage.md). ``heads``: the first
+        reads of the batch's files when they were issued ahead (:meth:`read_ahead`'s), each
+        bytes or an ``OSError``; the first round is then only what they miss."""
         indices = list(indices)
-        heads = self._read_heads(indices)
+        heads = self._read_heads(indices, heads)
         buffers: list[Any] = []
         layouts: list[Any] = []
         for i, (head, scan) in zip(indices, heads):
-            layout = None if isinstance(head, OSError) or scan <= 0 else WindowLayout.parse(head, scan)
+            layout = None if isinstance(head, Exception) or scan <= 0 else WindowLayout.parse(head, scan)
             layouts.append(layout)
-            if isinstance(head, OSError):
+            if isinstance(head, Exception):
                 buffers.append(head)
             elif layout is None:
                 buffers.append(None)
@@ -613,7 +615,7 @@ class ObjectFolder(JpegDataset):
             else {}
         requests: list[tuple[int, int, int]] = []  # (sample, start, length)
         for k, i in enumerate(indices):
-            if isinstance(buffers[k], OSError):
+            if isinstance(buffers[k], Exception):
                 continue
             window = windows.get(k)
             chosen = None if window is None else layouts[k].intervals(*window)
@@ -628,8 +630,8 @@ class ObjectFolder(JpegDataset):
             requests += [(k, a, n) for a, n in layouts[k].ranges(chosen, self.store.options.window_gap)]
         datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests])
         for (k, a, _), data in zip(requests, datas):
-            if isinstance(data, OSError) or isinstance(buffers[k], OSError):
-                buffers[k] = data if isinstance(data, OSError) else buffers[k]
+            if isinstance(data, Exception) or isinstance(buffers[k], Exception):
+                buffers[k] = data if isinstance(data, Exception) else buffers[k]
                 continue
             if buffers[k] is None:
                 buffers[k] = bytearray(heads[k][0])
@@ -641,25 +643,32 @@ class ObjectFolder(JpegDataset):
         out: list[tuple[torch.Tensor | Exception, str]] = []
         for k, i in enumerate(indices):
             b = buffers[k] if buffers[k] is not None else bytearray(heads[k][0])
-            if isinstance(b, OSError):
+            if isinstance(b, Exception):
                 out.append((b, ""))
             else:
                 out.append((b if isinstance(b, torch.Tensor) else _tensor(b), self.files[i]))
         return out
 
-    def _read_heads(self, indices: list[int]) -> list[tuple[Any, int]]:
+    def _first_read(self) -> int:
+        """Bytes of a file's first read by window: the longest header seen so far (from
+        :data:`~fastprep.data.windows.WINDOW_PREFIX`, at most 1 MB)."""
+        return max(WINDOW_PREFIX, min(self._window_prefix, 1 << 20))
+
+    def _read_heads(self, indices: list[int], first=None) -> list[tuple[Any, int]]:
         """Per index, the object's first bytes holding its whole header (or all of it) and
         where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight.
-        The first read of each is as long as the longest header seen so far."""
-        # the first read: the longest header seen so far (from WINDOW_PREFIX, at most 1 MB)
-        prefix = max(WINDOW_PREFIX, min(self._window_prefix, 1 << 20))
-        heads: list[Any] = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
+        ``first``: the first reads, when issued ahead; else read here."""
+        if first is None:
+            prefix = self._first_read()
+            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
+        first = [d[0] if isinstance(d, tuple) else d for d in first]  # a closed read-ahead's (error, "")
+        heads: list[Any] = [d if isinstance(d, Exception) else bytearray(d) for d in first]
         scans = [0] * len(indices)
         todo = list(range(len(indices)))
         while todo:
             more = []
             for k in todo:
-                if isinstance(heads[k], OSError):
+                if isinstance(heads[k], Exception):
                     continue
                 scans[k] = header_end(heads[k])
                 size = self.sizes[indices[k]]
@@ -668,7 +677,7 @@ class ObjectFolder(JpegDataset):
             datas = self.store.get_many([(self.names[indices[k]], len(heads[k]), n - len(heads[k]))
                                          for k, n in more])
             for (k, _), data in zip(more, datas):
-                heads[k] = data if isinstance(data, OSError) else heads[k] + data
+                heads[k] = data if isinstance(data, Exception) else heads[k] + data
             todo = [k for k, _ in more]
         self._window_prefix = max([self._window_prefix, *scans])
         return list(zip(heads, scans))
@@ -676,19 +685,25 @@ class ObjectFolder(JpegDataset):
     def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
         """The epoch's whole-object GETs in order of ``indices``, issued ahead
         (:class:`ReadAhead`; its ``read_batch(positions)`` answers as
-        :meth:`read_encoded_batch`); ``None`` when a subclass reads samples its own way or
-        ``storage.read_ahead`` is off."""
-        if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead \
-                or self.window_reads:
+        :meth:`read_encoded_batch`); with :attr:`window_reads`, the first read of each
+        file instead (its ``read_batch`` gives the bytes or the ``OSError``, for
+        :meth:`read_windows`' ``heads``). ``None`` when a subclass reads samples its own
+        way or ``storage.read_ahead`` is off."""
+        if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead:
             return None
         indices = list(indices)
+        ahead = 4 * self.store.options.max_in_flight
+        if self.window_reads:  # the first read of each file (its header), for read_windows
+            prefix = self._first_read()
+            firsts = [(self.names[i], 0, min(prefix, self.sizes[i]), min(prefix, self.sizes[i])) for i in indices]
+            return ReadAhead(self.store, firsts, lambda k, data: data, budget_bytes=budget_bytes, ahead=ahead,
+                             group=group)
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
 
         def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
             return (data, "") if isinstance(data, Exception) else (_tensor(data), self.files[indices[k]])
 
-        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes,
-                         ahead=4 * self.store.options.max_in_flight, group=group)
+        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes, ahead=ahead, group=group)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.store.url!r}, samples={len(self.files)}, "
