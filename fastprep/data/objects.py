@@ -7,7 +7,8 @@ The client is obstore (Rust ``object_store``; ``pip install fastprep[s3]``): its
 on its own threads without the GIL, and one asyncio loop per process keeps up to
 ``StorageOptions.max_in_flight`` of them in flight; :class:`ReadAhead` issues an epoch's
 reads in its order ahead of the threads engine's readers, neighbouring range reads
-coalesced. Credentials and the endpoint come from the standard AWS environment variables
+coalesced; :meth:`ObjectFolder.read_windows` reads of packed files only a crop window's
+bytes (:mod:`fastprep.data.windows`). Credentials and the endpoint come from the standard AWS environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
 ``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
 allowed, for S3-compatible servers) and, when the environment has no key and boto3 is
@@ -516,7 +517,9 @@ class ObjectFolder(JpegDataset):
     whole-object ``GET``: the threads engine issues an epoch's ``GET``\\ s in its order ahead
     of the decode (:meth:`read_ahead`), and :meth:`read_encoded_batch` has all of a batch's
     in flight at once (up to ``storage.max_in_flight``). A folder of packed files
-    (``fastprep.pack``) is read the same way: whole objects, the packed pixels.
+    (``fastprep.pack``) is read the same way: whole objects, the packed pixels; with
+    ``StorageOptions(window_reads=True)`` the threads engine reads of each packed file only
+    its header and the restart intervals its crop decodes (:meth:`read_windows`).
 
     Args:
         root: the ``s3://`` URL of the folder.
