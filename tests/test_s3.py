@@ -358,6 +358,31 @@ class TestWindowReads:
             D.StorageOptions(window_reads="yes")
 
 
+def test_window_layout_of_damaged_headers():
+    """A packed header cut short or with bytes changed parses to a layout or to None, never
+    raises; the intact one parses, with intervals that tile the image as the frame says."""
+    import random
+
+    from fastprep.data.windows import WindowLayout, header_end
+
+    packed = fio.transcode_jpeg(encode_jpeg(photo_like(200, 260, 3)))
+    scan = header_end(packed)
+    layout = WindowLayout.parse(packed, scan)
+    assert layout is not None and (layout.height, layout.width) == (200, 260) and layout.fits(len(packed))
+    assert layout.intervals(0, 0, 200, 260, 8) is None  # the whole image: not spliced
+    assert WindowLayout.parse(encode_jpeg(photo_like(20, 30, 1)), header_end(encode_jpeg(photo_like(20, 30, 1)))) \
+        is None  # no restart interval, no index
+    rng = random.Random(0)
+    for _ in range(300):
+        head = bytearray(packed[:scan])
+        for _ in range(rng.randint(1, 4)):
+            head[rng.randrange(2, scan)] = rng.randrange(256)
+        end = header_end(head)
+        if end > 0:
+            got = WindowLayout.parse(head, end)
+            assert got is None or isinstance(got, WindowLayout)
+
+
 def test_header_end():
     """Where the scan starts, from a prefix; how many bytes a short prefix needs."""
     from fastprep.data.windows import header_end

@@ -606,6 +606,8 @@ class ObjectFolder(JpegDataset):
         layouts: list[Any] = []
         for i, (head, scan) in zip(indices, heads):
             layout = None if isinstance(head, Exception) or scan <= 0 else WindowLayout.parse(head, scan)
+            if layout is not None and not layout.fits(self.sizes[i]):
+                layout = None  # a stale or damaged index: the whole file, and its decode reports it
             layouts.append(layout)
             if isinstance(head, Exception):
                 buffers.append(head)

@@ -93,6 +93,8 @@ class WindowLayout:
                 continue
             end = i + 2 + int.from_bytes(head[i + 2:i + 4], "big")
             body = bytes(head[i + 4:end])
+            if not body:
+                return None
             if marker in (0xC0, 0xC1):
                 frame = body
             elif 0xC2 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
@@ -105,13 +107,15 @@ class WindowLayout:
                     return None
                 chunks.append((count, body[_CHUNK_HEADER:]))
             elif marker == 0xDA:
-                if frame is None or body[0] != frame[5]:
+                if frame is None or len(frame) < 6 or body[0] != frame[5]:
                     return None  # not one scan of every component
             i = end
         if frame is None or interval == 0 or not chunks or any(c != len(chunks) for c, _ in chunks):
             return None
+        if len(frame) < 6 or len(frame) < 6 + 3 * frame[5]:
+            return None
         height, width, nf = int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big"), frame[5]
-        if nf not in (1, 3, 4) or height == 0 or width == 0:
+        if nf not in (1, 3, 4) or height == 0 or width == 0 or any(frame[7 + 3 * c] == 0 for c in range(nf)):
             return None
         h = [frame[7 + 3 * c] >> 4 for c in range(nf)]
         v = [frame[7 + 3 * c] & 15 for c in range(nf)]
@@ -125,6 +129,10 @@ class WindowLayout:
         if len(layout.starts) != _ceil_div(mpr * rows, interval) or layout.starts[0] != 0:
             return None
         return layout
+
+    def fits(self, size: int) -> bool:
+        """Whether the index places every interval and the EOI inside a file of ``size`` bytes."""
+        return self.scan + self.eoi + 2 <= size
 
     def _upsamples_as_image(self, width: int, s: int) -> bool:
         return all(not (h < self.max_h and width * h * s <= 2 * self.max_h * 8) for h in self.h_samp)
@@ -188,7 +196,7 @@ def _read_index(blob: bytes) -> tuple[np.ndarray, int] | None:
         return None
     N, G, n = (int.from_bytes(blob[k:k + 4], "big") for k in (0, 4, 8))
     w, eoi = blob[12], int.from_bytes(blob[13:17], "big")
-    if G == 0 or G * n != N or (w != 0 if n == 1 else not 1 <= w <= 4) \
+    if G == 0 or n == 0 or G * n != N or (w != 0 if n == 1 else not 1 <= w <= 4) \
             or len(blob) != _BLOB_HEADER + 4 * G + G * (n - 1) * w:
         return None
     bases = np.frombuffer(blob, dtype=">u4", count=G, offset=_BLOB_HEADER).astype(np.int64)
