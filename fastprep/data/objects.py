@@ -631,7 +631,6 @@ class ObjectFolder(JpegDataset):
                 if len(head) < self.sizes[i]:
                     requests.append((k, len(head), self.sizes[i] - len(head)))
                 continue
-            buffers[k] = layouts[k].sparse(self.sizes[i], heads[k][0], chosen[-1])
             requests += [(k, a, n) for a, n in layouts[k].ranges(chosen, self.store.options.window_gap)]
         datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests])
         for (k, a, _), data in zip(requests, datas):

@@ -8,8 +8,8 @@ restart-interval decode does (``plan_splice`` in csrc/jpeg/restart_index.cpp: on
 of context, whole MCUs, widened until the spliced frame upsamples as the image does; ``None``
 where it would decode the whole file); :meth:`WindowLayout.ranges` gives their byte ranges,
 neighbours merged; :meth:`WindowLayout.sparse` is a buffer of the file's size holding the
-header, the fetched ranges and, everywhere else, zeros except the restart markers the index
-places before the window's last interval (the decode checks them, docs/storage.md).
+header, the fetched ranges and, everywhere else, zeros except the restart markers and the EOI
+where the index places them (the decode checks them, docs/storage.md).
 Pure byte parsing; the reads themselves are :meth:`fastprep.data.ObjectFolder.read_windows`.
 """
 
