@@ -61,14 +61,21 @@ TREE = {
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A folder holding ``folder/`` (an ImageFolder tree), ``packed/`` (it packed by
-    ``fastprep.pack``: restart intervals and their index) and ``shards/`` (it packed into
-    shards of at most 20 kB)."""
+    ``fastprep.pack``: restart intervals and their index), ``shards/`` (it packed into
+    shards of at most 20 kB) and ``wpacked/`` (larger images packed, for window reads)."""
     base = tmp_path_factory.mktemp("s3data")
     for rel, make in TREE.items():
         path = base / "folder" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(make())
     pack_folder(base / "folder", base / "packed", workers=1, progress=False)
+    for k in range(7):  # large enough that crop windows are decoded from some of their intervals
+        path = base / "wfolder" / f"c{k % 2}" / f"{k}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_jpeg(photo_like(240 + 37 * k, 320 + 23 * k, 20 + k)))
+    (base / "wfolder" / "c1" / "gray.jpg").write_bytes(make_jpeg("gray", 200, 260, seed=30))
+    (base / "wfolder" / "c0" / "444.jpg").write_bytes(make_jpeg("444", 210, 250, seed=31))
+    pack_folder(base / "wfolder", base / "wpacked", workers=1, progress=False)
     pack_shards(base / "folder", base / "shards", shard_size=20_000, workers=1, progress=False)
     return base
 
@@ -289,6 +296,103 @@ class TestFaults:
         skipped = loader.dataset.skipped_files
         assert [s.path for s in skipped] == [f"s3://{BUCKET}/folder/dog/e.jpeg"]
         assert "503" in skipped[0].reason
+
+
+class TestWindowReads:
+    """``StorageOptions(window_reads=True)``: packed files read by window (header and index,
+    then the window's intervals), the local packed tree's batches."""
+
+    WINDOWS = D.StorageOptions(window_reads=True)
+
+    @pytest.fixture(autouse=True)
+    def small_prefix(self, monkeypatch):
+        """A prefix shorter than the headers: their rest is read in a second request."""
+        import fastprep.data.objects as objects
+
+        monkeypatch.setattr(objects, "WINDOW_PREFIX", 300)
+
+    @pytest.mark.parametrize("read_ahead", [True, False])
+    def test_same_batches_with_faults_fewer_bytes(self, data, local_server, read_ahead):
+        """The headers read ahead in the epoch's order, or each batch's when it is taken."""
+        ref = _batches(str(data / "wpacked"))
+        server = local_server(fail_every=7, reset_every=11)
+        storage = D.StorageOptions(window_reads=True, read_ahead=read_ahead)
+        loader = D.make_loader(f"s3://{BUCKET}/wpacked", batch_size=3, crop_size=24, device="cpu", seed=7,
+                               shuffle=True, num_workers=2, storage=storage)
+        assert loader.dataset.window_reads
+        _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
+        assert server.stats["failed_503"] > 0 and server.stats["resets"] > 0
+        stats = loader.dataset.store.stats
+        # every sample read by window would be one header read and 1-2 ranges; whole files one GET
+        assert stats["requests"] > 2 * len(loader.dataset)
+        assert stats["bytes"] < 0.6 * sum(loader.dataset.sizes)
+
+    def test_resume_mid_epoch(self, data, local_server):
+        local_server()
+        url, kwargs = f"s3://{BUCKET}/wpacked", dict(batch_size=2, device="cpu", seed=7, shuffle=True,
+                                                    recipe="imagenet-train", num_workers=2)
+        full = [(x.clone(), y.clone()) for x, y in D.make_loader(str(data / "wpacked"), **kwargs)]
+        loader = D.make_loader(url, storage=self.WINDOWS, **kwargs)
+        it = iter(loader)
+        head = [(x.clone(), y.clone()) for x, y in (next(it), next(it))]
+        state = loader.state_dict()
+        del it
+        resumed = D.make_loader(url, storage=self.WINDOWS, **kwargs)
+        resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+        _assert_same(head + [(x.clone(), y.clone()) for x, y in resumed], full)
+
+    def test_files_not_packed_are_read_whole(self, data, local_server):
+        """PNG, CMYK, progressive, files without an interval index: the local tree's batches."""
+        ref = _batches(str(data / "folder"))
+        local_server(fail_every=7)
+        _assert_same(_batches(f"s3://{BUCKET}/folder", storage=self.WINDOWS), ref)
+
+    def test_a_missing_object_names_its_url(self, data, local_server):
+        local_server(fail_keys={"wpacked/c1/3.jpg"})
+        storage = D.StorageOptions(window_reads=True, retries=1, timeout_s=5)
+        with pytest.raises(fio.DecodeError, match=rf"s3://{BUCKET}/wpacked/c1/3.jpg.*after 1 retries.*503"):
+            _batches(f"s3://{BUCKET}/wpacked", storage=storage)
+
+    def test_option_checked(self):
+        with pytest.raises(TypeError, match="window_reads must be a bool, got 'yes'"):
+            D.StorageOptions(window_reads="yes")
+
+
+def test_window_layout_of_damaged_headers():
+    """A packed header cut short or with bytes changed parses to a layout or to None, never
+    raises; the intact one parses, with intervals that tile the image as the frame says."""
+    import random
+
+    from fastprep.data.windows import WindowLayout, header_end
+
+    packed = fio.transcode_jpeg(encode_jpeg(photo_like(200, 260, 3)))
+    scan = header_end(packed)
+    layout = WindowLayout.parse(packed, scan)
+    assert layout is not None and (layout.height, layout.width) == (200, 260) and layout.fits(len(packed))
+    assert layout.intervals(0, 0, 200, 260, 8) is None  # the whole image: not spliced
+    assert WindowLayout.parse(encode_jpeg(photo_like(20, 30, 1)), header_end(encode_jpeg(photo_like(20, 30, 1)))) \
+        is None  # no restart interval, no index
+    rng = random.Random(0)
+    for _ in range(300):
+        head = bytearray(packed[:scan])
+        for _ in range(rng.randint(1, 4)):
+            head[rng.randrange(2, scan)] = rng.randrange(256)
+        end = header_end(head)
+        if end > 0:
+            got = WindowLayout.parse(head, end)
+            assert got is None or isinstance(got, WindowLayout)
+
+
+def test_header_end():
+    """Where the scan starts, from a prefix; how many bytes a short prefix needs."""
+    from fastprep.data.windows import header_end
+
+    jpeg = encode_jpeg(photo_like(20, 30, 1))
+    sos = jpeg.index(b"\xff\xda")
+    scan = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
+    assert header_end(jpeg) == header_end(jpeg[:scan]) == scan
+    assert header_end(jpeg[:sos + 3]) == -(sos + 4) and header_end(jpeg[:sos + 4]) == -scan
+    assert header_end(b"\x89PNG\r\n\x1a\n") == 0 and header_end(b"\xff") == -4
 
 
 class TestReadAhead:

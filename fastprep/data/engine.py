@@ -480,6 +480,26 @@ class _EpochRun:
             sample.data = sample.plan = sample.image = None
         return sample
 
+    def plan_windows(self, datas: list[torch.Tensor], indices: list[int]) -> list[tuple[int, ...] | None]:
+        """Per sample, the ``(top, left, height, width, scale_num)`` its plan decodes (the
+        same draws as :meth:`prepare_batch` makes from the whole file: they read only the
+        header), or ``None`` where it is not one window of a single-view native plan."""
+        if getattr(self.pipeline, "_strict", True):  # strict decodes scan the whole file
+            return [None] * len(datas)
+        routes = self.pipeline.plan_batch(datas, [self.key(i) for i in indices],
+                                          max_pixels=self.dataset.max_pixels or 0,
+                                          exif=self.dataset.apply_exif_orientation)
+        out: list[tuple[int, ...] | None] = []
+        for route, value in routes:
+            record = None
+            if route == "plan" and isinstance(value, native.PlanRef):
+                record = value.batch.plans[value.position]
+            elif route == "plan" and isinstance(value, native.Plan):
+                record = value.record
+            out.append(None if record is None else
+                       tuple(int(record[f]) for f in ("top", "left", "height", "width", "scale_num")))
+        return out
+
     def prepare_batch(self, indices: list[int], positions: range | None = None) -> tuple[list[_Sample], float]:
         """:meth:`prepare` for one batch's indices, as two native calls where the dataset
         and pipeline allow (``read_encoded_batch``, ``NativePipeline.plan_batch``); samples
@@ -492,8 +512,13 @@ class _EpochRun:
         dataset = self.dataset
         samples = [_Sample(i, _sample_name(dataset, i)) for i in indices]
         start = time.thread_time()
+        windows = getattr(dataset, "window_reads", False)
         if self.ahead is not None and positions is not None:
             read = self.ahead.read_batch(positions)
+            if windows:  # the headers were read ahead
+                read = dataset.read_windows(indices, self.plan_windows, read)
+        elif windows:
+            read = dataset.read_windows(indices, self.plan_windows)
         else:
             read = dataset.read_encoded_batch(indices)
         read_s = time.thread_time() - start

@@ -7,7 +7,8 @@ The client is obstore (Rust ``object_store``; ``pip install fastprep[s3]``): its
 on its own threads without the GIL, and one asyncio loop per process keeps up to
 ``StorageOptions.max_in_flight`` of them in flight; :class:`ReadAhead` issues an epoch's
 reads in its order ahead of the threads engine's readers, neighbouring range reads
-coalesced. Credentials and the endpoint come from the standard AWS environment variables
+coalesced; :meth:`ObjectFolder.read_windows` reads of packed files only a crop window's
+bytes (:mod:`fastprep.data.windows`). Credentials and the endpoint come from the standard AWS environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``,
 ``AWS_ENDPOINT_URL``; a plain ``http://`` endpoint is
 allowed, for S3-compatible servers) and, when the environment has no key and boto3 is
@@ -27,10 +28,12 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import torch
 
 from .datasets import JpegDataset, folder_extensions, list_folder_keys
 from .options import StorageOptions
+from .windows import WINDOW_PREFIX, WindowLayout, header_end
 
 __all__ = ["ObjectFolder", "ObjectStore", "ReadAhead", "is_object_url", "split_url"]
 
@@ -514,7 +517,9 @@ class ObjectFolder(JpegDataset):
     whole-object ``GET``: the threads engine issues an epoch's ``GET``\\ s in its order ahead
     of the decode (:meth:`read_ahead`), and :meth:`read_encoded_batch` has all of a batch's
     in flight at once (up to ``storage.max_in_flight``). A folder of packed files
-    (``fastprep.pack``) is read the same way: whole objects, the packed pixels.
+    (``fastprep.pack``) is read the same way: whole objects, the packed pixels; with
+    ``StorageOptions(window_reads=True)`` the threads engine reads of each packed file only
+    its header and the restart intervals its crop decodes (:meth:`read_windows`).
 
     Args:
         root: the ``s3://`` URL of the folder.
@@ -551,6 +556,7 @@ class ObjectFolder(JpegDataset):
         if not listing.samples:
             raise FileNotFoundError(f"no objects ending in {self.extensions} found under {self.store.url!r}")
         self.names = [name for name, _ in listing.samples]
+        self._window_prefix = 0  # the longest header read by window so far
         self.sizes = [sizes[name] for name in self.names]
         self.samples = [(self.store.url_of(name), t) for name, t in listing.samples]
         super().__init__([p for p, _ in self.samples], [t for _, t in self.samples], transform, on_error, **kwargs)
@@ -576,21 +582,132 @@ class ObjectFolder(JpegDataset):
             out.append((data, "") if isinstance(data, OSError) else (_tensor(data), self.files[i]))
         return out
 
+    @property
+    def window_reads(self) -> bool:
+        """Whether the threads engine reads this folder by window (:meth:`read_windows`):
+        ``storage.window_reads``, unless a subclass reads samples its own way."""
+        return self.store.options.window_reads and type(self).read_encoded is ObjectFolder.read_encoded
+
+    def read_windows(self, indices, plan_windows, heads=None) -> list[tuple[torch.Tensor | Exception, str]]:
+        """:meth:`read_encoded_batch` reading of packed files only what each crop decodes,
+        in two rounds of requests, each with the whole batch's in flight at once: a range
+        read of every file's first :data:`~fastprep.data.windows.WINDOW_PREFIX` bytes
+        (more where its header is longer), then, per file, the ranges of the restart
+        intervals of its window (``plan_windows(buffers, indices)`` -> per sample
+        ``(top, left, height, width, scale_num)`` or ``None``: the loader's own plan, the
+        same draws), or the rest of the object where the file is not packed or the window
+        is not decoded from its intervals. Each entry is a buffer of the object's size
+        that the decode reads as the whole file (docs/storage.md). ``heads``: the first
+        reads of the batch's files when they were issued ahead (:meth:`read_ahead`'s), each
+        bytes or an ``OSError``; the first round is then only what they miss."""
+        indices = list(indices)
+        heads = self._read_heads(indices, heads)
+        buffers: list[Any] = []
+        layouts: list[Any] = []
+        for i, (head, scan) in zip(indices, heads):
+            layout = None if isinstance(head, Exception) or scan <= 0 else WindowLayout.parse(head, scan)
+            if layout is not None and not layout.fits(self.sizes[i]):
+                layout = None  # a stale or damaged index: the whole file, and its decode reports it
+            layouts.append(layout)
+            if isinstance(head, Exception):
+                buffers.append(head)
+            elif layout is None:
+                buffers.append(None)
+            else:
+                buffers.append(layout.sparse(self.sizes[i], head, len(layout.starts) - 1))
+        live = [k for k, b in enumerate(buffers) if isinstance(b, torch.Tensor)]
+        windows = dict(zip(live, plan_windows([buffers[k] for k in live], [indices[k] for k in live]))) if live \
+            else {}
+        requests: list[tuple[int, int, int]] = []  # (sample, start, length)
+        for k, i in enumerate(indices):
+            if isinstance(buffers[k], Exception):
+                continue
+            window = windows.get(k)
+            chosen = None if window is None else layouts[k].intervals(*window)
+            if chosen is None:  # the whole file: what the prefix does not hold
+                head = heads[k][0]
+                if layouts[k] is not None:
+                    buffers[k] = None
+                if len(head) < self.sizes[i]:
+                    requests.append((k, len(head), self.sizes[i] - len(head)))
+                continue
+            requests += [(k, a, n) for a, n in layouts[k].ranges(chosen, self.store.options.window_gap)]
+        datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests])
+        for (k, a, _), data in zip(requests, datas):
+            if isinstance(data, Exception) or isinstance(buffers[k], Exception):
+                buffers[k] = data if isinstance(data, Exception) else buffers[k]
+                continue
+            if buffers[k] is None:
+                buffers[k] = bytearray(heads[k][0])
+            target = buffers[k]
+            if isinstance(target, torch.Tensor):
+                target.numpy()[a:a + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            else:
+                target += data
+        out: list[tuple[torch.Tensor | Exception, str]] = []
+        for k, i in enumerate(indices):
+            b = buffers[k] if buffers[k] is not None else bytearray(heads[k][0])
+            if isinstance(b, Exception):
+                out.append((b, ""))
+            else:
+                out.append((b if isinstance(b, torch.Tensor) else _tensor(b), self.files[i]))
+        return out
+
+    def _first_read(self) -> int:
+        """Bytes of a file's first read by window: the longest header seen so far (from
+        :data:`~fastprep.data.windows.WINDOW_PREFIX`, at most 1 MB)."""
+        return max(WINDOW_PREFIX, min(self._window_prefix, 1 << 20))
+
+    def _read_heads(self, indices: list[int], first=None) -> list[tuple[Any, int]]:
+        """Per index, the object's first bytes holding its whole header (or all of it) and
+        where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight.
+        ``first``: the first reads, when issued ahead; else read here."""
+        if first is None:
+            prefix = self._first_read()
+            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
+        first = [d[0] if isinstance(d, tuple) else d for d in first]  # a closed read-ahead's (error, "")
+        heads: list[Any] = [d if isinstance(d, Exception) else bytearray(d) for d in first]
+        scans = [0] * len(indices)
+        todo = list(range(len(indices)))
+        while todo:
+            more = []
+            for k in todo:
+                if isinstance(heads[k], Exception):
+                    continue
+                scans[k] = header_end(heads[k])
+                size = self.sizes[indices[k]]
+                if scans[k] < 0 and len(heads[k]) < size:
+                    more.append((k, min(size, max(-scans[k], 2 * len(heads[k])))))
+            datas = self.store.get_many([(self.names[indices[k]], len(heads[k]), n - len(heads[k]))
+                                         for k, n in more])
+            for (k, _), data in zip(more, datas):
+                heads[k] = data if isinstance(data, Exception) else heads[k] + data
+            todo = [k for k, _ in more]
+        self._window_prefix = max([self._window_prefix, *scans])
+        return list(zip(heads, scans))
+
     def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
         """The epoch's whole-object GETs in order of ``indices``, issued ahead
         (:class:`ReadAhead`; its ``read_batch(positions)`` answers as
-        :meth:`read_encoded_batch`); ``None`` when a subclass reads samples its own way or
-        ``storage.read_ahead`` is off."""
+        :meth:`read_encoded_batch`); with :attr:`window_reads`, the first read of each
+        file instead (its ``read_batch`` gives the bytes or the ``OSError``, for
+        :meth:`read_windows`' ``heads``). ``None`` when a subclass reads samples its own
+        way or ``storage.read_ahead`` is off."""
         if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead:
             return None
         indices = list(indices)
+        ahead = 4 * self.store.options.max_in_flight
+        if self.window_reads:  # the first read of each file (its header), for read_windows
+            prefix = self._first_read()
+            firsts = [(self.names[i], 0, min(prefix, self.sizes[i]), min(prefix, self.sizes[i])) for i in indices]
+            return ReadAhead(self.store, firsts, lambda k, data: data, budget_bytes=budget_bytes, ahead=ahead,
+                             group=group)
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
 
         def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
             return (data, "") if isinstance(data, Exception) else (_tensor(data), self.files[indices[k]])
 
-        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes,
-                         ahead=4 * self.store.options.max_in_flight, group=group)
+        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes, ahead=ahead, group=group)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.store.url!r}, samples={len(self.files)}, "

@@ -92,12 +92,23 @@ class StorageOptions:
             readers (up to ``max_in_flight`` in flight, within the engine's read-ahead byte
             budget), neighbouring range reads coalesced; ``False``: each batch's reads are
             issued when a reader takes the batch.
+        window_reads: packed files (``fastprep.pack``) in an ``s3://`` class-folder are
+            read by window: per batch, a range read of each file's header and interval
+            index, then range reads of only the restart intervals its crop window needs
+            (docs/storage.md); files that are not packed, and crops the restart-interval
+            decode would not splice, are read whole (the rest of the object). The threads
+            engine only; it replaces ``read_ahead`` for the folder.
+        window_gap: with ``window_reads``, a window's byte ranges at most this many bytes
+            apart are one request (the intervals of consecutive MCU rows are separated by
+            the rest of each row): larger moves more bytes in fewer requests.
     """
 
     max_in_flight: int = 128
     timeout_s: float = 30.0
     retries: int = 5
     read_ahead: bool = True
+    window_reads: bool = False
+    window_gap: int = 64 << 10
 
     def __post_init__(self):
         if not isinstance(self.max_in_flight, int) or isinstance(self.max_in_flight, bool) \
@@ -110,6 +121,10 @@ class StorageOptions:
             raise ValueError(f"retries must be an int in [0, 100], got {self.retries!r}")
         if not isinstance(self.read_ahead, bool):
             raise TypeError(f"read_ahead must be a bool, got {self.read_ahead!r}")
+        if not isinstance(self.window_reads, bool):
+            raise TypeError(f"window_reads must be a bool, got {self.window_reads!r}")
+        if not isinstance(self.window_gap, int) or isinstance(self.window_gap, bool) or self.window_gap < 0:
+            raise ValueError(f"window_gap must be an int >= 0, got {self.window_gap!r}")
 
 
 class LoaderOptions(TypedDict, total=False):
