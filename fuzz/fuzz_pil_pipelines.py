@@ -5,8 +5,8 @@ The parameter bytes seed a random pipeline, v1 (``torchvision.transforms``) or v
 the op tables below -- a geometry (RandomResizedCrop [+ a flip], Resize + CenterCrop,
 Resize((h, w)), CenterCrop) with the interpolation in every form torchvision
 takes (the enum, Pillow's int constant or ``Image.Resampling``, the string; bilinear,
-bicubic, lanczos, nearest, box, hamming), zero to two ops on the PIL image (flips, colour and point ops, affine, rotation, the
-auto-augment policies, blur; mostly none), then
+bicubic, lanczos, nearest, box, hamming), zero to two ops on the PIL image (flips, colour
+and point ops, affine, rotation, the auto-augment policies, blur; mostly none), then
 the conversion to a tensor (``ToTensor``, ``PILToTensor`` [+ ``ConvertImageDtype`` /
 ``ToDtype``], ``ToImage`` + ``ToDtype``) and optionally ``Normalize`` -- plus the dataloader
 seed and the sample's index.
