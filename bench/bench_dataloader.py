@@ -30,6 +30,7 @@ from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
 import fastprep.data as fd
+from fastprep._platform import describe
 from fastprep.bench.synthetic import photo_like
 # pytorch/examples' transforms, shared with `python -m fastprep.bench --recipe examples-train`
 from fastprep.bench.unchanged import examples_train, examples_val
@@ -52,19 +53,9 @@ def pipelines(size: int) -> dict:
 
 
 def _cpu() -> str:
-    model = "?"
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
-                     "?")
-        flags = text
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "baseline"
+    """The CPU, its ISA level and CPUs (fastprep._platform.describe), and the load average."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else ()
-    return f"{model} ({isa}), load {' '.join(f'{x:.1f}' for x in load)}"
+    return f"{describe().removeprefix('CPU: ')}, load {' '.join(f'{x:.1f}' for x in load)}"
 
 
 def _synthetic_folder(top: str, count: int) -> str:

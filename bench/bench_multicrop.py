@@ -30,24 +30,16 @@ from torch.utils.data import Subset
 from torchvision.datasets import ImageFolder
 
 import fastprep.data as fd
+from fastprep._platform import describe
 from fastprep.bench.synthetic import photo_like
 # DINO's multi-crop class and timm's pipelines, shared with `python -m fastprep.bench --recipe dino-pil`
 from fastprep.bench.unchanged import DataAugmentationDINO, timm_eval, timm_train
 
 
 def _cpu() -> str:
-    model, flags = "?", ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
-                     "?")
-        flags = text
-    except OSError:
-        pass
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "baseline"
+    """The CPU, its ISA level and CPUs (fastprep._platform.describe), and the load average."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else ()
-    return f"{model} ({isa}), {os.cpu_count()} CPUs, load {' '.join(f'{x:.1f}' for x in load)}"
+    return f"{describe().removeprefix('CPU: ')}, load {' '.join(f'{x:.1f}' for x in load)}"
 
 
 def _folder(top: str, photos: str | None, count: int) -> str:

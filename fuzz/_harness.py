@@ -41,6 +41,17 @@ class Finding(AssertionError):
     """An oracle check failed: the decoder returned a wrong result without raising."""
 
 
+def seq(rng, values):
+    """``values`` as a list or a tuple (torchvision takes both: the fuzz targets draw either)."""
+    return list(values) if rng.random() < 0.5 else tuple(values)
+
+
+def sorted_pair(rng, lo, hi, low_bound=0.0):
+    """Two draws in ``[lo, hi)``, sorted, each at least ``low_bound``, as a list or a tuple."""
+    a, b = sorted((rng.uniform(lo, hi), rng.uniform(lo, hi)))
+    return seq(rng, (max(a, low_bound), max(b, low_bound)))
+
+
 def split(data: bytes):
     """``(FuzzedDataProvider over the parameter bytes, JPEG bytes)``."""
     return atheris.FuzzedDataProvider(data[:PARAM_BYTES]), data[PARAM_BYTES:]

@@ -44,14 +44,7 @@ MAX_PIXELS = 1 << 20
 IM = v2.InterpolationMode
 
 
-def _seq(rng, values):
-    """``values`` as a list or a tuple."""
-    return list(values) if rng.random() < 0.5 else tuple(values)
-
-
-def _range(rng, lo, hi, low_bound=0.0):
-    a, b = sorted((rng.uniform(lo, hi), rng.uniform(lo, hi)))
-    return _seq(rng, (max(a, low_bound), max(b, low_bound)))
+_seq, _range = h.seq, h.sorted_pair
 
 
 def _p(rng):

@@ -66,6 +66,22 @@ def make_jpeg(encoding: str, height: int, width: int, seed: int = 0) -> bytes:
     return _cache[key]
 
 
+def make_image_folder(top, files, classes: int) -> str:
+    """An ``ImageFolder`` tree in the folder ``top`` (a ``pathlib.Path``): file ``k`` of
+    ``files`` (``(encoding, height, width)``, an encoding of :data:`ENCODINGS` or ``"png"``)
+    as ``class{k % classes}/img{k:02d}.jpg`` (``.png``); returns ``str(top)``."""
+    from PIL import Image
+
+    for k, (encoding, h, w) in enumerate(files):
+        folder = top / f"class{k % classes}"
+        folder.mkdir(exist_ok=True)
+        if encoding == "png":
+            Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
+        else:
+            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
+    return str(top)
+
+
 @pytest.fixture(scope="session")
 def photo_420() -> bytes:
     """A 533x800 q90 4:2:0 photo-like JPEG (the benchmark's shape)."""

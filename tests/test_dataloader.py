@@ -17,10 +17,9 @@ from torch.utils.data import ConcatDataset, Dataset, Subset, default_collate, ra
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
-from conftest import make_jpeg
+from conftest import make_image_folder, make_jpeg
 from fastprep import io as fio
 from fastprep._seeding import keyed_default_rng, sample_key
-from fastprep.bench.synthetic import photo_like
 from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, DataLoader, sample_rng
 
 SEED = 7
@@ -33,15 +32,7 @@ _FILES = [("420", 90, 120), ("444", 77, 101), ("gray", 64, 96), ("cmyk", 81, 70)
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("imagefolder")
-    for k, (encoding, h, w) in enumerate(_FILES):
-        folder = top / f"class{k % 3}"
-        folder.mkdir(exist_ok=True)
-        if encoding == "png":
-            Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
-        else:
-            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
-    return str(top)
+    return make_image_folder(tmp_path_factory.mktemp("imagefolder"), _FILES, classes=3)
 
 
 def v2_float():

@@ -20,6 +20,7 @@ import torch
 from PIL import ImageFilter
 
 from fastprep import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
+from test_dataloader import assert_batches_equal, reference
 from fastprep.bench.synthetic import photo_like
 
 RESAMPLES = {"NEAREST": 0, "BILINEAR": 2, "BICUBIC": 3}
@@ -368,18 +369,8 @@ PIPELINES = _pipelines()
 
 
 def _reference(dataset, batch_size):
-    from torch.utils.data import default_collate
-
-    from fastprep.data import sample_rng
-
-    out = []
-    for start in range(0, len(dataset), batch_size):
-        samples = []
-        for i in range(start, min(start + batch_size, len(dataset))):
-            with sample_rng(SEED, 0, i):
-                samples.append(dataset[i])
-        out.append(default_collate(samples))
-    return out
+    """The dataset's own samples under sample_rng, collated batch by batch."""
+    return reference(dataset, list(range(len(dataset))), batch_size, seed=SEED)
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
@@ -391,13 +382,7 @@ def test_threads_engine_equals_dataset(root, name):
     dataset = ImageFolder(root, transform=PIPELINES[name]())
     loader = DataLoader(dataset, batch_size=32, num_workers=2, seed=SEED)
     assert loader.engine == "threads", loader.engine_reason
-    got = list(loader)
-    want = _reference(dataset, 32)
-    assert len(got) == len(want)
-    for (gx, gy), (wx, wy) in zip(got, want):
-        assert gx.dtype == wx.dtype and gx.shape == wx.shape
-        assert torch.equal(gx, wx), f"{name}: {int((gx != wx).sum())} values differ"
-        assert torch.equal(gy, wy)
+    assert_batches_equal(list(loader), _reference(dataset, 32))
 
 
 def test_geometry_twins_are_proved():

@@ -19,13 +19,13 @@ import pytest
 import torch
 import torchvision.transforms as T
 from PIL import ImageEnhance, ImageOps
-from torch.utils.data import default_collate
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
-from conftest import make_jpeg
+from test_dataloader import assert_batches_equal, reference
+from conftest import make_image_folder, make_jpeg
 from fastprep.bench.synthetic import photo_like
-from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, DataLoader, sample_rng
+from fastprep.data import IMAGENET_MEAN, IMAGENET_STD, DataLoader
 from fastprep.transforms import OnPIL, _compile
 from fastprep.transforms._native import NativeTransform, Unsupported, f32_above, f32_ceil, to_native
 from fastprep.transforms._pil_ops import pil_twins, twin_reason
@@ -267,15 +267,7 @@ _FILES = [("420", 90, 120), ("gray", 64, 96), ("cmyk", 81, 70), ("420-progressiv
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("pilops")
-    for k, (encoding, h, w) in enumerate(_FILES):
-        folder = top / f"class{k % 2}"
-        folder.mkdir(exist_ok=True)
-        if encoding == "png":
-            PIL.Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
-        else:
-            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
-    return str(top)
+    return make_image_folder(tmp_path_factory.mktemp("pilops"), _FILES, classes=2)
 
 
 def _v1(*augment, size=36):
@@ -311,14 +303,8 @@ PIPELINES = {
 
 
 def _reference(dataset, batch_size):
-    out = []
-    for start in range(0, len(dataset), batch_size):
-        samples = []
-        for i in range(start, min(start + batch_size, len(dataset))):
-            with sample_rng(SEED, 0, i):
-                samples.append(dataset[i])
-        out.append(default_collate(samples))
-    return out
+    """The dataset's own samples under sample_rng, collated batch by batch."""
+    return reference(dataset, list(range(len(dataset))), batch_size, seed=SEED)
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
@@ -326,10 +312,4 @@ def test_threads_engine_equals_dataset(root, name):
     dataset = ImageFolder(root, transform=PIPELINES[name]())
     loader = DataLoader(dataset, batch_size=4, num_workers=2, seed=SEED)
     assert loader.engine == "threads", loader.engine_reason
-    got = list(loader)
-    want = _reference(dataset, 4)
-    assert len(got) == len(want)
-    for (gx, gy), (wx, wy) in zip(got, want):
-        assert gx.dtype == wx.dtype and gx.shape == wx.shape
-        assert torch.equal(gx, wx), f"{name}: {int((gx != wx).sum())} values differ"
-        assert torch.equal(gy, wy)
+    assert_batches_equal(list(loader), _reference(dataset, 4))

@@ -7,11 +7,9 @@ drawing from Python's ``random`` and NumPy, Pillow computing), never a fastprep 
 
 import pytest
 import torch
-from PIL import Image
 from torchvision.datasets import ImageFolder
 
-from conftest import make_jpeg
-from fastprep.bench.synthetic import photo_like
+from conftest import make_image_folder
 from fastprep.data import DataLoader, sample_rng
 from test_dataloader import assert_batches_equal, reference
 
@@ -27,15 +25,7 @@ _FILES = [("420", 60, 80), ("gray", 48, 64), ("cmyk", 51, 40), ("420-progressive
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("timm_folder")
-    for k, (encoding, h, w) in enumerate(_FILES):
-        folder = top / f"class{k % 2}"
-        folder.mkdir(exist_ok=True)
-        if encoding == "png":
-            Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
-        else:
-            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
-    return str(top)
+    return make_image_folder(tmp_path_factory.mktemp("timm_folder"), _FILES, classes=2)
 
 
 def _train(**kwargs):

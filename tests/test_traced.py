@@ -18,7 +18,7 @@ from torch.utils.data import Subset, default_collate
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
-from conftest import make_jpeg
+from conftest import make_image_folder, make_jpeg
 from fastprep.bench.synthetic import photo_like
 from fastprep.data import DataLoader, sample_rng
 from fastprep.transforms._trace import LazyImage, PixelRead, install_hooks
@@ -33,15 +33,7 @@ _FILES = [("420", 90, 120), ("gray", 64, 96), ("cmyk", 81, 70), ("420-progressiv
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    top = tmp_path_factory.mktemp("traced")
-    for k, (encoding, h, w) in enumerate(_FILES):
-        folder = top / f"class{k % 2}"
-        folder.mkdir(exist_ok=True)
-        if encoding == "png":
-            Image.fromarray(photo_like(h, w, k)).save(folder / f"img{k:02d}.png")
-        else:
-            (folder / f"img{k:02d}.jpg").write_bytes(make_jpeg(encoding, h, w, seed=k))
-    return str(top)
+    return make_image_folder(tmp_path_factory.mktemp("traced"), _FILES, classes=2)
 
 
 # --- DINO's multi-crop, as its repository writes it (utils.py / main_dino.py) --------------
