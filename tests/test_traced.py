@@ -14,10 +14,11 @@ import torch
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
-from torch.utils.data import Subset, default_collate
+from torch.utils.data import Subset
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
+from test_dataloader import reference as dataloader_reference
 from conftest import make_image_folder, make_jpeg
 from fastprep.bench.synthetic import photo_like
 from fastprep.data import DataLoader, sample_rng
@@ -127,14 +128,8 @@ class AutoLevel:
 
 
 def reference(dataset, order, batch_size, seed=SEED, epoch=0):
-    out = []
-    for start in range(0, len(order), batch_size):
-        samples = []
-        for i in order[start:start + batch_size]:
-            with sample_rng(seed, epoch, i):
-                samples.append(dataset[i])
-        out.append(default_collate(samples))
-    return out
+    """The dataset's own samples under sample_rng, collated batch by batch (test_dataloader's)."""
+    return dataloader_reference(dataset, order, batch_size, seed=seed, epoch=epoch)
 
 
 def assert_same(got, want):
