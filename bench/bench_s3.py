@@ -132,14 +132,19 @@ def main(argv=None) -> None:
     parser.add_argument("--max-in-flight", type=int, default=128)
     parser.add_argument("--serial", action=argparse.BooleanOptionalAction, default=True,
                         help="also one epoch of s3:// shards with one request in flight")
-    parser.add_argument("--shuffle-block", type=int, default=16,
-                        help="also the shards with this block shuffle (0: not)")
+    parser.add_argument("--shuffle-block", default="16",
+                        help="also the shards with these block shuffles (comma-separated sizes; 0: none)")
     parser.add_argument("--per-batch", action="store_true",
                         help="also the shards without read-ahead (each batch's reads issued when it is taken)")
     parser.add_argument("--peers", action="store_true",
                         help="also LitData and WebDataset on the same server and images (bench/s3_peers.py)")
+    parser.add_argument("--layouts", default="folder,packed,shards",
+                        help="comma-separated layouts to run (default: all three)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    layouts = [x for x in args.layouts.split(",") if x]
+    if not layouts or any(x not in ROWS for x in layouts):
+        parser.error(f"--layouts takes some of {', '.join(ROWS)}, got {args.layouts!r}")
     if args.work is None:
         args.work = "/tmp/s3/bench" if args.copies == 1 else f"/tmp/s3/bench-x{args.copies}"
     _prepare(args.data, args.work, args.copies)
@@ -149,12 +154,13 @@ def main(argv=None) -> None:
     storage = D.StorageOptions(max_in_flight=args.max_in_flight)
     try:
         loaders = {}
-        rows = dict(ROWS)
-        if args.per_batch:
+        rows = {k: v for k, v in ROWS.items() if k in layouts}
+        if args.per_batch and "shards" in layouts:
             rows["shards, per batch"] = ("shards", {"storage": D.StorageOptions(max_in_flight=args.max_in_flight,
                                                                                read_ahead=False)})
-        if args.shuffle_block > 1:
-            rows[f"shards, blocks of {args.shuffle_block}"] = ("shards", {"shuffle_block": args.shuffle_block})
+        for block in (int(b) for b in args.shuffle_block.split(",") if b):
+            if block > 1 and "shards" in layouts:
+                rows[f"shards, blocks of {block}"] = ("shards", {"shuffle_block": block})
         for layout, (folder, options) in rows.items():
             for where, source in (("local", os.path.join(args.work, folder)), ("s3", f"s3://data/{folder}/")):
                 kwargs = {k: v for k, v in options.items() if k != "storage"}
@@ -172,7 +178,8 @@ def main(argv=None) -> None:
         runs = [(key, args.epochs) for key in [*loaders, *peers]] * args.runs
         for key in peers:
             rates[key], cpu[key] = [], []
-        if args.serial:
+        size = len(next(iter(loaders.values())).dataset)
+        if args.serial and "shards" in layouts:
             loaders["shards", "s3, 1 in flight"] = D.make_loader(
                 "s3://data/shards/", recipe="imagenet-train", batch_size=args.batch_size, device="cpu", seed=0,
                 storage=D.StorageOptions(max_in_flight=1))
@@ -180,7 +187,7 @@ def main(argv=None) -> None:
             runs.append((("shards", "s3, 1 in flight"), 1))
         for key, epochs in runs:
             if key in peers:
-                _peer_run(key, args, endpoint, proc.pid, len(loaders["folder", "local"].dataset), rates[key],
+                _peer_run(key, args, endpoint, proc.pid, size, rates[key],
                           cpu[key])
                 continue
             loader = loaders[key]
@@ -197,7 +204,7 @@ def main(argv=None) -> None:
         proc.terminate()
         proc.wait(10)
     print(describe())
-    print(f"inputs: {args.data} x {args.copies} ({len(loaders['folder', 'local'].dataset)} files); plain train recipe "
+    print(f"inputs: {args.data} x {args.copies} ({size} files); plain train recipe "
           f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
           f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
     print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
