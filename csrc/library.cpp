@@ -69,6 +69,12 @@ TORCH_LIBRARY(fastprep, m) {
   // index (data offset and size), each checked against the tar header before it: per member
   // its bytes and 0, or an empty tensor and 1 (the caller's Python path then names the error).
   m.def("read_tar_members(str[] shards, int[] offsets, int[] sizes, str[] members) -> (Tensor[], Tensor)");
+  // http_get (readers/http_get.cpp): GET requests, written out whole by the caller, to one
+  // server at a numeric address, `concurrency` at a time on pooled keep-alive connections:
+  // per request its body, its HTTP status or a negative failure code, the failure's reason,
+  // and [requests started, their sum of requests in flight at the start, the most in flight].
+  m.def("http_get(str host, int port, str[] heads, int concurrency, float timeout_s, int max_body) -> "
+        "(Tensor[], Tensor, str[], Tensor)");
   // plan_batch: per sample its route (status code 0 planned, 1 left to the Python path, 2 error
   // with its message), then per view its SamplePlan record (plans: N x V, sample-major), the
   // pixel steps the augmentations' draws emitted (per view a program: nodes, ints, floats,

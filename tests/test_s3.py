@@ -210,7 +210,7 @@ class TestMoto:
     def test_forked_client_refused(self, on_moto, monkeypatch):
         import fastprep.data.objects as objects
 
-        store = D.ObjectStore(f"s3://{BUCKET}/folder")
+        store = D.ObjectStore(f"s3://{BUCKET}/folder", D.StorageOptions(client="obstore"))
         monkeypatch.setattr(objects, "_runtime_pid", os.getpid() + 1)  # as in a child forked after it ran
         with pytest.raises(RuntimeError, match="forked after obstore ran"):
             store.read_all("cat/a.jpg")

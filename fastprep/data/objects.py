@@ -25,6 +25,7 @@ import os
 import random
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -178,6 +179,7 @@ class ObjectStore:
             raise TypeError(f"storage must be a StorageOptions or None, got {type(self.options).__name__}")
         _obstore()  # a missing client fails here, at construction, naming the extra
         self._client: tuple[int, _Client] | None = None
+        self._native: tuple[int, Any, str] | None = None  # (pid, NativeClient or None, why not)
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
                         "in_flight_sum": 0}
@@ -185,6 +187,7 @@ class ObjectStore:
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_client"] = None
+        state["_native"] = None
         state["_lock"] = None
         return state
 
@@ -213,6 +216,45 @@ class ObjectStore:
         with self._lock:
             self._counts = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
                             "in_flight_sum": 0, "started": 0}
+
+    def _add(self, counts: dict) -> None:
+        """Adds a native call's counts to :attr:`stats`."""
+        with self._lock:
+            c = self._counts
+            for key in ("requests", "bytes", "retries", "in_flight_sum"):
+                c[key] += counts[key]
+            c["started"] = c.get("started", 0) + counts["started"]
+            c["max_in_flight"] = max(c["max_in_flight"], counts["max_in_flight"])
+
+    def native(self):
+        """This process's :class:`~fastprep.data._native_s3.NativeClient`, or ``None`` where
+        obstore sends the requests (``storage.client``; :attr:`client_name` says why).
+
+        Raises:
+            ValueError: ``client="native"`` and the native client cannot read this endpoint.
+        """
+        with self._lock:
+            if self._native is None or self._native[0] != os.getpid():
+                if self.options.client == "obstore":
+                    got: Any = "storage.client is 'obstore'"
+                else:
+                    from ._native_s3 import native_client
+
+                    o = self.options
+                    got = native_client(_endpoint(), self.bucket, self.prefix, timeout_s=o.timeout_s,
+                                        retries=o.retries, max_in_flight=o.max_in_flight)
+                if isinstance(got, str) and self.options.client == "native":
+                    raise ValueError(f"storage.client='native' cannot read {self.url!r}: {got}")
+                self._native = (os.getpid(), None, got) if isinstance(got, str) else (os.getpid(), got, "")
+            return self._native[1]
+
+    @property
+    def client_name(self) -> str:
+        """``"native"``, or ``"obstore"`` with the reason the native client is not used."""
+        if self.native() is not None:
+            return "native"
+        assert self._native is not None
+        return f"obstore ({self._native[2]})"
 
     def _track(self, delta: int) -> None:
         with self._lock:
@@ -279,7 +321,12 @@ class ObjectStore:
         requests = list(requests)
         if not requests:
             return []
-        return self._run(lambda: self._gather(requests))
+        native = self.native()
+        if native is None:
+            return self._run(lambda: self._gather(requests))
+        answers, counts = native.fetch(requests, self.url_of)
+        self._add(counts)
+        return [a if isinstance(a, BaseException) else bytearray(a.numpy()) for a in answers]
 
     def read_all(self, name: str) -> bytearray:
         """The bytes of object ``name``; raises the ``OSError`` :meth:`get_many` returns."""
@@ -376,10 +423,37 @@ class ReadAhead:
         self._sizes: dict[int, int] = {}
         self._tasks: set[asyncio.Future] = set()
         self._closed = False
+        self._failure: BaseException | None = None
         self._wake: asyncio.Event | None = None
-        client = store.client()
-        self._loop = client.loop
-        self._pump = asyncio.run_coroutine_threadsafe(self._run(client), self._loop)
+        self._native = store.native()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if self._native is None:
+            client = store.client()
+            self._loop = client.loop
+            asyncio.run_coroutine_threadsafe(self._run(client), self._loop)
+        else:
+            # calls of the native client run in a few threads, each with its share of the
+            # requests in flight: a slow request holds back only its own call's next group
+            max_in_flight = store.options.max_in_flight
+            workers = max(2, min(8, -(-2 * max_in_flight // self.group)))
+            self._concurrency = max(1, -(-max_in_flight // workers))
+            self._executor = ThreadPoolExecutor(workers, thread_name_prefix="fastprep-s3")
+            threading.Thread(target=self._run_native, name="fastprep-s3-ahead", daemon=True).start()
+
+    def _free(self, p: int) -> bool:
+        """Whether position ``p``'s group may be issued now (under ``_cond``)."""
+        free = self._held < self.budget_bytes and p - self._taken < self.ahead
+        # a reader waits for the batch at the first position not taken: with `group` its
+        # batch size, that batch is always issued whole
+        return free or p - self._taken < self.group
+
+    def _fail(self, p: int, e: BaseException) -> None:
+        """A bug in the pump: every reader waiting at or after ``p`` hears of it."""
+        with self._cond:
+            self._failure = e
+            for k in range(p, len(self.requests)):
+                self._results.setdefault(k, RuntimeError(f"read-ahead of {self.store.url!r} failed: {e!r}"))
+            self._cond.notify_all()
 
     async def _run(self, client: _Client) -> None:
         if client.semaphore is None:
@@ -391,10 +465,7 @@ class ReadAhead:
                 q = min(n, p + self.group)
                 while True:
                     with self._cond:
-                        free = self._held < self.budget_bytes and p - self._taken < self.ahead
-                        # a reader waits for the batch at the first position not taken:
-                        # with `group` its batch size, that batch is always issued whole
-                        free = free or p - self._taken < self.group
+                        free = self._free(p)
                     if free or self._closed:
                         break
                     self._wake.clear()
@@ -404,12 +475,23 @@ class ReadAhead:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 p = q
-        except BaseException as e:  # a bug: every waiting reader hears of it
-            with self._cond:
-                for k in range(p, n):
-                    self._results.setdefault(k, RuntimeError(f"read-ahead of {self.store.url!r} failed: {e!r}"))
-                self._cond.notify_all()
-            raise
+        except BaseException as e:
+            self._fail(p, e)
+
+    def _run_native(self) -> None:
+        n, p = len(self.requests), 0
+        try:
+            while p < n:
+                q = min(n, p + self.group)
+                with self._cond:
+                    while not self._closed and not self._free(p):
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                self._executor.submit(self._fetch_native, p, self._coalesce(p, q))
+                p = q
+        except BaseException as e:
+            self._fail(p, e)
 
     def _coalesce(self, p: int, q: int) -> list[list[tuple]]:
         """Positions ``p .. q-1`` as runs of one request each: ``(position, name, start,
@@ -444,23 +526,46 @@ class ReadAhead:
             runs.append(run)
         return runs
 
-    async def _fetch(self, client: _Client, run) -> None:
-        name = run[0][1]
+    @staticmethod
+    def _request(run) -> tuple[str, int | None, int | None]:
+        """The one request of a run: ``(name, start, length)``."""
         start = run[0][2]
-        if start is None:
-            results = [await self.store._get(client, name, None, None)]
-        else:
-            end = max(r[2] + r[3] for r in run)
-            data = await self.store._get(client, name, start, end - start)
-            if isinstance(data, BaseException) or len(run) == 1:
-                results = [data] * len(run)
-            else:
-                view = memoryview(data)
-                results = [view[r[2] - start:r[2] - start + r[3]] for r in run]
-        with self._cond:
-            for r, data in zip(run, results):
+        return run[0][1], start, None if start is None else max(r[2] + r[3] for r in run) - start
+
+    def _keep(self, run, data) -> None:
+        """Stores the answer of a run's request, split per position (under ``_cond``)."""
+        start = run[0][2]
+        if isinstance(data, BaseException) or len(run) == 1:
+            for r in run:
                 self._results[r[0]] = data
+            return
+        view = memoryview(data)
+        for r in run:
+            self._results[r[0]] = view[r[2] - start:r[2] - start + r[3]]
+
+    async def _fetch(self, client: _Client, run) -> None:
+        data = await self.store._get(client, *self._request(run))
+        with self._cond:
+            self._keep(run, data)
             self._cond.notify_all()
+
+    def _fetch_native(self, p: int, runs) -> None:
+        """One group's runs through the native client (in an executor thread)."""
+        try:
+            if self._closed:
+                return
+            assert self._native is not None
+            answers, counts = self._native.fetch([self._request(run) for run in runs], self.store.url_of,
+                                                 self._concurrency)
+            self.store._add(counts)
+            with self._cond:
+                if self._closed:
+                    return
+                for run, data in zip(runs, answers):
+                    self._keep(run, data if isinstance(data, BaseException) else memoryview(data.numpy()))
+                self._cond.notify_all()
+        except BaseException as e:
+            self._fail(p, e)
 
     def read_batch(self, positions) -> list:
         """``convert(position, data)`` of each position (``data`` the bytes, or the
@@ -469,15 +574,17 @@ class ReadAhead:
         positions = list(positions)
         with self._cond:
             while not self._closed and any(k not in self._results for k in positions):
-                if self._pump.done() and self._pump.exception() is not None:
-                    raise RuntimeError(f"read-ahead of {self.store.url!r} failed") from self._pump.exception()
+                if self._failure is not None:
+                    raise RuntimeError(f"read-ahead of {self.store.url!r} failed") from self._failure
                 self._cond.wait(1.0)
             if self._closed:  # the epoch was left while this reader waited: nobody takes its batch
                 return [(OSError(f"read-ahead of {self.store.url!r} closed"), "") for _ in positions]
             datas = [self._results.pop(k) for k in positions]
             self._taken += len(positions)
             self._held -= sum(self._sizes.pop(k, 0) for k in positions)
-        self._loop.call_soon_threadsafe(self._notify)
+            self._cond.notify_all()  # the native pump waits on the condition
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._notify)
         return [self.convert(k, data) for k, data in zip(positions, datas)]
 
     def _notify(self) -> None:
@@ -498,7 +605,9 @@ class ReadAhead:
             for task in list(self._tasks):
                 task.cancel()
 
-        if not self._loop.is_closed():
+        if self._loop is None:  # native: calls in flight end by their timeouts, their answers dropped
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(cancel)
 
 

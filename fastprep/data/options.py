@@ -98,6 +98,13 @@ class StorageOptions:
             (docs/storage.md); files that are not packed, and crops the restart-interval
             decode would not splice, are read whole (the rest of the object). The threads
             engine only; it replaces ``read_ahead`` for the folder.
+        client: which client sends the GET requests. ``"native"``: fastprep's own
+            (``torch.ops.fastprep.http_get``: one epoll loop per call, pooled keep-alive
+            connections, signed here; about a tenth of obstore's CPU per request), for
+            ``http://`` endpoints (``AWS_ENDPOINT_URL``) with static credentials (the
+            environment or the AWS config files) only; ``"obstore"``: obstore for every
+            request; ``"auto"`` (default): native where it can read the endpoint, else
+            obstore. Listings always go through obstore (docs/storage.md, "Clients").
         window_gap: with ``window_reads``, a window's byte ranges at most this many bytes
             apart are one request (the intervals of consecutive MCU rows are separated by
             the rest of each row): larger moves more bytes in fewer requests.
@@ -109,6 +116,7 @@ class StorageOptions:
     read_ahead: bool = True
     window_reads: bool = False
     window_gap: int = 64 << 10
+    client: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.max_in_flight, int) or isinstance(self.max_in_flight, bool) \
@@ -123,6 +131,8 @@ class StorageOptions:
             raise TypeError(f"read_ahead must be a bool, got {self.read_ahead!r}")
         if not isinstance(self.window_reads, bool):
             raise TypeError(f"window_reads must be a bool, got {self.window_reads!r}")
+        if self.client not in ("auto", "native", "obstore"):
+            raise ValueError(f"client must be 'auto', 'native' or 'obstore', got {self.client!r}")
         if not isinstance(self.window_gap, int) or isinstance(self.window_gap, bool) or self.window_gap < 0:
             raise ValueError(f"window_gap must be an int >= 0, got {self.window_gap!r}")
 

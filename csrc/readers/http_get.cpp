@@ -1,0 +1,574 @@
+// torch.ops.fastprep.http_get: a batch of HTTP/1.1 GET requests to one server (an S3-compatible
+// endpoint over plain http://), many in flight at once on keep-alive connections, run by one
+// epoll loop in the calling thread without the GIL. The requests arrive fully written (request
+// line, headers, signature: fastprep/data/_native_s3.py builds them); this file only moves bytes:
+// non-blocking connects, sends, response parsing (Content-Length, chunked, or to the end of the
+// connection), each body received straight into its tensor, and a deadline per request. It never
+// retries: a failed request comes back with a negative status and its reason, and the caller
+// retries with backoff (the caller owns the retry budget). Idle keep-alive connections are kept
+// in a per-process pool per address and reused by later calls; a forked child drops its parent's.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace fastprep {
+namespace {
+
+// Negative statuses (a request that got no complete response); the caller maps them to messages.
+enum Failure : int64_t { kConnect = -1, kReset = -2, kTimeout = -3, kMalformed = -4, kTooLarge = -5 };
+
+constexpr size_t kMaxHead = 64 << 10;  // response headers longer than this are malformed
+constexpr size_t kPoolCap = 1024;      // idle connections kept per address at most
+
+// ---------------------------------------------------------------- the per-process pool
+
+struct Pool {
+  std::mutex mutex;
+  pid_t pid = 0;
+  std::map<std::string, std::vector<int>> idle;  // address -> idle keep-alive sockets
+
+  // An idle socket for `address`, or -1. A child of fork drops the parent's sockets (closing
+  // its copies leaves the parent's open) instead of sharing their byte streams.
+  int take(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (pid != getpid()) {
+      for (auto& entry : idle)
+        for (int fd : entry.second) ::close(fd);
+      idle.clear();
+      pid = getpid();
+    }
+    auto& fds = idle[address];
+    if (fds.empty()) return -1;
+    int fd = fds.back();
+    fds.pop_back();
+    return fd;
+  }
+
+  void give(const std::string& address, int fd) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& fds = idle[address];
+    if (pid != getpid() || fds.size() >= kPoolCap) {
+      ::close(fd);
+      return;
+    }
+    fds.push_back(fd);
+  }
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: sockets may be returned during interpreter exit
+  return *p;
+}
+
+std::atomic<int64_t> g_in_flight{0};
+
+// ---------------------------------------------------------------- one connection's state
+
+enum class Stage { kConnecting, kSending, kHead, kBody, kChunkSize, kChunkData, kChunkEnd, kToClose };
+
+struct Conn {
+  int fd = -1;
+  bool reused = false;     // came from the pool (a stale one may be closed by the server)
+  int64_t request = -1;    // the request it carries, -1: none
+  Stage stage = Stage::kSending;
+  size_t sent = 0;
+  std::string head;        // response bytes until the end of the headers (then the surplus)
+  int64_t status = 0;
+  bool keep_alive = true;
+  int64_t length = -1;     // Content-Length, -1: none
+  at::Tensor body;         // Content-Length bodies: received in place
+  int64_t got = 0;
+  std::string chunks;      // chunked or to-close bodies
+  std::string line;        // a chunk-size line being read
+  int64_t chunk_left = 0;
+  bool watching_out = false;  // EPOLLOUT is in its event mask (while connecting or sending)
+  std::chrono::steady_clock::time_point deadline;
+};
+
+struct Address {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+bool parse_address(const std::string& host, int64_t port, Address& out) {
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&out.addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons((uint16_t)port);
+    out.len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.addr);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons((uint16_t)port);
+    out.len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = (char)std::tolower((unsigned char)c);
+  return s;
+}
+
+// Parses the status line and headers in conn.head[0, end); false: malformed.
+bool parse_head(Conn& c, size_t end) {
+  const std::string& h = c.head;
+  size_t eol = h.find("\r\n");
+  if (eol == std::string::npos || eol > end || h.compare(0, 5, "HTTP/") != 0) return false;
+  size_t sp = h.find(' ');
+  if (sp == std::string::npos || sp + 4 > eol) return false;
+  int64_t status = 0;
+  for (size_t i = sp + 1; i < sp + 4; i++) {
+    if (h[i] < '0' || h[i] > '9') return false;
+    status = status * 10 + (h[i] - '0');
+  }
+  c.status = status;
+  c.keep_alive = h.compare(0, 8, "HTTP/1.0") != 0;
+  c.length = -1;
+  bool chunked = false;
+  size_t pos = eol + 2;
+  while (pos < end) {
+    size_t next = h.find("\r\n", pos);
+    if (next == std::string::npos || next > end) next = end;
+    size_t colon = h.find(':', pos);
+    if (colon != std::string::npos && colon < next) {
+      std::string name = lower(h.substr(pos, colon - pos));
+      size_t v = colon + 1;
+      while (v < next && (h[v] == ' ' || h[v] == '\t')) v++;
+      std::string value = lower(h.substr(v, next - v));
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.pop_back();
+      if (name == "content-length") {
+        if (value.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos)
+          return false;
+        c.length = std::stoll(value);
+      } else if (name == "transfer-encoding") {
+        chunked = value.find("chunked") != std::string::npos;
+      } else if (name == "connection") {
+        if (value.find("close") != std::string::npos) c.keep_alive = false;
+        if (value.find("keep-alive") != std::string::npos) c.keep_alive = true;
+      }
+    }
+    pos = next + 2;
+  }
+  if (chunked) {
+    c.length = -1;
+    c.stage = Stage::kChunkSize;
+  } else if (c.length >= 0) {
+    c.stage = Stage::kBody;
+  } else {
+    c.stage = Stage::kToClose;
+    c.keep_alive = false;
+  }
+  return true;
+}
+
+class Batch {
+ public:
+  Batch(const std::string& key, const Address& address, const std::vector<std::string>& heads, int64_t concurrency,
+        double timeout_s, int64_t max_body)
+      : key_(key), address_(address), heads_(heads), timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                         std::chrono::duration<double>(timeout_s))),
+        max_body_(max_body), n_((int64_t)heads.size()), bodies_((size_t)n_), errors_((size_t)n_),
+        resent_((size_t)n_, 0) {
+    status_ = at::zeros({n_}, at::kLong);
+    conns_.resize((size_t)std::max<int64_t>(1, std::min(concurrency, n_)));
+  }
+
+  ~Batch() {
+    if (ep_ >= 0) ::close(ep_);
+    for (Conn& c : conns_)
+      if (c.fd >= 0) ::close(c.fd);
+  }
+
+  void run() {
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ < 0) {
+      for (int64_t i = 0; i < n_; i++) fail_request(i, kConnect, "epoll_create1: " + std::string(strerror(errno)));
+      return;
+    }
+    for (size_t k = 0; k < conns_.size(); k++) start_next(k);
+    std::vector<epoll_event> events(conns_.size());
+    while (done_ < n_) {
+      auto now = std::chrono::steady_clock::now();
+      auto wait = std::chrono::milliseconds(1000);
+      for (size_t k = 0; k < conns_.size(); k++) {
+        if (conns_[k].request < 0) continue;
+        if (conns_[k].deadline <= now) {
+          fail_conn(k, kTimeout, "no complete response within the timeout");
+          start_next(k);
+          continue;
+        }
+        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(conns_[k].deadline - now) +
+                                  std::chrono::milliseconds(1));
+      }
+      if (done_ >= n_) break;
+      int n = epoll_wait(ep_, events.data(), (int)events.size(), (int)wait.count());
+      if (n < 0 && errno != EINTR) break;
+      for (int e = 0; e < n; e++) {
+        size_t k = events[e].data.u32;
+        if (conns_[k].request >= 0) step(k, events[e].events);
+      }
+    }
+    for (int64_t i = 0; i < n_; i++)  // unreachable unless epoll_wait itself failed
+      if (!bodies_[i].defined()) fail_request(i, kConnect, "epoll_wait: " + std::string(strerror(errno)));
+  }
+
+  std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor> result() {
+    at::Tensor stats = at::empty({3}, at::kLong);
+    stats[0] = started_;
+    stats[1] = in_flight_sum_;
+    stats[2] = max_in_flight_;
+    return {bodies_, status_, errors_, stats};
+  }
+
+ private:
+  void fail_request(int64_t i, int64_t code, const std::string& why) {
+    status_.data_ptr<int64_t>()[i] = code;
+    bodies_[i] = at::empty({0}, at::kByte);
+    errors_[i] = why;
+    done_++;
+  }
+
+  void close_conn(size_t k) {
+    Conn& c = conns_[k];
+    if (c.fd >= 0) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
+      ::close(c.fd);
+    }
+    c.fd = -1;
+    c.watching_out = false;
+  }
+
+  void finish(size_t k) {
+    g_in_flight--;
+    conns_[k].request = -1;
+  }
+
+  void fail_conn(size_t k, int64_t code, const std::string& why) {
+    Conn& c = conns_[k];
+    // a reused connection the server had closed while idle: the request never reached it,
+    // so it is sent again, once, on another connection (not a retry of the caller's budget)
+    if (c.reused && code == kReset && c.got == 0 && c.head.empty() && !resent_[(size_t)c.request]) {
+      int64_t request = c.request;
+      resent_[(size_t)request] = 1;
+      close_conn(k);
+      finish(k);
+      pending_.push_front(request);
+      return;
+    }
+    int64_t request = c.request;
+    close_conn(k);
+    finish(k);
+    fail_request(request, code, why);
+  }
+
+  bool open(size_t k) {
+    Conn& c = conns_[k];
+    c.fd = pool().take(key_);
+    c.reused = c.fd >= 0;
+    if (c.reused) {
+      c.stage = Stage::kSending;
+    } else {
+      c.fd = ::socket(address_.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (c.fd < 0) return false;
+      int one = 1;
+      setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      int r = ::connect(c.fd, reinterpret_cast<const sockaddr*>(&address_.addr), address_.len);
+      if (r < 0 && errno != EINPROGRESS) return false;
+      c.stage = r == 0 ? Stage::kSending : Stage::kConnecting;
+    }
+    c.watching_out = c.stage == Stage::kConnecting;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (c.watching_out ? EPOLLOUT : 0u);
+    ev.data.u32 = (uint32_t)k;
+    return epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) == 0;
+  }
+
+  // Level-triggered: EPOLLOUT is watched only while there is something to send.
+  void watch_out(size_t k, bool out) {
+    Conn& c = conns_[k];
+    if (c.watching_out == out) return;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0u);
+    ev.data.u32 = (uint32_t)k;
+    epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev);
+    c.watching_out = out;
+  }
+
+  void start_next(size_t k) {
+    while (!pending_.empty() || next_ < n_) {
+      int64_t i;
+      if (!pending_.empty()) {
+        i = pending_.front();
+        pending_.pop_front();
+      } else {
+        i = next_++;
+      }
+      Conn& c = conns_[k];
+      c.request = i;
+      c.sent = 0;
+      c.head.clear();
+      c.chunks.clear();
+      c.line.clear();
+      c.got = 0;
+      c.body = at::Tensor();
+      c.deadline = std::chrono::steady_clock::now() + timeout_;
+      int64_t now = ++g_in_flight;
+      started_++;
+      in_flight_sum_ += now;
+      max_in_flight_ = std::max(max_in_flight_, now);
+      if (c.fd < 0 && !open(k)) {
+        int err = errno;
+        close_conn(k);
+        c.reused = false;
+        finish(k);
+        fail_request(i, kConnect, "cannot connect: " + std::string(strerror(err)));
+        continue;
+      }
+      if (c.stage != Stage::kConnecting) c.stage = Stage::kSending;
+      send_some(k);
+      return;
+    }
+  }
+
+  void send_some(size_t k) {
+    Conn& c = conns_[k];
+    const std::string& out = heads_[(size_t)c.request];
+    while (c.sent < out.size()) {
+      ssize_t w = ::send(c.fd, out.data() + c.sent, out.size() - c.sent, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return watch_out(k, true);
+        fail_conn(k, kReset, "send: " + std::string(strerror(errno)));
+        start_next(k);
+        return;
+      }
+      c.sent += (size_t)w;
+    }
+    c.stage = Stage::kHead;
+    watch_out(k, false);
+  }
+
+  void step(size_t k, uint32_t events) {
+    Conn& c = conns_[k];
+    if (c.stage == Stage::kConnecting) {
+      if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        c.reused = false;
+        fail_conn(k, kConnect, "cannot connect: " + std::string(strerror(err)));
+        start_next(k);
+        return;
+      }
+      c.stage = Stage::kSending;
+    }
+    if (c.stage == Stage::kSending) {
+      send_some(k);
+      if (c.request < 0 || c.stage == Stage::kSending) return;
+    }
+    receive(k);
+  }
+
+  // Reads what the socket has and advances the response; completes or fails the request.
+  void receive(size_t k) {
+    Conn& c = conns_[k];
+    char buffer[64 << 10];
+    for (;;) {
+      char* into = buffer;
+      size_t room = sizeof buffer;
+      if (c.stage == Stage::kBody) {  // straight into the body's tensor
+        into = reinterpret_cast<char*>(c.body.data_ptr<uint8_t>()) + c.got;
+        room = (size_t)(c.length - c.got);
+      }
+      ssize_t r = room == 0 ? 0 : ::recv(c.fd, into, room, 0);
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EINTR) continue;
+        fail_conn(k, kReset, "connection reset: " + std::string(strerror(errno)));
+        start_next(k);
+        return;
+      }
+      if (r == 0 && room != 0) {  // the server closed the connection
+        if (c.stage == Stage::kToClose) {
+          complete(k, c.chunks);
+        } else {
+          fail_conn(k, kReset, c.head.empty() && c.got == 0 ? "connection closed before a response"
+                                                            : "connection closed mid-response");
+        }
+        start_next(k);
+        return;
+      }
+      if (c.stage == Stage::kBody) {
+        c.got += r;
+        if (c.got == c.length) {
+          complete(k, {});
+          start_next(k);
+          return;
+        }
+        continue;
+      }
+      if (!consume(k, buffer, (size_t)r)) {
+        start_next(k);
+        return;
+      }
+    }
+  }
+
+  // Feeds received bytes through the head and chunk stages; false once the request is over.
+  bool consume(size_t k, const char* data, size_t n) {
+    Conn& c = conns_[k];
+    std::string rest;
+    if (c.stage == Stage::kHead) {
+      c.head.append(data, n);
+      size_t end = c.head.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (c.head.size() > kMaxHead) return fail_conn(k, kMalformed, "response headers too long"), false;
+        return true;
+      }
+      if (!parse_head(c, end)) return fail_conn(k, kMalformed, "malformed response head"), false;
+      rest = c.head.substr(end + 4);
+      if (c.length > max_body_) return fail_conn(k, kTooLarge, "response body too large"), false;
+      if (c.stage == Stage::kBody) {
+        c.body = at::empty({c.length}, at::kByte);
+        size_t take = std::min(rest.size(), (size_t)c.length);
+        if (take) std::memcpy(c.body.data_ptr<uint8_t>(), rest.data(), take);
+        c.got = (int64_t)take;
+        if (c.got == c.length) return complete(k, {}), false;
+        return true;
+      }
+      data = rest.data();
+      n = rest.size();
+    }
+    return chunked(k, data, n);
+  }
+
+  bool chunked(size_t k, const char* data, size_t n) {
+    Conn& c = conns_[k];
+    size_t i = 0;
+    while (i < n) {
+      if (c.stage == Stage::kToClose) {
+        c.chunks.append(data + i, n - i);
+        if ((int64_t)c.chunks.size() > max_body_) return fail_conn(k, kTooLarge, "response body too large"), false;
+        return true;
+      }
+      if (c.stage == Stage::kChunkData) {
+        size_t take = std::min(n - i, (size_t)c.chunk_left);
+        c.chunks.append(data + i, take);
+        i += take;
+        c.chunk_left -= (int64_t)take;
+        if ((int64_t)c.chunks.size() > max_body_) return fail_conn(k, kTooLarge, "response body too large"), false;
+        if (c.chunk_left == 0) c.stage = Stage::kChunkEnd;
+        continue;
+      }
+      // kChunkSize / kChunkEnd: a line ending in CRLF
+      c.line.push_back(data[i++]);
+      if (c.line.size() > 4096) return fail_conn(k, kMalformed, "malformed chunked body"), false;
+      if (c.line.size() < 2 || c.line.compare(c.line.size() - 2, 2, "\r\n") != 0) continue;
+      std::string text = c.line.substr(0, c.line.size() - 2);
+      c.line.clear();
+      if (c.stage == Stage::kChunkEnd) {
+        if (!text.empty()) return fail_conn(k, kMalformed, "malformed chunked body"), false;
+        c.stage = Stage::kChunkSize;
+        continue;
+      }
+      size_t semi = text.find(';');
+      if (semi != std::string::npos) text.resize(semi);
+      if (text.empty() || text.size() > 15 || text.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+        return fail_conn(k, kMalformed, "malformed chunked body"), false;
+      c.chunk_left = std::stoll(text, nullptr, 16);
+      if (c.chunk_left == 0) {  // the last chunk (trailers are not expected from S3)
+        complete(k, c.chunks);
+        return false;
+      }
+      c.stage = Stage::kChunkData;
+    }
+    return true;
+  }
+
+  void complete(size_t k, const std::string& buffered) {
+    Conn& c = conns_[k];
+    int64_t i = c.request;
+    if (c.stage != Stage::kBody) {
+      c.body = at::empty({(int64_t)buffered.size()}, at::kByte);
+      if (!buffered.empty()) std::memcpy(c.body.data_ptr<uint8_t>(), buffered.data(), buffered.size());
+    }
+    bodies_[i] = c.body;
+    status_.data_ptr<int64_t>()[i] = c.status;
+    done_++;
+    c.body = at::Tensor();
+    finish(k);
+    if (c.keep_alive && c.stage != Stage::kToClose) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
+      pool().give(key_, c.fd);
+      c.fd = -1;
+      c.watching_out = false;
+    } else {
+      close_conn(k);
+    }
+    c.stage = Stage::kSending;
+  }
+
+  std::string key_;
+  Address address_;
+  const std::vector<std::string>& heads_;
+  std::chrono::steady_clock::duration timeout_;
+  int64_t max_body_;
+  int64_t n_;
+  std::vector<at::Tensor> bodies_;
+  std::vector<std::string> errors_;
+  at::Tensor status_;
+  std::vector<Conn> conns_;
+  std::vector<char> resent_;  // sent again after a stale pooled connection
+  std::deque<int64_t> pending_;
+  int64_t next_ = 0, done_ = 0;
+  int ep_ = -1;
+  int64_t started_ = 0, in_flight_sum_ = 0, max_in_flight_ = 0;
+};
+
+// Per request its body (uint8 1-D; an error response's body too), its HTTP status or a negative
+// Failure code, the reason of a failure ("" otherwise), and [requests started, the sum over them
+// of the process's requests in flight as each started, the most in flight].
+std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor> http_get(
+    const std::string& host, int64_t port, const std::vector<std::string>& heads, int64_t concurrency,
+    double timeout_s, int64_t max_body) {
+  TORCH_CHECK(port > 0 && port < 65536, "http_get: port must be in [1, 65535], got ", port);
+  TORCH_CHECK(concurrency >= 1, "http_get: concurrency must be >= 1, got ", concurrency);
+  TORCH_CHECK(timeout_s > 0, "http_get: timeout_s must be > 0, got ", timeout_s);
+  TORCH_CHECK(max_body >= 0, "http_get: max_body must be >= 0, got ", max_body);
+  Address address;
+  TORCH_CHECK(parse_address(host, port, address), "http_get: host must be a numeric IPv4 or IPv6 address, got '",
+              host, "'");
+  std::string key = host + "|" + std::to_string(port);
+  Batch batch(key, address, heads, concurrency, timeout_s, max_body);
+  if (!heads.empty()) batch.run();
+  return batch.result();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fastprep, CompositeImplicitAutograd, m) { m.impl("http_get", &http_get); }
+
+}  // namespace fastprep
