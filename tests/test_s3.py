@@ -4,7 +4,9 @@ started here on a free localhost port (moto's server), and from the project's ow
 (:class:`fastprep.bench.s3server.LocalS3Server`) injecting 503s and reset connections. The
 reference is the same tree read from disk: the same classes and order as torchvision's
 ImageFolder, the same batches bit for bit; resuming mid-epoch, missing buckets and objects,
-retries and their budget, credentials kept out of pickles and state."""
+retries and their budget, credentials kept out of pickles and state. Every test runs once per
+client: the native one (``storage.client="auto"`` on these plain-http endpoints) and obstore
+(the native client made unavailable, as on an https endpoint)."""
 
 import io
 import os
@@ -78,6 +80,17 @@ def data(tmp_path_factory):
     pack_folder(base / "wfolder", base / "wpacked", workers=1, progress=False)
     pack_shards(base / "folder", base / "shards", shard_size=20_000, workers=1, progress=False)
     return base
+
+
+@pytest.fixture(autouse=True, params=["native", "obstore"])
+def client(request, monkeypatch):
+    """The client that reads: ``auto`` picks the native one here; for ``obstore`` it is made
+    unavailable (in this process: a worker process of the processes engine picks its own)."""
+    if request.param == "obstore":
+        import fastprep.data._native_s3 as native
+
+        monkeypatch.setattr(native, "native_client", lambda *args, **kwargs: "made unavailable by the test")
+    return request.param
 
 
 def _free_port():
@@ -206,6 +219,12 @@ class TestMoto:
         ref = _batches(str(data / "shards"), engine="processes")
         got = _batches(f"s3://{BUCKET}/shards", engine="processes")
         _assert_same(got, ref)
+
+    def test_the_client_that_reads(self, data, on_moto, client):
+        store = D.ObjectStore(f"s3://{BUCKET}/folder")
+        assert store.client_name == ("native" if client == "native" else "obstore (made unavailable by the test)")
+        assert store.read_all("cat/a.jpg") == (data / "folder/cat/a.jpg").read_bytes()
+        assert store.stats["requests"] == 1
 
     def test_forked_client_refused(self, on_moto, monkeypatch):
         import fastprep.data.objects as objects

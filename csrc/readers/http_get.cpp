@@ -344,10 +344,11 @@ class Batch {
         close_conn(k);
         c.reused = false;
         finish(k);
-        fail_request(i, kConnect, "cannot connect: " + std::string(strerror(err)));
+        fail_request(i, kConnect, std::string(strerror(err)));
         continue;
       }
-      if (c.stage != Stage::kConnecting) c.stage = Stage::kSending;
+      if (c.stage == Stage::kConnecting) return;  // sent once the connection is up (EPOLLOUT)
+      c.stage = Stage::kSending;
       send_some(k);
       return;
     }
@@ -379,7 +380,7 @@ class Batch {
       getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
       if (err != 0) {
         c.reused = false;
-        fail_conn(k, kConnect, "cannot connect: " + std::string(strerror(err)));
+        fail_conn(k, kConnect, std::string(strerror(err)));
         start_next(k);
         return;
       }

@@ -80,7 +80,7 @@ def _static_credentials() -> tuple[str, str, str | None] | None | str:
     if key and secret:
         return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
     try:
-        import boto3
+        import boto3  # type: ignore[import-untyped]
     except ImportError:
         return "no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in the environment (and no boto3 to read the config files)"
     found = boto3.Session().get_credentials()
@@ -107,7 +107,7 @@ def native_client(endpoint: str | None, bucket: str, prefix: str, *, timeout_s: 
         return f"the endpoint names no host: {endpoint!r}"
     port = parts.port or 80
     try:
-        address = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)[0][4][0]
+        address = str(socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)[0][4][0])
     except OSError as e:
         return f"cannot resolve {parts.hostname!r}: {e}"
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"

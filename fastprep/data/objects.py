@@ -326,7 +326,7 @@ class ObjectStore:
             return self._run(lambda: self._gather(requests))
         answers, counts = native.fetch(requests, self.url_of)
         self._add(counts)
-        return [a if isinstance(a, BaseException) else bytearray(a.numpy()) for a in answers]
+        return [a if isinstance(a, OSError) else bytearray(a.numpy()) for a in answers]
 
     def read_all(self, name: str) -> bytearray:
         """The bytes of object ``name``; raises the ``OSError`` :meth:`get_many` returns."""
