@@ -2,11 +2,13 @@
 samples/s for large photos and a small crop.
 
     python bench/bench_s3_windows.py --photos DIR [--work /tmp/packs3/windows] [--latency-ms 25]
+                                     [--bandwidth-mbps 0]
                                      [--runs 3] [--epochs 4] [--batch-size 16] [--scale 0.02 0.08]
 
 ``--photos`` (JPEGs) are packed (``python -m fastprep.pack``) into ``WORK/packed`` and served
 from :class:`fastprep.bench.s3server.LocalS3Server` on 127.0.0.1 (a subprocess on the same
-cores) with ``--latency-ms`` added to every request. The loader: ``make_loader(URL,
+cores) with ``--latency-ms`` added to every request (and, with ``--bandwidth-mbps``, its
+bodies sent through an emulated link of that capacity: a node's share of the network). The loader: ``make_loader(URL,
 transform=DecodeRandomResizedCrop(224, scale=SCALE), seed=0)``, threads engine, its default
 workers, CPU batches; rows, interleaved in each run:
 
@@ -40,9 +42,10 @@ from fastprep._platform import describe
 from fastprep.transforms import DecodeRandomResizedCrop
 
 
-def _server(work: str, latency_ms: float) -> tuple[subprocess.Popen, str]:
+def _server(work: str, latency_ms: float, bandwidth_mbps: float) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "fastprep.bench.s3server", work, "--bucket", "data",
-                             "--latency-ms", str(latency_ms), "--lifetime-s", "3600"],
+                             "--latency-ms", str(latency_ms), "--bandwidth-mbps", str(bandwidth_mbps),
+                             "--lifetime-s", "3600"],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().split()[0]
@@ -64,6 +67,8 @@ def main(argv=None) -> None:
     parser.add_argument("--photos", required=True)
     parser.add_argument("--work", default="/tmp/packs3/windows")
     parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--bandwidth-mbps", type=float, default=0.0,
+                        help="the server's emulated link, megabits per second (0: unlimited)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -83,7 +88,7 @@ def main(argv=None) -> None:
                 os.link(os.path.join(packed, name), os.path.join(args.work, folder + ".tmp", f"c{k}_{name}"))
         os.rename(os.path.join(args.work, folder + ".tmp"), os.path.join(args.work, folder))
     packed = os.path.join(args.work, folder)
-    proc, endpoint = _server(args.work, args.latency_ms)
+    proc, endpoint = _server(args.work, args.latency_ms, args.bandwidth_mbps)
     for name in list(os.environ):
         if name.startswith("AWS_"):
             del os.environ[name]
@@ -122,7 +127,8 @@ def main(argv=None) -> None:
         proc.wait()
     n_files = len(loaders["local"].dataset)
     print(f"# {describe()}; {n_files} packed files, {files_bytes / 1e6:.1f} MB; +{args.latency_ms:g} ms per request; "
-          f"DecodeRandomResizedCrop(224, scale={tuple(args.scale)}), batch {args.batch_size}; "
+          + (f"a {args.bandwidth_mbps:g} Mb/s link; " if args.bandwidth_mbps else "")
+          + f"DecodeRandomResizedCrop(224, scale={tuple(args.scale)}), batch {args.batch_size}; "
           f"median of {args.runs} runs x {args.epochs} epochs")
     print("| source | samples/s | vs whole files | requests/epoch | bytes moved, of the files' |")
     print("|---|---:|---:|---:|---:|")

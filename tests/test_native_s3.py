@@ -192,7 +192,7 @@ def test_nothing_listening(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     start = time.monotonic()
-    with pytest.raises(OSError, match=rf"cannot read 's3://b/x' after 1 retries: cannot connect: Connection refused"):
+    with pytest.raises(OSError, match=r"cannot read 's3://b/x' after 1 retries: cannot connect: Connection refused"):
         _store(retries=1).read_all("x")
     assert time.monotonic() - start < 3
 

@@ -49,6 +49,9 @@ class LocalS3Server:
         root: the folder whose files are the bucket's objects.
         bucket: the bucket's name; any other bucket is ``404 NoSuchBucket``.
         latency_s: seconds every request waits before it is answered.
+        bandwidth_mbps: the link's capacity in megabits per second (0: unlimited): response
+            bodies leave one after another at this rate, as through one network link of that
+            speed (a node's share of the network), after their latency.
         fail_every: every this-many-th request (counted over all requests) gets ``503 SlowDown``;
             0: none.
         reset_every: every this-many-th request is answered by a reset connection; 0: none.
@@ -63,9 +66,10 @@ class LocalS3Server:
     give a client (``AWS_ENDPOINT_URL``).
     """
 
-    def __init__(self, root: str, bucket: str = "data", *, latency_s: float = 0.0, fail_every: int = 0,
+    def __init__(self, root: str, bucket: str = "data", *, latency_s: float = 0.0, bandwidth_mbps: float = 0.0,
+                 fail_every: int = 0,
                  reset_every: int = 0, fail_keys=(), lifetime_s: float = 600.0, page_size: int = 1000, port: int = 0):
-        for name, value in (("latency_s", latency_s), ("lifetime_s", lifetime_s)):
+        for name, value in (("latency_s", latency_s), ("lifetime_s", lifetime_s), ("bandwidth_mbps", bandwidth_mbps)):
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         for name, value in (("fail_every", fail_every), ("reset_every", reset_every), ("page_size", page_size)):
@@ -76,6 +80,8 @@ class LocalS3Server:
         self.root = os.path.abspath(root)
         self.bucket = bucket
         self.latency_s = float(latency_s)
+        self.bandwidth_mbps = float(bandwidth_mbps)
+        self._link_free_at = 0.0  # when the emulated link has sent what it was given
         self.fail_every, self.reset_every = fail_every, reset_every
         self.fail_keys = frozenset(fail_keys)
         self.lifetime_s = float(lifetime_s)
@@ -242,12 +248,21 @@ class LocalS3Server:
                 writer.transport.abort()
                 return False
             status, extra, body, kind = self._route(method, target, headers)
+            if self.bandwidth_mbps and method != "HEAD":
+                await self._through_link(len(body))
             self._leave(**{kind: 1}, bytes_sent=len(body) if method != "HEAD" else 0)
             await self._send(writer, status, extra, body, method)
             return True
         except BaseException:
             self._leave()
             raise
+
+    async def _through_link(self, size: int) -> None:
+        """Waits until the emulated link has carried ``size`` bytes after what it carries now."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._link_free_at = max(now, self._link_free_at) + size * 8 / (self.bandwidth_mbps * 1e6)
+        await asyncio.sleep(self._link_free_at - now)
 
     async def _send(self, writer, status: int, extra: dict, body: bytes, method: str) -> None:
         head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Length: {len(body)}",
@@ -354,11 +369,13 @@ def main(argv=None) -> None:
     parser.add_argument("--bucket", default="data")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--bandwidth-mbps", type=float, default=0.0, help="the emulated link's capacity (0: none)")
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--reset-every", type=int, default=0)
     parser.add_argument("--lifetime-s", type=float, default=600.0)
     args = parser.parse_args(argv)
-    server = LocalS3Server(args.root, args.bucket, latency_s=args.latency_ms / 1000, fail_every=args.fail_every,
+    server = LocalS3Server(args.root, args.bucket, latency_s=args.latency_ms / 1000,
+                           bandwidth_mbps=args.bandwidth_mbps, fail_every=args.fail_every,
                            reset_every=args.reset_every, lifetime_s=args.lifetime_s, port=args.port)
     print(f"{server.endpoint} bucket={args.bucket} (stops after {args.lifetime_s:.0f} s)", flush=True)
     server.serve_forever()

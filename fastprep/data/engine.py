@@ -440,8 +440,9 @@ class _EpochRun:
         self.ahead = None  # the dataset's reads issued ahead in the epoch's order (s3:// sources)
         if loader.num_workers > 0 and self.num_batches and self.batch_planning \
                 and hasattr(self.dataset, "read_ahead"):
+            windows = {"plan_windows": self.plan_windows} if getattr(self.dataset, "window_reads", False) else {}
             self.ahead = self.dataset.read_ahead(indices, budget_bytes=loader.read_ahead_bytes,
-                                                 group=self.batch_size)
+                                                 group=self.batch_size, **windows)
         if loader.num_workers > 0 and self.num_batches:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
             self.threads = [threading.Thread(target=self._read_loop, name=n, daemon=True) for n in names]
@@ -515,7 +516,7 @@ class _EpochRun:
         windows = getattr(dataset, "window_reads", False)
         if self.ahead is not None and positions is not None:
             read = self.ahead.read_batch(positions)
-            if windows:  # the headers were read ahead
+            if windows and not getattr(self.ahead, "finished", False):  # the headers were read ahead
                 read = dataset.read_windows(indices, self.plan_windows, read)
         elif windows:
             read = dataset.read_windows(indices, self.plan_windows)

@@ -312,19 +312,20 @@ class ObjectStore:
             raise OSError(f"cannot list {self.url!r}: {_short(e)}") from None
         return out
 
-    def get_many(self, requests) -> list[bytearray | OSError]:
+    def get_many(self, requests, concurrency: int | None = None) -> list[bytearray | OSError]:
         """The bytes of each ``(name, start, length)`` request (``start`` ``None``: the
         whole object), all in flight at once (up to ``max_in_flight`` per store and process), or the
         ``OSError`` naming the URL when one cannot be read (``FileNotFoundError`` for a
         missing object). A range that ends past the object's end returns fewer bytes; one
-        that starts past it is an ``OSError``."""
+        that starts past it is an ``OSError``. ``concurrency``: the native client's requests
+        in flight for this call (default ``max_in_flight``)."""
         requests = list(requests)
         if not requests:
             return []
         native = self.native()
         if native is None:
             return self._run(lambda: self._gather(requests))
-        answers, counts = native.fetch(requests, self.url_of)
+        answers, counts = native.fetch(requests, self.url_of, concurrency)
         self._add(counts)
         return [a if isinstance(a, OSError) else bytearray(a.numpy()) for a in answers]
 
@@ -383,6 +384,15 @@ class ObjectStore:
         return OSError(f"cannot read {url!r}{where}{tries}: {_short(error)}")
 
 
+class _Finished:
+    """A position's entry made by ReadAhead's ``finish`` (not to be converted)."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self, entry):
+        self.entry = entry
+
+
 #: neighbouring range reads of one object at most this many bytes apart are one request
 COALESCE_GAP = 16 << 10
 #: and one coalesced request spans at most this many bytes
@@ -410,10 +420,14 @@ class ReadAhead:
         ahead: positions issued but not yet taken at most.
         group: positions issued (and looked at for coalescing) together: the batch size,
             so that the batch of the first position not taken is always issued whole.
+        finish: with the native client, ``finish(positions, datas, concurrency)`` -> the
+            group's entries, run in the reading thread once a group's reads are in (a second
+            round of reads that depends on the first: the crop windows' intervals);
+            :attr:`finished` says whether it runs. ``None``: ``convert`` per position.
     """
 
     def __init__(self, store: ObjectStore, requests: list, convert, *, budget_bytes: int, ahead: int,
-                 group: int = 64):
+                 group: int = 64, finish=None):
         self.store, self.requests, self.convert = store, requests, convert
         self.budget_bytes, self.ahead, self.group = int(budget_bytes), max(1, int(ahead)), max(1, int(group))
         self._cond = threading.Condition()
@@ -426,6 +440,7 @@ class ReadAhead:
         self._failure: BaseException | None = None
         self._wake: asyncio.Event | None = None
         self._native = store.native()
+        self._finish = finish if self._native is not None else None
         self._loop: asyncio.AbstractEventLoop | None = None
         if self._native is None:
             client = store.client()
@@ -532,21 +547,26 @@ class ReadAhead:
         start = run[0][2]
         return run[0][1], start, None if start is None else max(r[2] + r[3] for r in run) - start
 
-    def _keep(self, run, data) -> None:
-        """Stores the answer of a run's request, split per position (under ``_cond``)."""
+    def _keep(self, run, data, into: dict) -> None:
+        """Puts the answer of a run's request into ``into``, split per position."""
         start = run[0][2]
         if isinstance(data, BaseException) or len(run) == 1:
             for r in run:
-                self._results[r[0]] = data
+                into[r[0]] = data
             return
         view = memoryview(data)
         for r in run:
-            self._results[r[0]] = view[r[2] - start:r[2] - start + r[3]]
+            into[r[0]] = view[r[2] - start:r[2] - start + r[3]]
+
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`read_batch` gives ``finish``'s entries (else ``convert``'s)."""
+        return self._finish is not None
 
     async def _fetch(self, client: _Client, run) -> None:
         data = await self.store._get(client, *self._request(run))
         with self._cond:
-            self._keep(run, data)
+            self._keep(run, data, self._results)
             self._cond.notify_all()
 
     def _fetch_native(self, p: int, runs) -> None:
@@ -558,11 +578,17 @@ class ReadAhead:
             answers, counts = self._native.fetch([self._request(run) for run in runs], self.store.url_of,
                                                  self._concurrency)
             self.store._add(counts)
+            results: dict[int, Any] = {}
+            for run, data in zip(runs, answers):
+                self._keep(run, data if isinstance(data, BaseException) else memoryview(data.numpy()), results)
+            if self._finish is not None and results and not self._closed:
+                positions = sorted(results)
+                done = self._finish(positions, [results[k] for k in positions], self._concurrency)
+                results = {k: _Finished(entry) for k, entry in zip(positions, done)}
             with self._cond:
                 if self._closed:
                     return
-                for run, data in zip(runs, answers):
-                    self._keep(run, data if isinstance(data, BaseException) else memoryview(data.numpy()))
+                self._results.update(results)
                 self._cond.notify_all()
         except BaseException as e:
             self._fail(p, e)
@@ -585,7 +611,8 @@ class ReadAhead:
             self._cond.notify_all()  # the native pump waits on the condition
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._notify)
-        return [self.convert(k, data) for k, data in zip(positions, datas)]
+        return [data.entry if isinstance(data, _Finished) else self.convert(k, data)
+                for k, data in zip(positions, datas)]
 
     def _notify(self) -> None:
         if self._wake is not None:
@@ -697,7 +724,8 @@ class ObjectFolder(JpegDataset):
         ``storage.window_reads``, unless a subclass reads samples its own way."""
         return self.store.options.window_reads and type(self).read_encoded is ObjectFolder.read_encoded
 
-    def read_windows(self, indices, plan_windows, heads=None) -> list[tuple[torch.Tensor | Exception, str]]:
+    def read_windows(self, indices, plan_windows, heads=None,
+                     concurrency: int | None = None) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded_batch` reading of packed files only what each crop decodes,
         in two rounds of requests, each with the whole batch's in flight at once: a range
         read of every file's first :data:`~fastprep.data.windows.WINDOW_PREFIX` bytes
@@ -710,7 +738,7 @@ class ObjectFolder(JpegDataset):
         reads of the batch's files when they were issued ahead (:meth:`read_ahead`'s), each
         bytes or an ``OSError``; the first round is then only what they miss."""
         indices = list(indices)
-        heads = self._read_heads(indices, heads)
+        heads = self._read_heads(indices, heads, concurrency)
         buffers: list[Any] = []
         layouts: list[Any] = []
         for i, (head, scan) in zip(indices, heads):
@@ -741,7 +769,7 @@ class ObjectFolder(JpegDataset):
                     requests.append((k, len(head), self.sizes[i] - len(head)))
                 continue
             requests += [(k, a, n) for a, n in layouts[k].ranges(chosen, self.store.options.window_gap)]
-        datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests])
+        datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests], concurrency)
         for (k, a, _), data in zip(requests, datas):
             if isinstance(data, Exception) or isinstance(buffers[k], Exception):
                 buffers[k] = data if isinstance(data, Exception) else buffers[k]
@@ -767,13 +795,13 @@ class ObjectFolder(JpegDataset):
         :data:`~fastprep.data.windows.WINDOW_PREFIX`, at most 1 MB)."""
         return max(WINDOW_PREFIX, min(self._window_prefix, 1 << 20))
 
-    def _read_heads(self, indices: list[int], first=None) -> list[tuple[Any, int]]:
+    def _read_heads(self, indices: list[int], first=None, concurrency: int | None = None) -> list[tuple[Any, int]]:
         """Per index, the object's first bytes holding its whole header (or all of it) and
         where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight.
         ``first``: the first reads, when issued ahead; else read here."""
         if first is None:
             prefix = self._first_read()
-            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
+            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices], concurrency)
         first = [d[0] if isinstance(d, tuple) else d for d in first]  # a closed read-ahead's (error, "")
         heads: list[Any] = [d if isinstance(d, Exception) else bytearray(d) for d in first]
         scans = [0] * len(indices)
@@ -788,20 +816,22 @@ class ObjectFolder(JpegDataset):
                 if scans[k] < 0 and len(heads[k]) < size:
                     more.append((k, min(size, max(-scans[k], 2 * len(heads[k])))))
             datas = self.store.get_many([(self.names[indices[k]], len(heads[k]), n - len(heads[k]))
-                                         for k, n in more])
+                                         for k, n in more], concurrency)
             for (k, _), data in zip(more, datas):
                 heads[k] = data if isinstance(data, Exception) else heads[k] + data
             todo = [k for k, _ in more]
         self._window_prefix = max([self._window_prefix, *scans])
         return list(zip(heads, scans))
 
-    def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
+    def read_ahead(self, indices, *, budget_bytes: int, group: int, plan_windows=None) -> ReadAhead | None:
         """The epoch's whole-object GETs in order of ``indices``, issued ahead
         (:class:`ReadAhead`; its ``read_batch(positions)`` answers as
         :meth:`read_encoded_batch`); with :attr:`window_reads`, the first read of each
         file instead (its ``read_batch`` gives the bytes or the ``OSError``, for
-        :meth:`read_windows`' ``heads``). ``None`` when a subclass reads samples its own
-        way or ``storage.read_ahead`` is off."""
+        :meth:`read_windows`' ``heads``), or, given ``plan_windows`` and with the native
+        client, the whole of :meth:`read_windows` ahead: each group's intervals are
+        requested as soon as its headers are in (``ReadAhead.finished``). ``None`` when a
+        subclass reads samples its own way or ``storage.read_ahead`` is off."""
         if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead:
             return None
         indices = list(indices)
@@ -809,8 +839,12 @@ class ObjectFolder(JpegDataset):
         if self.window_reads:  # the first read of each file (its header), for read_windows
             prefix = self._first_read()
             firsts = [(self.names[i], 0, min(prefix, self.sizes[i]), min(prefix, self.sizes[i])) for i in indices]
+            finish = None
+            if plan_windows is not None:
+                def finish(positions, heads, concurrency):
+                    return self.read_windows([indices[k] for k in positions], plan_windows, heads, concurrency)
             return ReadAhead(self.store, firsts, lambda k, data: data, budget_bytes=budget_bytes, ahead=ahead,
-                             group=group)
+                             group=group, finish=finish)
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
 
         def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
