@@ -1,8 +1,9 @@
 """Training from S3-compatible object storage against the same files on local disk, in one run.
 
     python bench/bench_s3.py [--data /work/cuts] [--copies 4] [--work DIR] [--latency-ms 25] [--runs 3]
-                             [--epochs 2] [--max-in-flight 128] [--shuffle-block 16] [--per-batch]
-                             [--peers] [--json FILE]
+                             [--epochs 2] [--max-in-flight 128] [--shuffle-block 16[,64]] [--per-batch]
+                             [--layouts folder,packed,shards] [--clients auto|native,obstore] [--peers]
+                             [--json FILE]
 
 The plain train recipe (``make_loader(SRC, recipe="imagenet-train")``, threads engine, its
 default workers, CPU batches) over ``--data`` (default: the real-photo cuts, 600 JPEGs of 500
@@ -13,7 +14,9 @@ px long side), in three layouts, each read from local disk and from ``s3://``:
 * ``shards``: ``python -m fastprep.pack DATA WORK/shards --format wds --shard-size 8MB``, one
   range GET per sample.
 
-``--copies N`` makes every file N times (a longer epoch, whose first round trip weighs
+``--clients native,obstore`` reads each ``s3://`` row with each client
+(``StorageOptions.client``; default ``auto``: the native client on this plain-http server),
+``--layouts`` picks layouts. ``--copies N`` makes every file N times (a longer epoch, whose first round trip weighs
 less); ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read
 per block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
 reader takes it), ``--peers`` LitData and WebDataset on the same server and images
@@ -30,6 +33,7 @@ client's counters per epoch: requests, MB moved, requests in flight (mean, max) 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -138,6 +142,8 @@ def main(argv=None) -> None:
                         help="also the shards without read-ahead (each batch's reads issued when it is taken)")
     parser.add_argument("--peers", action="store_true",
                         help="also LitData and WebDataset on the same server and images (bench/s3_peers.py)")
+    parser.add_argument("--clients", default="auto",
+                        help="comma-separated StorageOptions.client values, a row each (auto, native, obstore)")
     parser.add_argument("--layouts", default="folder,packed,shards",
                         help="comma-separated layouts to run (default: all three)")
     parser.add_argument("--json")
@@ -161,11 +167,14 @@ def main(argv=None) -> None:
         for block in (int(b) for b in args.shuffle_block.split(",") if b):
             if block > 1 and "shards" in layouts:
                 rows[f"shards, blocks of {block}"] = ("shards", {"shuffle_block": block})
+        clients = [c for c in args.clients.split(",") if c]
         for layout, (folder, options) in rows.items():
-            for where, source in (("local", os.path.join(args.work, folder)), ("s3", f"s3://data/{folder}/")):
+            sources = [("local", os.path.join(args.work, folder), None)]
+            sources += [("s3" if clients == ["auto"] else f"s3, {c}", f"s3://data/{folder}/", c) for c in clients]
+            for where, source, client in sources:
                 kwargs = {k: v for k, v in options.items() if k != "storage"}
-                if where == "s3":
-                    kwargs["storage"] = options.get("storage", storage)
+                if client is not None:
+                    kwargs["storage"] = dataclasses.replace(options.get("storage", storage), client=client)
                 loader = D.make_loader(source, recipe="imagenet-train", batch_size=args.batch_size, device="cpu",
                                        seed=0, **kwargs)
                 _epochs(loader, 1, proc.pid)  # warm-up: connections, page cache, kernels

@@ -218,3 +218,26 @@ def test_op_checks_its_arguments():
         torch.ops.fastprep.http_get("127.0.0.1", 0, [], 1, 1.0, 100)
     bodies, status, reasons, stats = torch.ops.fastprep.http_get("127.0.0.1", 1, [], 4, 1.0, 100)
     assert bodies == [] and status.numel() == 0 and reasons == [] and stats.tolist() == [0, 0, 0]
+
+
+def test_exit_does_not_wait_for_requests_in_flight(tmp_path):
+    """A loader left mid-epoch while its reads hang: the interpreter exits at once, quietly."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "left.py"
+    script.write_text(
+        "import os, socket, time\n"
+        "import fastprep.data as D\n"
+        "from fastprep.data.objects import ReadAhead\n"
+        "s = socket.create_server(('127.0.0.1', 0), backlog=128)  # never accepts: no request is answered\n"
+        "os.environ.update(AWS_ENDPOINT_URL=f'http://127.0.0.1:{s.getsockname()[1]}', AWS_ACCESS_KEY_ID='k',\n"
+        "                  AWS_SECRET_ACCESS_KEY='s')\n"
+        "store = D.ObjectStore('s3://b/', D.StorageOptions(client='native', timeout_s=60, retries=0))\n"
+        "ahead = ReadAhead(store, [('x', 0, 10, 10)] * 64, lambda k, d: d, budget_bytes=1 << 20, ahead=64, group=16)\n"
+        "time.sleep(0.5)\n"
+        "print('leaving', flush=True)\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "leaving\n", "")
+    assert time.monotonic() - start < 30  # the requests' timeout is 60 s

@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import queue
 import random
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -452,7 +452,11 @@ class ReadAhead:
             max_in_flight = store.options.max_in_flight
             workers = max(2, min(8, -(-2 * max_in_flight // self.group)))
             self._concurrency = max(1, -(-max_in_flight // workers))
-            self._executor = ThreadPoolExecutor(workers, thread_name_prefix="fastprep-s3")
+            # daemon threads, not an executor: interpreter exit never waits for queued calls
+            self._queue: queue.SimpleQueue = queue.SimpleQueue()
+            self._workers = workers
+            for k in range(workers):
+                threading.Thread(target=self._work, name=f"fastprep-s3-{k}", daemon=True).start()
             threading.Thread(target=self._run_native, name="fastprep-s3-ahead", daemon=True).start()
 
     def _free(self, p: int) -> bool:
@@ -503,10 +507,17 @@ class ReadAhead:
                         self._cond.wait()
                     if self._closed:
                         return
-                self._executor.submit(self._fetch_native, p, self._coalesce(p, q))
+                self._queue.put((p, self._coalesce(p, q)))
                 p = q
         except BaseException as e:
             self._fail(p, e)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            self._fetch_native(*item)
 
     def _coalesce(self, p: int, q: int) -> list[list[tuple]]:
         """Positions ``p .. q-1`` as runs of one request each: ``(position, name, start,
@@ -570,7 +581,7 @@ class ReadAhead:
             self._cond.notify_all()
 
     def _fetch_native(self, p: int, runs) -> None:
-        """One group's runs through the native client (in an executor thread)."""
+        """One group's runs through the native client (in a worker thread)."""
         try:
             if self._closed:
                 return
@@ -632,8 +643,9 @@ class ReadAhead:
             for task in list(self._tasks):
                 task.cancel()
 
-        if self._loop is None:  # native: calls in flight end by their timeouts, their answers dropped
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._loop is None:  # native: queued calls are dropped, those in flight end by their timeouts
+            for _ in range(self._workers):
+                self._queue.put(None)
         elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(cancel)
 
