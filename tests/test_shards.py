@@ -1015,3 +1015,21 @@ class TestReadTarMembers:
         assert [d.numel() for d in datas] == [size] + [0] * (len(cases) - 1)
         with pytest.raises(RuntimeError, match="same length"):
             torch.ops.fastprep.read_tar_members([str(path)], [offset], [], [name])
+
+
+def test_header_checksum_signed_and_unsigned():
+    """``_check_header``'s checksum verdict against the standard library's (``tarfile``'s
+    ``calc_chksums``: the unsigned and the signed sums): headers with bytes above 127, each
+    checksum field written as the unsigned sum, the signed sum, and a wrong one."""
+    from fastprep.data.shards import _check_header
+
+    rng = np.random.default_rng(11)
+    for k in range(60):
+        header = bytearray(rng.integers(0, 256, 512, dtype=np.uint8).tobytes())
+        header[124:136] = b"%011o\0" % 7
+        header[156:157] = b"0"
+        unsigned, signed = tarfile.calc_chksums(bytes(header))
+        for stored in (unsigned, signed, signed - 1 if k % 2 else unsigned + 3):
+            header[148:156] = b"%06o\0 " % stored
+            verdict = _check_header(bytes(header), "", 7)
+            assert (verdict != "checksum") == (stored in tarfile.calc_chksums(bytes(header))), (k, stored)

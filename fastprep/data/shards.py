@@ -301,9 +301,10 @@ def _check_header(header: bytes, member: str, size: int) -> str | None:
         stored = _octal(header[148:156])
     except ValueError:
         return "checksum"
-    if stored not in (sum(header[:148]) + 256 + sum(header[156:]),
-                      sum(b - 256 if b > 127 else b for b in header[:148]) + 256
-                      + sum(b - 256 if b > 127 else b for b in header[156:])):
+    unsigned = sum(header[:148]) + 256 + sum(header[156:])
+    # the signed sum (old tar writers) only where the unsigned one does not match: it is the
+    # unsigned one less 256 for every byte above 127
+    if stored != unsigned and stored != unsigned - 256 * sum(b > 127 for b in header[:148] + header[156:]):
         return "checksum"
     if header[156:157] not in _REGULAR_TYPES:
         return f"not a regular file member (type {header[156:157]!r})"
