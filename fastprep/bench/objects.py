@@ -76,6 +76,7 @@ def _measure(args) -> dict[str, list]:
                 store.reset_stats()
             seconds, n = _epoch(loader)
             rows[key].append((n / seconds, dict(store.stats) if key == "s3" else None))
+    rows["client"] = [store.client_name]
     return rows
 
 
@@ -105,8 +106,9 @@ def main(argv: list[str]) -> int:
     print(describe())
     where = f"LocalS3Server serving {args.serve}, +{args.latency_ms:g} ms per request" if args.serve else \
         f"endpoint {os.environ.get('AWS_ENDPOINT_URL', 'AWS')}"
-    print(f"{args.data} ({where}); recipe {args.recipe}, threads engine, batch {args.batch_size}, shuffle_block "
-          f"{args.shuffle_block}; median of {args.epochs} epochs")
+    client = rows.pop("client")[0]
+    print(f"{args.data} ({where}); client {client}; recipe {args.recipe}, threads engine, batch {args.batch_size}, "
+          f"shuffle_block {args.shuffle_block}; median of {args.epochs} epochs")
     print("| source | samples/s | vs local | requests/epoch | MB/epoch | in flight (mean / max) | retries |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     local = statistics.median(r for r, _ in rows["local"]) if "local" in rows else None
