@@ -138,8 +138,8 @@ def _mosaic_batch(samples: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
 class _EvictEachEpoch:
     """Iterating evicts every shard of Mosaic's download cache first: every epoch downloads. It
     also drops the parent's S3 client (the one that fetched ``index.json``) before the workers
-    fork: forked workers would share its kept-alive connection, and over plain http their
-    responses interleave into corrupt shards (over TLS, failed records and retries)."""
+    fork: forked workers would share its kept-alive connection, and their responses then
+    interleave into corrupt shards (seen on the local plain-http server)."""
 
     def __init__(self, loader, dataset):
         self.loader, self.dataset = loader, dataset
