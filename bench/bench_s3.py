@@ -16,11 +16,12 @@ px long side), in three layouts, each read from local disk and from ``s3://``:
 
 ``--clients native,obstore`` reads each ``s3://`` row with each client
 (``StorageOptions.client``; default ``auto``: the native client on this plain-http server),
-``--layouts`` picks layouts. ``--copies N`` makes every file N times (a longer epoch, whose first round trip weighs
-less); ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read
+``--layouts`` picks layouts. ``--copies N`` makes every file N times (a longer epoch, whose
+first round trip weighs less); ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read
 per block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
-reader takes it), ``--peers`` LitData and WebDataset on the same server and images
-(bench/s3_peers.py, each in its own process).
+reader takes it), ``--peers`` LitData, Mosaic streaming and WebDataset on the same server and
+images (bench/s3_peers.py, each in its own process; one that is not installed or fails is
+reported in its rows, the others still run).
 
 The object store is :class:`fastprep.bench.s3server.LocalS3Server` on 127.0.0.1 in a
 subprocess (its own GIL, but the same 2 cores as the loader), adding ``--latency-ms`` to every
@@ -107,20 +108,61 @@ def _epochs(loader, epochs: int, server_pid: int) -> tuple[float, int, float, fl
 
 
 #: bench/s3_peers.py's peers and their layouts
-PEERS = {"litdata": "16 MB chunks", "webdataset": "whole shards"}
+PEERS = {"litdata": "16 MB chunks", "mosaic": "16 MB shards", "webdataset": "whole shards"}
+
+#: a peer's run that takes longer than this fails (its rows then say so)
+PEER_TIMEOUT_S = 900
 
 
-def _peer_run(key, args, endpoint: str, server_pid: int, size: int, rates: list, cpu: list) -> None:
-    """One run of a peer in its own process (bench/s3_peers.py): its epochs' median rate."""
+def _peer_run(key, args, endpoint: str, server_pid: int, size: int, rates: list, cpu: list) -> str | None:
+    """One run of a peer in its own process (bench/s3_peers.py): its epochs' median rate, or
+    why it failed (not installed, an error, a timeout): the other rows still run."""
     peer, where = key[0].split(" ")[0], key[1]
     server = _cpu_s(server_pid)
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_peers.py"),
-                          peer, where, "--work", args.work, "--endpoint", endpoint, "--epochs", str(args.epochs),
-                          "--batch-size", str(args.batch_size)], check=True, capture_output=True, text=True)
+    try:
+        out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_peers.py"),
+                              peer, where, "--work", args.work, "--endpoint", endpoint, "--epochs", str(args.epochs),
+                              "--batch-size", str(args.batch_size)], check=True, capture_output=True, text=True,
+                             timeout=PEER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"no result within {PEER_TIMEOUT_S} s"
+    except subprocess.CalledProcessError as e:
+        lines = [x for x in e.stderr.strip().splitlines() if x.strip()]
+        return lines[-1] if lines else f"exit status {e.returncode}"
     result = json.loads(out.stdout.strip().splitlines()[-1])
     rates.append(statistics.median(result["rates"]))
     n = (len(result["rates"]) + 1) * size  # the server's CPU over the warm-up and measured epochs
     cpu.append((statistics.median(result["cpu_ms"]), 1000 * (_cpu_s(server_pid) - server) / n))
+    return None
+
+
+def _table(rates: dict, cpu: dict, counters: dict, failed: dict) -> list[dict]:
+    """Print the rows (a peer that failed: why) and return them for ``--json``."""
+    print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
+          "| in flight (mean / max) | retries |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    table: list[dict] = []
+    for layout, where in rates:
+        if not rates[layout, where]:
+            why = failed.get((layout, where), "no run")
+            print(f"| {layout} | {where} | failed: {why.replace('|', '/')} | | | | | | |")
+            table.append({"layout": layout, "source": where, "failed": why})
+            continue
+        local = statistics.median(rates[layout, "local"]) if rates[layout, "local"] else None
+        rate = statistics.median(rates[layout, where])
+        client_ms = statistics.median(c for c, _ in cpu[layout, where])
+        server_ms = statistics.median(s for _, s in cpu[layout, where])
+        c = counters.get((layout, where))
+        extra = ("| - | - | - | - |" if c is None else
+                 f"| {c['requests']:.0f} | {c['bytes'] / 1e6:.1f} | {c['mean_in_flight']:.1f} / "
+                 f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
+        used = f"{client_ms:.2f}" + (f" + {server_ms:.2f}" if where != "local" else "")
+        ratio = "-" if local is None else f"{rate / local:.2f}x"
+        print(f"| {layout} | {where} | {rate:,.0f} | {ratio} | {used} " + extra)
+        table.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
+                     "ratio_vs_local": None if local is None else rate / local, "cpu_ms_per_sample": cpu[layout, where],
+                     "counters": c})
+    return table
 
 
 def main(argv=None) -> None:
@@ -141,7 +183,8 @@ def main(argv=None) -> None:
     parser.add_argument("--per-batch", action="store_true",
                         help="also the shards without read-ahead (each batch's reads issued when it is taken)")
     parser.add_argument("--peers", action="store_true",
-                        help="also LitData and WebDataset on the same server and images (bench/s3_peers.py)")
+                        help="also LitData, Mosaic streaming and WebDataset on the same server and images "
+                        "(bench/s3_peers.py)")
     parser.add_argument("--clients", default="auto",
                         help="comma-separated StorageOptions.client values, a row each (auto, native, obstore)")
     parser.add_argument("--layouts", default="folder,packed,shards",
@@ -184,6 +227,7 @@ def main(argv=None) -> None:
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in loaders}
         cpu: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in loaders}
         counters: dict[tuple[str, str], dict] = {}
+        failed: dict[tuple[str, str], str] = {}
         runs = [(key, args.epochs) for key in [*loaders, *peers]] * args.runs
         for key in peers:
             rates[key], cpu[key] = [], []
@@ -196,8 +240,11 @@ def main(argv=None) -> None:
             runs.append((("shards", "s3, 1 in flight"), 1))
         for key, epochs in runs:
             if key in peers:
-                _peer_run(key, args, endpoint, proc.pid, size, rates[key],
-                          cpu[key])
+                if key not in failed:
+                    why = _peer_run(key, args, endpoint, proc.pid, size, rates[key], cpu[key])
+                    if why is not None:
+                        failed[key] = why
+                        print(f"{key[0]}, {key[1]}: failed: {why}", file=sys.stderr)
                 continue
             loader = loaders[key]
             store = _store(loader.dataset)
@@ -216,23 +263,7 @@ def main(argv=None) -> None:
     print(f"inputs: {args.data} x {args.copies} ({size} files); plain train recipe "
           f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
           f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
-    print("| layout | source | samples/s | vs local | CPU ms/sample (loader + server) | requests/epoch | MB/epoch "
-          "| in flight (mean / max) | retries |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    table = []
-    for layout, where in rates:
-        local = statistics.median(rates[layout, "local"])
-        rate = statistics.median(rates[layout, where])
-        client_ms = statistics.median(c for c, _ in cpu[layout, where])
-        server_ms = statistics.median(s for _, s in cpu[layout, where])
-        c = counters.get((layout, where))
-        extra = ("| - | - | - | - |" if c is None else
-                 f"| {c['requests']:.0f} | {c['bytes'] / 1e6:.1f} | {c['mean_in_flight']:.1f} / "
-                 f"{c['max_in_flight']:.0f} | {c['retries']:.0f} |")
-        used = f"{client_ms:.2f}" + (f" + {server_ms:.2f}" if where != "local" else "")
-        print(f"| {layout} | {where} | {rate:,.0f} | {rate / local:.2f}x | {used} " + extra)
-        table.append({"layout": layout, "source": where, "samples_per_s": rates[layout, where], "median": rate,
-                     "ratio_vs_local": rate / local, "cpu_ms_per_sample": cpu[layout, where], "counters": c})
+    table = _table(rates, cpu, counters, failed)
     print(f"load average during the run (1, 5, 15 min): {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
