@@ -450,7 +450,7 @@ class ReadAhead:
             # calls of the native client run in a few threads, each with its share of the
             # requests in flight: a slow request holds back only its own call's next group
             max_in_flight = store.options.max_in_flight
-            workers = max(2, min(8, -(-2 * max_in_flight // self.group)))
+            workers = max(2, min(8, -(-max_in_flight // self.group)))
             self._concurrency = max(1, -(-max_in_flight // workers))
             # daemon threads, not an executor: interpreter exit never waits for queued calls
             self._queue: queue.SimpleQueue = queue.SimpleQueue()
