@@ -180,6 +180,7 @@ class ObjectStore:
         _obstore()  # a missing client fails here, at construction, naming the extra
         self._client: tuple[int, _Client] | None = None
         self._native: tuple[int, Any, str] | None = None  # (pid, NativeClient or None, why not)
+        self._slots: tuple[int, threading.BoundedSemaphore] | None = None  # the native calls' requests in flight
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {"requests": 0, "bytes": 0, "retries": 0, "in_flight": 0, "max_in_flight": 0,
                         "in_flight_sum": 0}
@@ -188,6 +189,7 @@ class ObjectStore:
         state = self.__dict__.copy()
         state["_client"] = None
         state["_native"] = None
+        state["_slots"] = None
         state["_lock"] = None
         return state
 
@@ -247,6 +249,30 @@ class ObjectStore:
                     raise ValueError(f"storage.client='native' cannot read {self.url!r}: {got}")
                 self._native = (os.getpid(), None, got) if isinstance(got, str) else (os.getpid(), got, "")
             return self._native[1]
+
+    def fetch_native(self, requests: list, concurrency: int | None = None) -> tuple[list, dict]:
+        """The native client's answers to ``requests`` (``NativeClient.fetch``), with at most
+        ``concurrency`` (default ``max_in_flight``) of them in flight, and never more than
+        ``max_in_flight`` over all of this store's calls in this process: a call takes the
+        slots that are free (at least one, waiting for it), and gives them back at its end."""
+        native = self.native()
+        assert native is not None
+        with self._lock:
+            if self._slots is None or self._slots[0] != os.getpid():
+                self._slots = (os.getpid(), threading.BoundedSemaphore(self.options.max_in_flight))
+            slots = self._slots[1]
+        want = max(1, min(len(requests), concurrency or self.options.max_in_flight))
+        slots.acquire()
+        held = 1
+        while held < want and slots.acquire(blocking=False):
+            held += 1
+        try:
+            answers, counts = native.fetch(requests, self.url_of, held)
+        finally:
+            for _ in range(held):
+                slots.release()
+        self._add(counts)
+        return answers, counts
 
     @property
     def client_name(self) -> str:
@@ -325,8 +351,7 @@ class ObjectStore:
         native = self.native()
         if native is None:
             return self._run(lambda: self._gather(requests))
-        answers, counts = native.fetch(requests, self.url_of, concurrency)
-        self._add(counts)
+        answers = self.fetch_native(requests, concurrency)[0]
         return [a if isinstance(a, OSError) else bytearray(a.numpy()) for a in answers]
 
     def read_all(self, name: str) -> bytearray:
@@ -586,15 +611,14 @@ class ReadAhead:
             if self._closed:
                 return
             assert self._native is not None
-            answers, counts = self._native.fetch([self._request(run) for run in runs], self.store.url_of,
-                                                 self._concurrency)
-            self.store._add(counts)
+            answers, counts = self.store.fetch_native([self._request(run) for run in runs], self._concurrency)
             results: dict[int, Any] = {}
             for run, data in zip(runs, answers):
                 self._keep(run, data if isinstance(data, BaseException) else memoryview(data.numpy()), results)
             if self._finish is not None and results and not self._closed:
                 positions = sorted(results)
-                done = self._finish(positions, [results[k] for k in positions], self._concurrency)
+                # the second round takes whatever of max_in_flight is free (fetch_native's slots)
+                done = self._finish(positions, [results[k] for k in positions], None)
                 results = {k: _Finished(entry) for k, entry in zip(positions, done)}
             with self._cond:
                 if self._closed:
