@@ -100,6 +100,19 @@ def _build_ext_class():
     return build_ext
 
 
+def _find_openssl():
+    """``(macros, libraries)`` for TLS in the native S3 client (csrc/readers/http_get.cpp):
+    OpenSSL's headers found (``apt-get install libssl-dev``) and ``FASTPREP_NO_OPENSSL`` unset,
+    else none (the client then reads plain ``http://`` endpoints only; https goes through obstore)."""
+    if os.environ.get("FASTPREP_NO_OPENSSL", "0") not in ("", "0"):
+        return [], []
+    for d in ["/usr/include", "/usr/local/include"]:
+        if os.path.exists(os.path.join(d, "openssl", "ssl.h")):
+            return [("FASTPREP_HAVE_OPENSSL", "1")], ["ssl", "crypto"]
+    print("fastprep: OpenSSL headers not found: the native S3 client is built without TLS")
+    return [], []
+
+
 def _sanitizer_flags():
     """``FASTPREP_SANITIZE=1``: build the C++ op with AddressSanitizer and UBSan (for fuzzing
     and tests; Python then needs libasan preloaded, see docs/fuzzing.md)."""
@@ -115,6 +128,7 @@ def main():
     from torch.utils.cpp_extension import CppExtension
 
     include_dirs, library_dirs, version = _find_libjpeg()
+    ssl_macros, ssl_libraries = _find_openssl()
     print(f"fastprep: libjpeg-turbo {version} (headers in {include_dirs[0]})")
     san_compile, san_link = _sanitizer_flags()
     if san_compile:
@@ -130,7 +144,7 @@ def main():
         sources=sources,
         include_dirs=include_dirs + [os.path.abspath(csrc)],
         library_dirs=library_dirs,
-        libraries=["jpeg"],
+        libraries=["jpeg"] + ssl_libraries,
         depends=headers,
         # No FP contraction: the batch op's float conversion and the pixel kernels must round
         # each multiply and add as the torch code they reproduce does (they write fma where
@@ -139,7 +153,7 @@ def main():
         # vectorize (the pixel kernels).
         extra_compile_args={"cxx": ["-O3", "-ffp-contract=off", "-fno-trapping-math"] + san_compile},
         extra_link_args=san_link,
-        define_macros=[("FASTPREP_LIBJPEG_VERSION", f'"{version}"')],
+        define_macros=[("FASTPREP_LIBJPEG_VERSION", f'"{version}"')] + ssl_macros,
     )
     cython_exts = cythonize(
         [

@@ -16,9 +16,10 @@ px long side), in three layouts, each read from local disk and from ``s3://``:
 
 ``--clients native,obstore`` reads each ``s3://`` row with each client
 (``StorageOptions.client``; default ``auto``: the native client on this plain-http server),
-``--layouts`` picks layouts. ``--copies N`` makes every file N times (a longer epoch, whose
-first round trip weighs less); ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read
-per block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
+``--layouts`` picks layouts, ``--tls`` serves HTTPS (a CA made for the run). ``--copies N``
+makes every file N times (a longer epoch, whose first round trip weighs less);
+``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read per
+block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
 reader takes it), ``--peers`` LitData, Mosaic streaming and WebDataset on the same server and
 images (bench/s3_peers.py, each in its own process; one that is not installed or fails is
 reported in its rows, the others still run).
@@ -71,9 +72,18 @@ def _prepare(data: str, work: str, copies: int) -> None:
                            check=True)
 
 
-def _server(work: str, latency_ms: float, lifetime_s: float) -> tuple[subprocess.Popen, str]:
+def _server(work: str, latency_ms: float, lifetime_s: float, tls: bool = False) -> tuple[subprocess.Popen, str]:
+    extra = []
+    if tls:  # a CA of the bench's own; the clients trust it through AWS_CA_BUNDLE
+        from fastprep.bench.s3server import local_certificates
+
+        folder = work.rstrip("/") + "-tls"  # beside the served folder, not in it
+        os.makedirs(folder, exist_ok=True)
+        cert, key, ca = local_certificates(folder)
+        extra = ["--tls", cert, key]
+        os.environ["AWS_CA_BUNDLE"] = ca
     proc = subprocess.Popen([sys.executable, "-m", "fastprep.bench.s3server", work, "--bucket", "data",
-                             "--latency-ms", str(latency_ms), "--lifetime-s", str(lifetime_s)],
+                             "--latency-ms", str(latency_ms), "--lifetime-s", str(lifetime_s), *extra],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     endpoint = proc.stdout.readline().split()[0]
@@ -187,6 +197,8 @@ def main(argv=None) -> None:
                         "(bench/s3_peers.py)")
     parser.add_argument("--clients", default="auto",
                         help="comma-separated StorageOptions.client values, a row each (auto, native, obstore)")
+    parser.add_argument("--tls", action="store_true",
+                        help="the server speaks HTTPS (a CA made for the run; needs cryptography)")
     parser.add_argument("--layouts", default="folder,packed,shards",
                         help="comma-separated layouts to run (default: all three)")
     parser.add_argument("--json")
@@ -197,7 +209,7 @@ def main(argv=None) -> None:
     if args.work is None:
         args.work = "/tmp/s3/bench" if args.copies == 1 else f"/tmp/s3/bench-x{args.copies}"
     _prepare(args.data, args.work, args.copies)
-    proc, endpoint = _server(args.work, args.latency_ms, lifetime_s=1800)
+    proc, endpoint = _server(args.work, args.latency_ms, lifetime_s=1800, tls=args.tls)
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_REGION="us-east-1")
     storage = D.StorageOptions(max_in_flight=args.max_in_flight)

@@ -73,8 +73,11 @@ TORCH_LIBRARY(fastprep, m) {
   // server at a numeric address, `concurrency` at a time on pooled keep-alive connections:
   // per request its body, its HTTP status or a negative failure code, the failure's reason,
   // and [requests started, their sum of requests in flight at the start, the most in flight].
-  m.def("http_get(str host, int port, str[] heads, int concurrency, float timeout_s, int max_body) -> "
-        "(Tensor[], Tensor, str[], Tensor)");
+  // With tls (built with OpenSSL: http_tls()), HTTPS: the certificate verified against the
+  // system's CAs or ca_file, and against server_name (also the SNI).
+  m.def("http_get(str host, int port, str[] heads, int concurrency, float timeout_s, int max_body, "
+        "bool tls=False, str server_name=\"\", str ca_file=\"\") -> (Tensor[], Tensor, str[], Tensor)");
+  m.def("http_tls() -> bool");
   // plan_batch: per sample its route (status code 0 planned, 1 left to the Python path, 2 error
   // with its message), then per view its SamplePlan record (plans: N x V, sample-major), the
   // pixel steps the augmentations' draws emitted (per view a program: nodes, ints, floats,

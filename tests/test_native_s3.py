@@ -198,12 +198,19 @@ def test_nothing_listening(monkeypatch):
 
 
 def test_client_choice(monkeypatch, raw):
+    import torch
+
     assert D.ObjectStore("s3://b/", D.StorageOptions(client="obstore")).client_name.startswith("obstore (")
     assert D.ObjectStore("s3://b/").client_name == "native"  # auto, on plain http
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://s3.example.com")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"https://127.0.0.1:{raw.port}")
+    assert D.ObjectStore("s3://b/").client_name == ("native" if torch.ops.fastprep.http_tls() else
+                                                    "obstore (this build of fastprep has no TLS (built without "
+                                                    "OpenSSL's headers))")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # AWS S3 itself
     store = D.ObjectStore("s3://b/")
-    assert store.client_name == "obstore (the endpoint is not plain http:// (the native client has no TLS))"
-    with pytest.raises(ValueError, match=r"storage.client='native' cannot read 's3://b/': the endpoint is not plain"):
+    assert store.client_name == "obstore (no AWS_ENDPOINT_URL: AWS S3 itself (virtual-hosted addressing) is read " \
+        "through obstore)"
+    with pytest.raises(ValueError, match=r"storage.client='native' cannot read 's3://b/': no AWS_ENDPOINT_URL"):
         D.ObjectStore("s3://b/", D.StorageOptions(client="native")).read_all("x")
     with pytest.raises(ValueError, match="client must be 'auto', 'native' or 'obstore', got 'curl'"):
         D.StorageOptions(client="curl")
@@ -241,3 +248,55 @@ def test_exit_does_not_wait_for_requests_in_flight(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50)
     assert (done.returncode, done.stdout, done.stderr) == (0, "leaving\n", "")
     assert time.monotonic() - start < 30  # the requests' timeout is 60 s
+
+
+@pytest.fixture
+def tls_server(tmp_path, monkeypatch):
+    """LocalS3Server over HTTPS (a certificate of a CA made here) on a small ImageFolder tree."""
+    import torch
+
+    if not torch.ops.fastprep.http_tls():
+        pytest.skip("built without OpenSSL")
+    pytest.importorskip("cryptography")
+    from conftest import make_jpeg
+    from fastprep.bench.s3server import LocalS3Server, local_certificates
+
+    root = tmp_path / "data"
+    for k in range(7):
+        path = root / "tree" / f"c{k % 2}" / f"{k}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(make_jpeg("420", 40 + 3 * k, 52 + 5 * k, seed=k))
+    cert, key, ca = local_certificates(str(tmp_path))
+    server = LocalS3Server(str(root), "data", tls=(cert, key), lifetime_s=60).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_CA_BUNDLE", ca)
+    yield server, root
+    server.stop()
+
+
+def test_https_batches_equal_local(tls_server):
+    import torch
+
+    server, root = tls_server
+    assert server.endpoint.startswith("https://127.0.0.1:")
+    kwargs = dict(batch_size=3, crop_size=24, device="cpu", seed=7, shuffle=True, num_workers=2, engine="threads")
+    remote = D.make_loader("s3://data/tree/", storage=D.StorageOptions(client="native"), **kwargs)
+    assert remote.dataset.object_store.client_name == "native"
+    got = [(x.clone(), y.clone()) for x, y in remote]
+    ref = [(x.clone(), y.clone()) for x, y in D.make_loader(str(root / "tree"), **kwargs)]
+    assert len(got) == len(ref) == 3
+    assert all(torch.equal(x, rx) and torch.equal(y, ry) for (x, y), (rx, ry) in zip(got, ref))
+
+
+def test_https_refuses_an_unknown_certificate(tls_server, monkeypatch):
+    server, _ = tls_server
+    monkeypatch.delenv("AWS_CA_BUNDLE")  # the system's CAs do not know the test's CA
+    store = _store(retries=3)
+    start = time.monotonic()
+    with pytest.raises(OSError, match=r"cannot read 's3://b/tree/c0/0.jpg': https: TLS handshake failed: "
+                                      r"certificate verify failed"):
+        store.read_all("tree/c0/0.jpg")
+    assert time.monotonic() - start < 3 and store.stats["retries"] == 0  # not retried
+    assert server.stats["requests"] == 0  # no request was sent

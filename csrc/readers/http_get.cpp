@@ -7,6 +7,9 @@
 // retries: a failed request comes back with a negative status and its reason, and the caller
 // retries with backoff (the caller owns the retry budget). Idle keep-alive connections are kept
 // in a per-process pool per address and reused by later calls; a forked child drops its parent's.
+// Built with OpenSSL (FASTPREP_HAVE_OPENSSL, setup.py), `tls` speaks HTTPS: a TLS 1.2+ handshake
+// in the same loop, the server's certificate verified against the system's CAs (or `ca_file`)
+// and its name against `server_name` (also sent as SNI).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -30,11 +33,60 @@
 #include <tuple>
 #include <vector>
 
+#ifdef FASTPREP_HAVE_OPENSSL
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#endif
+
 namespace fastprep {
 namespace {
 
 // Negative statuses (a request that got no complete response); the caller maps them to messages.
-enum Failure : int64_t { kConnect = -1, kReset = -2, kTimeout = -3, kMalformed = -4, kTooLarge = -5 };
+enum Failure : int64_t { kConnect = -1, kReset = -2, kTimeout = -3, kMalformed = -4, kTooLarge = -5, kTls = -6 };
+
+#ifdef FASTPREP_HAVE_OPENSSL
+using Tls = SSL;
+// The client context for a CA file ("" = the system's CAs), made once and kept.
+SSL_CTX* tls_context(const std::string& ca_file, std::string& error) {
+  static std::mutex mutex;
+  static std::map<std::string, SSL_CTX*> contexts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = contexts.find(ca_file);
+  if (found != contexts.end()) return found->second;
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr) return error = "SSL_CTX_new failed", nullptr;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+  SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);  // a body ended by closing, as over plain http
+#endif
+  int ok = ca_file.empty() ? SSL_CTX_set_default_verify_paths(ctx)
+                           : SSL_CTX_load_verify_locations(ctx, ca_file.c_str(), nullptr);
+  if (ok != 1) {
+    SSL_CTX_free(ctx);
+    return error = "cannot load the CA certificates" + (ca_file.empty() ? std::string() : " of " + ca_file), nullptr;
+  }
+  contexts[ca_file] = ctx;
+  return ctx;
+}
+void tls_free(Tls* tls) { SSL_free(tls); }
+#else
+struct Tls {};
+void tls_free(Tls*) {}
+#endif
+
+// An idle keep-alive connection: its socket and, on HTTPS, its TLS session.
+struct Idle {
+  int fd = -1;
+  Tls* tls = nullptr;
+};
+
+void close_idle(const Idle& idle) {
+  if (idle.tls != nullptr) tls_free(idle.tls);  // no close_notify: the socket just closes
+  if (idle.fd >= 0) ::close(idle.fd);
+}
 
 constexpr size_t kMaxHead = 64 << 10;  // response headers longer than this are malformed
 constexpr size_t kPoolCap = 1024;      // idle connections kept per address at most
@@ -44,33 +96,33 @@ constexpr size_t kPoolCap = 1024;      // idle connections kept per address at m
 struct Pool {
   std::mutex mutex;
   pid_t pid = 0;
-  std::map<std::string, std::vector<int>> idle;  // address -> idle keep-alive sockets
+  std::map<std::string, std::vector<Idle>> idle;  // address -> idle keep-alive connections
 
-  // An idle socket for `address`, or -1. A child of fork drops the parent's sockets (closing
-  // its copies leaves the parent's open) instead of sharing their byte streams.
-  int take(const std::string& address) {
+  // An idle connection for `address` (fd -1: none). A child of fork drops the parent's
+  // (closing its copies leaves the parent's open) instead of sharing their byte streams.
+  Idle take(const std::string& address) {
     std::lock_guard<std::mutex> lock(mutex);
     if (pid != getpid()) {
       for (auto& entry : idle)
-        for (int fd : entry.second) ::close(fd);
+        for (const Idle& i : entry.second) close_idle(i);
       idle.clear();
       pid = getpid();
     }
-    auto& fds = idle[address];
-    if (fds.empty()) return -1;
-    int fd = fds.back();
-    fds.pop_back();
-    return fd;
+    auto& conns = idle[address];
+    if (conns.empty()) return {};
+    Idle out = conns.back();
+    conns.pop_back();
+    return out;
   }
 
-  void give(const std::string& address, int fd) {
+  void give(const std::string& address, Idle conn) {
     std::lock_guard<std::mutex> lock(mutex);
-    auto& fds = idle[address];
-    if (pid != getpid() || fds.size() >= kPoolCap) {
-      ::close(fd);
+    auto& conns = idle[address];
+    if (pid != getpid() || conns.size() >= kPoolCap) {
+      close_idle(conn);
       return;
     }
-    fds.push_back(fd);
+    conns.push_back(conn);
   }
 };
 
@@ -83,10 +135,11 @@ std::atomic<int64_t> g_in_flight{0};
 
 // ---------------------------------------------------------------- one connection's state
 
-enum class Stage { kConnecting, kSending, kHead, kBody, kChunkSize, kChunkData, kChunkEnd, kToClose };
+enum class Stage { kConnecting, kHandshake, kSending, kHead, kBody, kChunkSize, kChunkData, kChunkEnd, kToClose };
 
 struct Conn {
   int fd = -1;
+  Tls* tls = nullptr;      // the TLS session on HTTPS
   bool reused = false;     // came from the pool (a stale one may be closed by the server)
   int64_t request = -1;    // the request it carries, -1: none
   Stage stage = Stage::kSending;
@@ -187,8 +240,8 @@ bool parse_head(Conn& c, size_t end) {
 class Batch {
  public:
   Batch(const std::string& key, const Address& address, const std::vector<std::string>& heads, int64_t concurrency,
-        double timeout_s, int64_t max_body)
-      : key_(key), address_(address), heads_(heads), timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        double timeout_s, int64_t max_body, void* tls_ctx, const std::string& server_name)
+      : key_(key), address_(address), heads_(heads), tls_ctx_(tls_ctx), server_name_(server_name), timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                          std::chrono::duration<double>(timeout_s))),
         max_body_(max_body), n_((int64_t)heads.size()), bodies_((size_t)n_), errors_((size_t)n_),
         resent_((size_t)n_, 0) {
@@ -198,8 +251,7 @@ class Batch {
 
   ~Batch() {
     if (ep_ >= 0) ::close(ep_);
-    for (Conn& c : conns_)
-      if (c.fd >= 0) ::close(c.fd);
+    for (Conn& c : conns_) close_idle({c.fd, c.tls});
   }
 
   void run() {
@@ -253,11 +305,10 @@ class Batch {
 
   void close_conn(size_t k) {
     Conn& c = conns_[k];
-    if (c.fd >= 0) {
-      epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
-      ::close(c.fd);
-    }
+    if (c.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
+    close_idle({c.fd, c.tls});
     c.fd = -1;
+    c.tls = nullptr;
     c.watching_out = false;
   }
 
@@ -286,7 +337,9 @@ class Batch {
 
   bool open(size_t k) {
     Conn& c = conns_[k];
-    c.fd = pool().take(key_);
+    Idle idle = pool().take(key_);
+    c.fd = idle.fd;
+    c.tls = idle.tls;
     c.reused = c.fd >= 0;
     if (c.reused) {
       c.stage = Stage::kSending;
@@ -295,15 +348,107 @@ class Batch {
       if (c.fd < 0) return false;
       int one = 1;
       setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (!start_tls(c)) return false;
       int r = ::connect(c.fd, reinterpret_cast<const sockaddr*>(&address_.addr), address_.len);
       if (r < 0 && errno != EINPROGRESS) return false;
-      c.stage = r == 0 ? Stage::kSending : Stage::kConnecting;
+      c.stage = r != 0 ? Stage::kConnecting : c.tls != nullptr ? Stage::kHandshake : Stage::kSending;
     }
     c.watching_out = c.stage == Stage::kConnecting;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | (c.watching_out ? EPOLLOUT : 0u);
     ev.data.u32 = (uint32_t)k;
     return epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) == 0;
+  }
+
+  // A new TLS session on c's socket (nothing on plain http); false: errno says why.
+  bool start_tls(Conn& c) {
+#ifdef FASTPREP_HAVE_OPENSSL
+    if (tls_ctx_ == nullptr) return true;
+    c.tls = SSL_new(static_cast<SSL_CTX*>(tls_ctx_));
+    Address ip;  // a numeric name is checked against the certificate's IP addresses, and sent no SNI
+    bool numeric = parse_address(server_name_, 443, ip);
+    if (c.tls == nullptr || SSL_set_fd(c.tls, c.fd) != 1 ||
+        (numeric ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c.tls), server_name_.c_str()) != 1
+                 : SSL_set_tlsext_host_name(c.tls, server_name_.c_str()) != 1 ||
+                       SSL_set1_host(c.tls, server_name_.c_str()) != 1)) {
+      errno = ENOMEM;
+      return false;
+    }
+    SSL_set_connect_state(c.tls);
+#else
+    (void)c;
+#endif
+    return true;
+  }
+
+  // The TLS handshake, a step at a time; false once the request has failed.
+  bool handshake(size_t k) {
+#ifdef FASTPREP_HAVE_OPENSSL
+    Conn& c = conns_[k];
+    ERR_clear_error();
+    int r = SSL_do_handshake(c.tls);
+    if (r == 1) {
+      c.stage = Stage::kSending;
+      return true;
+    }
+    int err = SSL_get_error(c.tls, r);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      watch_out(k, err == SSL_ERROR_WANT_WRITE);
+      return true;
+    }
+    std::string why = "TLS handshake failed";
+    long verify = SSL_get_verify_result(c.tls);
+    if (verify != X509_V_OK) {
+      why += std::string(": certificate verify failed: ") + X509_verify_cert_error_string(verify);
+    } else if (unsigned long e = ERR_get_error()) {
+      char text[256];
+      ERR_error_string_n(e, text, sizeof text);
+      why += std::string(": ") + text;
+    }
+    ERR_clear_error();
+    c.reused = false;
+    fail_conn(k, kTls, why);
+    return false;
+#else
+    (void)k;
+    return true;
+#endif
+  }
+
+  // What a socket (or its TLS session) gave: > 0 bytes, 0 the peer closed, -1 nothing yet
+  // (EPOLLOUT watched when TLS must write first), -2 failed (`why` says how).
+  ssize_t io(size_t k, char* buffer, size_t n, bool sending, std::string& why) {
+    Conn& c = conns_[k];
+#ifdef FASTPREP_HAVE_OPENSSL
+    if (c.tls != nullptr) {
+      ERR_clear_error();
+      errno = 0;
+      int r = sending ? SSL_write(c.tls, buffer, (int)std::min<size_t>(n, 1 << 30))
+                      : SSL_read(c.tls, buffer, (int)std::min<size_t>(n, 1 << 30));
+      if (r > 0) return r;
+      int err = SSL_get_error(c.tls, r);
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        watch_out(k, err == SSL_ERROR_WANT_WRITE);
+        return -1;
+      }
+      if (err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0))
+        return 0;
+      why = std::string("TLS: ") + (err == SSL_ERROR_SYSCALL && errno ? strerror(errno) : "connection broken");
+      ERR_clear_error();
+      return -2;
+    }
+#endif
+    for (;;) {
+      ssize_t r = sending ? ::send(c.fd, buffer, n, MSG_NOSIGNAL) : ::recv(c.fd, buffer, n, 0);
+      if (r >= 0) return r;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (sending) watch_out(k, true);
+        return -1;
+      }
+      why = std::string(sending ? "send: " : "connection reset: ") + strerror(errno);
+      return -2;
+    }
   }
 
   // Level-triggered: EPOLLOUT is watched only while there is something to send.
@@ -358,10 +503,11 @@ class Batch {
     Conn& c = conns_[k];
     const std::string& out = heads_[(size_t)c.request];
     while (c.sent < out.size()) {
-      ssize_t w = ::send(c.fd, out.data() + c.sent, out.size() - c.sent, MSG_NOSIGNAL);
-      if (w < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return watch_out(k, true);
-        fail_conn(k, kReset, "send: " + std::string(strerror(errno)));
+      std::string why;
+      ssize_t w = io(k, const_cast<char*>(out.data()) + c.sent, out.size() - c.sent, true, why);
+      if (w == -1) return;
+      if (w <= 0) {
+        fail_conn(k, kReset, w == 0 ? "send: connection closed" : why);
         start_next(k);
         return;
       }
@@ -384,7 +530,14 @@ class Batch {
         start_next(k);
         return;
       }
-      c.stage = Stage::kSending;
+      c.stage = c.tls != nullptr ? Stage::kHandshake : Stage::kSending;
+    }
+    if (c.stage == Stage::kHandshake) {
+      if (!handshake(k)) {
+        start_next(k);
+        return;
+      }
+      if (c.stage == Stage::kHandshake) return;
     }
     if (c.stage == Stage::kSending) {
       send_some(k);
@@ -404,11 +557,11 @@ class Batch {
         into = reinterpret_cast<char*>(c.body.data_ptr<uint8_t>()) + c.got;
         room = (size_t)(c.length - c.got);
       }
-      ssize_t r = room == 0 ? 0 : ::recv(c.fd, into, room, 0);
+      std::string why;
+      ssize_t r = room == 0 ? 0 : io(k, into, room, false, why);
+      if (r == -1) return;
       if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        if (errno == EINTR) continue;
-        fail_conn(k, kReset, "connection reset: " + std::string(strerror(errno)));
+        fail_conn(k, kReset, why);
         start_next(k);
         return;
       }
@@ -523,8 +676,9 @@ class Batch {
     finish(k);
     if (c.keep_alive && c.stage != Stage::kToClose) {
       epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
-      pool().give(key_, c.fd);
+      pool().give(key_, {c.fd, c.tls});
       c.fd = -1;
+      c.tls = nullptr;
       c.watching_out = false;
     } else {
       close_conn(k);
@@ -535,6 +689,8 @@ class Batch {
   std::string key_;
   Address address_;
   const std::vector<std::string>& heads_;
+  void* tls_ctx_;  // SSL_CTX*, null: plain http
+  std::string server_name_;
   std::chrono::steady_clock::duration timeout_;
   int64_t max_body_;
   int64_t n_;
@@ -554,7 +710,7 @@ class Batch {
 // of the process's requests in flight as each started, the most in flight].
 std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor> http_get(
     const std::string& host, int64_t port, const std::vector<std::string>& heads, int64_t concurrency,
-    double timeout_s, int64_t max_body) {
+    double timeout_s, int64_t max_body, bool tls, const std::string& server_name, const std::string& ca_file) {
   TORCH_CHECK(port > 0 && port < 65536, "http_get: port must be in [1, 65535], got ", port);
   TORCH_CHECK(concurrency >= 1, "http_get: concurrency must be >= 1, got ", concurrency);
   TORCH_CHECK(timeout_s > 0, "http_get: timeout_s must be > 0, got ", timeout_s);
@@ -562,14 +718,37 @@ std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Te
   Address address;
   TORCH_CHECK(parse_address(host, port, address), "http_get: host must be a numeric IPv4 or IPv6 address, got '",
               host, "'");
-  std::string key = host + "|" + std::to_string(port);
-  Batch batch(key, address, heads, concurrency, timeout_s, max_body);
+  void* ctx = nullptr;
+  if (tls) {
+#ifdef FASTPREP_HAVE_OPENSSL
+    std::string error;
+    ctx = tls_context(ca_file, error);
+    TORCH_CHECK(ctx != nullptr, "http_get: ", error);
+    TORCH_CHECK(!server_name.empty(), "http_get: tls needs the server's name");
+#else
+    TORCH_CHECK(false, "http_get: this build of fastprep has no TLS (built without OpenSSL)");
+#endif
+  }
+  std::string key = host + "|" + std::to_string(port) + (tls ? "|tls|" + server_name + "|" + ca_file : "");
+  Batch batch(key, address, heads, concurrency, timeout_s, max_body, ctx, server_name);
   if (!heads.empty()) batch.run();
   return batch.result();
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fastprep, CompositeImplicitAutograd, m) { m.impl("http_get", &http_get); }
+// Whether this build speaks TLS.
+bool http_tls() {
+#ifdef FASTPREP_HAVE_OPENSSL
+  return true;
+#else
+  return false;
+#endif
+}
+
+TORCH_LIBRARY_IMPL(fastprep, CompositeImplicitAutograd, m) {
+  m.impl("http_get", &http_get);
+  m.impl("http_tls", &http_tls);
+}
 
 }  // namespace fastprep

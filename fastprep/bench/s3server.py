@@ -24,17 +24,60 @@ import email.utils
 import hashlib
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
 from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
-__all__ = ["LocalS3Server"]
+__all__ = ["LocalS3Server", "local_certificates"]
 
 _REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             416: "Range Not Satisfiable", 503: "Slow Down"}
 _MAX_HEADER_BYTES = 64 << 10
+
+
+def local_certificates(folder: str) -> tuple[str, str, str]:
+    """``(certificate file, key file, CA file)`` written into ``folder``: a CA of its own and a
+    server certificate it signed for 127.0.0.1 and ``localhost``, valid for a day (give the CA
+    file to a client as its bundle, e.g. ``AWS_CA_BUNDLE``). Needs ``cryptography``."""
+    import datetime
+    import ipaddress
+
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    except ImportError as e:
+        raise ImportError("local certificates need cryptography: pip install cryptography") from e
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def build(subject: str, issuer, key, signer, ca: bool):
+        builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fastprep local CA")])
+    ca = build("fastprep local CA", ca_name, ca_key, ca_key, True)
+    cert = build("fastprep local S3 server", ca_name, key, ca_key, False)
+    files = [os.path.join(folder, name) for name in ("server.pem", "server.key", "ca.pem")]
+    for path, data in zip(files, [cert.public_bytes(serialization.Encoding.PEM),
+                                  key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                    serialization.NoEncryption()),
+                                  ca.public_bytes(serialization.Encoding.PEM)]):
+        with open(path, "wb") as f:
+            f.write(data)
+    return files[0], files[1], files[2]
 
 
 def _error_xml(code: str, message: str, resource: str) -> bytes:
@@ -49,6 +92,8 @@ class LocalS3Server:
         root: the folder whose files are the bucket's objects.
         bucket: the bucket's name; any other bucket is ``404 NoSuchBucket``.
         latency_s: seconds every request waits before it is answered.
+        tls: ``(certificate file, key file)``: serve HTTPS with them
+            (:func:`local_certificates` makes them for 127.0.0.1); ``None``: plain HTTP.
         bandwidth_mbps: the link's capacity in megabits per second (0: unlimited): response
             bodies leave one after another at this rate, as through one network link of that
             speed (a node's share of the network), after their latency.
@@ -67,7 +112,7 @@ class LocalS3Server:
     """
 
     def __init__(self, root: str, bucket: str = "data", *, latency_s: float = 0.0, bandwidth_mbps: float = 0.0,
-                 fail_every: int = 0,
+                 tls: tuple[str, str] | None = None, fail_every: int = 0,
                  reset_every: int = 0, fail_keys=(), lifetime_s: float = 600.0, page_size: int = 1000, port: int = 0):
         for name, value in (("latency_s", latency_s), ("lifetime_s", lifetime_s), ("bandwidth_mbps", bandwidth_mbps)):
             if not isinstance(value, (int, float)) or value < 0:
@@ -81,6 +126,7 @@ class LocalS3Server:
         self.bucket = bucket
         self.latency_s = float(latency_s)
         self.bandwidth_mbps = float(bandwidth_mbps)
+        self.tls = tls
         self._link_free_at = 0.0  # when the emulated link has sent what it was given
         self.fail_every, self.reset_every = fail_every, reset_every
         self.fail_keys = frozenset(fail_keys)
@@ -96,7 +142,7 @@ class LocalS3Server:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats`."""
@@ -145,7 +191,11 @@ class LocalS3Server:
     async def _main(self, ready: threading.Event) -> None:
         self._done = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
-        server = await asyncio.start_server(self._client, sock=self._sock, limit=_MAX_HEADER_BYTES)
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.tls)
+        server = await asyncio.start_server(self._client, sock=self._sock, limit=_MAX_HEADER_BYTES, ssl=context)
         ready.set()
         try:
             await asyncio.wait_for(self._done.wait(), self.lifetime_s)
@@ -373,9 +423,12 @@ def main(argv=None) -> None:
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--reset-every", type=int, default=0)
     parser.add_argument("--lifetime-s", type=float, default=600.0)
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"),
+                        help="serve HTTPS with this certificate and key (local_certificates makes them)")
     args = parser.parse_args(argv)
     server = LocalS3Server(args.root, args.bucket, latency_s=args.latency_ms / 1000,
-                           bandwidth_mbps=args.bandwidth_mbps, fail_every=args.fail_every,
+                           bandwidth_mbps=args.bandwidth_mbps, tls=tuple(args.tls) if args.tls else None,
+                           fail_every=args.fail_every,
                            reset_every=args.reset_every, lifetime_s=args.lifetime_s, port=args.port)
     print(f"{server.endpoint} bucket={args.bucket} (stops after {args.lifetime_s:.0f} s)", flush=True)
     server.serve_forever()

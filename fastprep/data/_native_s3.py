@@ -1,6 +1,8 @@
 """The native S3 client: GET requests signed here (AWS Signature Version 4) and moved by
 ``torch.ops.fastprep.http_get`` (csrc/readers/http_get.cpp: one epoll loop per call, keep-alive
-connections pooled per process, no GIL), for S3-compatible endpoints over plain ``http://``.
+connections pooled per process, no GIL), for S3-compatible endpoints (``AWS_ENDPOINT_URL``) over
+``http://``, or ``https://`` where fastprep was built with OpenSSL (the server's certificate
+checked against the system's CAs, or ``AWS_CA_BUNDLE``, and against its name).
 
 Why it exists: on 2 cores a request through obstore costs the loader about 0.2 ms of CPU (its
 runtime's threads waking each other, the asyncio bridge), about as much as decoding a third of
@@ -35,7 +37,7 @@ _CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{1,300})</Message>")
 #: http_get's failure codes (csrc/readers/http_get.cpp)
 _FAILURES = {-1: "cannot connect", -2: "connection reset", -3: "timeout", -4: "malformed response",
-             -5: "response too large"}
+             -5: "response too large", -6: "https"}
 
 
 def _hmac(key: bytes, text: str) -> bytes:
@@ -94,25 +96,32 @@ def _static_credentials() -> tuple[str, str, str | None] | None | str:
 
 def native_client(endpoint: str | None, bucket: str, prefix: str, *, timeout_s: float, retries: int,
                   max_in_flight: int) -> NativeClient | str:
-    """The native client for ``s3://bucket/prefix/`` at ``endpoint``, or why it cannot read it."""
-    if not endpoint or not endpoint.startswith("http://"):
-        return "the endpoint is not plain http:// (the native client has no TLS)"
+    """The native client for ``s3://bucket/prefix/`` at ``endpoint`` (an S3-compatible
+    server's, path-style addressing), or why it cannot read it."""
     if not hasattr(torch.ops.fastprep, "http_get"):
         return "this build of fastprep has no http_get op"
+    if not endpoint:
+        return "no AWS_ENDPOINT_URL: AWS S3 itself (virtual-hosted addressing) is read through obstore"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    tls = endpoint.startswith("https://")
+    if not tls and not endpoint.startswith("http://"):
+        return f"the endpoint is not an http:// or https:// URL: {endpoint!r}"
+    if tls and not torch.ops.fastprep.http_tls():
+        return "this build of fastprep has no TLS (built without OpenSSL's headers)"
     credentials = _static_credentials()
     if isinstance(credentials, str):
         return credentials
     parts = urlsplit(endpoint)
     if not parts.hostname:
         return f"the endpoint names no host: {endpoint!r}"
-    port = parts.port or 80
+    port = parts.port or (443 if tls else 80)
     try:
         address = str(socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)[0][4][0])
     except OSError as e:
         return f"cannot resolve {parts.hostname!r}: {e}"
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    tls_options = (parts.hostname, os.environ.get("AWS_CA_BUNDLE", "")) if tls else None
     return NativeClient(address, port, parts.netloc, parts.path.rstrip("/"), bucket, prefix, credentials, region,
-                        timeout_s=timeout_s, retries=retries, max_in_flight=max_in_flight)
+                        timeout_s=timeout_s, retries=retries, max_in_flight=max_in_flight, tls=tls_options)
 
 
 class NativeClient:
@@ -125,8 +134,11 @@ class NativeClient:
     """
 
     def __init__(self, address: str, port: int, host: str, base: str, bucket: str, prefix: str, credentials,
-                 region: str, *, timeout_s: float, retries: int, max_in_flight: int):
+                 region: str, *, timeout_s: float, retries: int, max_in_flight: int,
+                 tls: tuple[str, str] | None = None):
         self.address, self.port, self.host = address, port, host
+        #: ``(server name, CA file or "")`` on https, else ``None``
+        self.tls = tls
         self.bucket, self.prefix, self.region = bucket, prefix, region
         self._base = f"{base}/{quote(bucket, safe='')}/"
         self._credentials = credentials
@@ -178,7 +190,8 @@ class NativeClient:
                 counts["retries"] += len(todo)
             bodies, status, reasons, stats = torch.ops.fastprep.http_get(
                 self.address, self.port, self._heads(requests[k] for k in todo),
-                min(len(todo), concurrency or self.max_in_flight), self.timeout_s, MAX_BODY)
+                min(len(todo), concurrency or self.max_in_flight), self.timeout_s, MAX_BODY, self.tls is not None,
+                *(self.tls or ("", "")))
             started, in_flight_sum, most = stats.tolist()
             counts["started"] += started
             counts["in_flight_sum"] += in_flight_sum
@@ -190,7 +203,7 @@ class NativeClient:
                     counts["requests"] += 1
                     counts["bytes"] += body.numel()
                     continue
-                if attempt < self.retries and (code < 0 or code >= 500 or code in (408, 429)):
+                if attempt < self.retries and ((code < 0 and code != -6) or code >= 500 or code in (408, 429)):
                     again.append(k)
                 else:
                     out[k] = self._error(requests[k], code, body, reason, url_of, attempt)

@@ -140,6 +140,10 @@ class _Client:
                                                                                                      options.timeout_s)),
                                           "allow_http": bool(endpoint and endpoint.startswith("http://")),
                                           "pool_max_idle_per_host": str(max(8, options.max_in_flight))}
+        bundle = os.environ.get("AWS_CA_BUNDLE")
+        if bundle:  # a private CA (a self-hosted server), trusted beside the system's, as boto3 does
+            with open(bundle, "rb") as f:
+                client_options["root_certificate"] = f.read()
         # obstore retries 5xx (SlowDown is a 503), connection errors, resets and timeouts with
         # exponential backoff and jitter, at most `retries` times and within `timeout_s` of the first try
         retry = {"max_retries": options.retries, "retry_timeout": timeout,
