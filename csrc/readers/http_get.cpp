@@ -493,7 +493,10 @@ class Batch {
         continue;
       }
       if (c.stage == Stage::kConnecting) return;  // sent once the connection is up (EPOLLOUT)
-      c.stage = Stage::kSending;
+      if (c.stage == Stage::kHandshake) {  // connected at once: the handshake's first step now
+        if (!handshake(k)) continue;       // failed, and said so: the slot takes the next request
+        if (c.stage == Stage::kHandshake) return;
+      }
       send_some(k);
       return;
     }
