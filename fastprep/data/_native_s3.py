@@ -6,7 +6,7 @@ checked against the system's CAs, or ``AWS_CA_BUNDLE``, and against its name).
 
 Why it exists: on 2 cores a request through obstore costs the loader about 0.2 ms of CPU (its
 runtime's threads waking each other, the asyncio bridge), about as much as decoding a third of
-a sample; this path costs about 0.02 ms (docs/storage.md, "Clients"). It reads, and never
+a sample; this path a few hundredths of a millisecond (docs/storage.md, "Choice of client"). It reads, and never
 lists: listings stay with obstore. It takes static credentials only (the environment, or the
 AWS config files through boto3); :func:`native_client` says why it cannot be used otherwise, and
 :class:`~fastprep.data.objects.ObjectStore` then uses obstore.

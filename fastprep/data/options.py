@@ -101,10 +101,11 @@ class StorageOptions:
         client: which client sends the GET requests. ``"native"``: fastprep's own
             (``torch.ops.fastprep.http_get``: one epoll loop per call, pooled keep-alive
             connections, signed here; about a tenth of obstore's CPU per request), for
-            ``http://`` endpoints (``AWS_ENDPOINT_URL``) with static credentials (the
-            environment or the AWS config files) only; ``"obstore"``: obstore for every
-            request; ``"auto"`` (default): native where it can read the endpoint, else
-            obstore. Listings always go through obstore (docs/storage.md, "Clients").
+            S3-compatible endpoints (``AWS_ENDPOINT_URL``) over ``http://``, or ``https://``
+            in a build with OpenSSL, with static credentials (the environment or the AWS
+            config files) only; ``"obstore"``: obstore for every request; ``"auto"``
+            (default): native where it can read the endpoint, else obstore. Listings always
+            go through obstore (docs/storage.md, "Choice of client").
         window_gap: with ``window_reads``, a window's byte ranges at most this many bytes
             apart are one request (the intervals of consecutive MCU rows are separated by
             the rest of each row): larger moves more bytes in fewer requests.
