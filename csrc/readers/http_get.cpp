@@ -425,7 +425,10 @@ class Batch {
       errno = 0;
       int r = sending ? SSL_write(c.tls, buffer, (int)std::min<size_t>(n, 1 << 30))
                       : SSL_read(c.tls, buffer, (int)std::min<size_t>(n, 1 << 30));
-      if (r > 0) return r;
+      if (r > 0) {
+        if (!sending) watch_out(k, false);  // a read that needed a write (a key update) is done
+        return r;
+      }
       int err = SSL_get_error(c.tls, r);
       if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
         watch_out(k, err == SSL_ERROR_WANT_WRITE);
