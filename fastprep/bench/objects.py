@@ -57,7 +57,7 @@ def _epoch(loader) -> tuple[float, int]:
     return time.perf_counter() - start, n
 
 
-def _measure(args) -> dict[str, list]:
+def _measure(args) -> tuple[dict[str, list], str]:
     import fastprep.data as D
 
     storage = D.StorageOptions() if args.max_in_flight is None else D.StorageOptions(max_in_flight=args.max_in_flight)
@@ -76,8 +76,7 @@ def _measure(args) -> dict[str, list]:
                 store.reset_stats()
             seconds, n = _epoch(loader)
             rows[key].append((n / seconds, dict(store.stats) if key == "s3" else None))
-    rows["client"] = [store.client_name]
-    return rows
+    return rows, store.client_name
 
 
 def main(argv: list[str]) -> int:
@@ -96,7 +95,7 @@ def main(argv: list[str]) -> int:
         os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                           AWS_REGION="us-east-1")
     try:
-        rows = _measure(args)
+        rows, client = _measure(args)
     finally:
         if proc is not None:
             proc.terminate()
@@ -106,7 +105,6 @@ def main(argv: list[str]) -> int:
     print(describe())
     where = f"LocalS3Server serving {args.serve}, +{args.latency_ms:g} ms per request" if args.serve else \
         f"endpoint {os.environ.get('AWS_ENDPOINT_URL', 'AWS')}"
-    client = rows.pop("client")[0]
     print(f"{args.data} ({where}); client {client}; recipe {args.recipe}, threads engine, batch {args.batch_size}, "
           f"shuffle_block {args.shuffle_block}; median of {args.epochs} epochs")
     print("| source | samples/s | vs local | requests/epoch | MB/epoch | in flight (mean / max) | retries |")

@@ -342,20 +342,19 @@ class ObjectStore:
             raise OSError(f"cannot list {self.url!r}: {_short(e)}") from None
         return out
 
-    def get_many(self, requests, concurrency: int | None = None) -> list[bytearray | OSError]:
+    def get_many(self, requests) -> list[bytearray | OSError]:
         """The bytes of each ``(name, start, length)`` request (``start`` ``None``: the
         whole object), all in flight at once (up to ``max_in_flight`` per store and process), or the
         ``OSError`` naming the URL when one cannot be read (``FileNotFoundError`` for a
         missing object). A range that ends past the object's end returns fewer bytes; one
-        that starts past it is an ``OSError``. ``concurrency``: the native client's requests
-        in flight for this call (default ``max_in_flight``)."""
+        that starts past it is an ``OSError``."""
         requests = list(requests)
         if not requests:
             return []
         native = self.native()
         if native is None:
             return self._run(lambda: self._gather(requests))
-        answers = self.fetch_native(requests, concurrency)[0]
+        answers = self.fetch_native(requests)[0]
         return [a if isinstance(a, OSError) else bytearray(a.numpy()) for a in answers]
 
     def read_all(self, name: str) -> bytearray:
@@ -449,7 +448,7 @@ class ReadAhead:
         ahead: positions issued but not yet taken at most.
         group: positions issued (and looked at for coalescing) together: the batch size,
             so that the batch of the first position not taken is always issued whole.
-        finish: with the native client, ``finish(positions, datas, concurrency)`` -> the
+        finish: with the native client, ``finish(positions, datas)`` -> the
             group's entries, run in the reading thread once a group's reads are in (a second
             round of reads that depends on the first: the crop windows' intervals);
             :attr:`finished` says whether it runs. ``None``: ``convert`` per position.
@@ -622,7 +621,7 @@ class ReadAhead:
             if self._finish is not None and results and not self._closed:
                 positions = sorted(results)
                 # the second round takes whatever of max_in_flight is free (fetch_native's slots)
-                done = self._finish(positions, [results[k] for k in positions], None)
+                done = self._finish(positions, [results[k] for k in positions])
                 results = {k: _Finished(entry) for k, entry in zip(positions, done)}
             with self._cond:
                 if self._closed:
@@ -764,8 +763,7 @@ class ObjectFolder(JpegDataset):
         ``storage.window_reads``, unless a subclass reads samples its own way."""
         return self.store.options.window_reads and type(self).read_encoded is ObjectFolder.read_encoded
 
-    def read_windows(self, indices, plan_windows, heads=None,
-                     concurrency: int | None = None) -> list[tuple[torch.Tensor | Exception, str]]:
+    def read_windows(self, indices, plan_windows, heads=None) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded_batch` reading of packed files only what each crop decodes,
         in two rounds of requests, each with the whole batch's in flight at once: a range
         read of every file's first :data:`~fastprep.data.windows.WINDOW_PREFIX` bytes
@@ -778,7 +776,7 @@ class ObjectFolder(JpegDataset):
         reads of the batch's files when they were issued ahead (:meth:`read_ahead`'s), each
         bytes or an ``OSError``; the first round is then only what they miss."""
         indices = list(indices)
-        heads = self._read_heads(indices, heads, concurrency)
+        heads = self._read_heads(indices, heads)
         buffers: list[Any] = []
         layouts: list[Any] = []
         for i, (head, scan) in zip(indices, heads):
@@ -809,7 +807,7 @@ class ObjectFolder(JpegDataset):
                     requests.append((k, len(head), self.sizes[i] - len(head)))
                 continue
             requests += [(k, a, n) for a, n in layouts[k].ranges(chosen, self.store.options.window_gap)]
-        datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests], concurrency)
+        datas = self.store.get_many([(self.names[indices[k]], a, n) for k, a, n in requests])
         for (k, a, _), data in zip(requests, datas):
             if isinstance(data, Exception) or isinstance(buffers[k], Exception):
                 buffers[k] = data if isinstance(data, Exception) else buffers[k]
@@ -835,13 +833,13 @@ class ObjectFolder(JpegDataset):
         :data:`~fastprep.data.windows.WINDOW_PREFIX`, at most 1 MB)."""
         return max(WINDOW_PREFIX, min(self._window_prefix, 1 << 20))
 
-    def _read_heads(self, indices: list[int], first=None, concurrency: int | None = None) -> list[tuple[Any, int]]:
+    def _read_heads(self, indices: list[int], first=None) -> list[tuple[Any, int]]:
         """Per index, the object's first bytes holding its whole header (or all of it) and
         where the header ends (:func:`~fastprep.data.windows.header_end`); all in flight.
         ``first``: the first reads, when issued ahead; else read here."""
         if first is None:
             prefix = self._first_read()
-            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices], concurrency)
+            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
         first = [d[0] if isinstance(d, tuple) else d for d in first]  # a closed read-ahead's (error, "")
         heads: list[Any] = [d if isinstance(d, Exception) else bytearray(d) for d in first]
         scans = [0] * len(indices)
@@ -856,7 +854,7 @@ class ObjectFolder(JpegDataset):
                 if scans[k] < 0 and len(heads[k]) < size:
                     more.append((k, min(size, max(-scans[k], 2 * len(heads[k])))))
             datas = self.store.get_many([(self.names[indices[k]], len(heads[k]), n - len(heads[k]))
-                                         for k, n in more], concurrency)
+                                         for k, n in more])
             for (k, _), data in zip(more, datas):
                 heads[k] = data if isinstance(data, Exception) else heads[k] + data
             todo = [k for k, _ in more]
@@ -881,8 +879,8 @@ class ObjectFolder(JpegDataset):
             firsts = [(self.names[i], 0, min(prefix, self.sizes[i]), min(prefix, self.sizes[i])) for i in indices]
             finish = None
             if plan_windows is not None:
-                def finish(positions, heads, concurrency):
-                    return self.read_windows([indices[k] for k in positions], plan_windows, heads, concurrency)
+                def finish(positions, heads):
+                    return self.read_windows([indices[k] for k in positions], plan_windows, heads)
             return ReadAhead(self.store, firsts, lambda k, data: data, budget_bytes=budget_bytes, ahead=ahead,
                              group=group, finish=finish)
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
