@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import socket
 import threading
-import time
 
 import pytest
 
@@ -178,10 +177,9 @@ def test_failures_name_the_url(raw, key, error, match):
 
 def test_silence_times_out(raw):
     store = _store(retries=1, timeout_s=0.3)
-    start = time.monotonic()
     with pytest.raises(OSError, match=r"cannot read 's3://b/silent' \(bytes 0-9\) after 1 retries: timeout"):
         store.read_range("silent", 0, 10)
-    assert time.monotonic() - start < 3
+    assert raw.hits["silent"] == 2  # each try ended by its deadline
     assert store.read_all("plain") == BODY  # the loop and the pool still serve
 
 
@@ -191,10 +189,8 @@ def test_nothing_listening(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
-    start = time.monotonic()
     with pytest.raises(OSError, match=r"cannot read 's3://b/x' after 1 retries: cannot connect: Connection refused"):
         _store(retries=1).read_all("x")
-    assert time.monotonic() - start < 3
 
 
 def test_client_choice(monkeypatch, raw):
@@ -244,10 +240,9 @@ def test_exit_does_not_wait_for_requests_in_flight(tmp_path):
         "ahead = ReadAhead(store, [('x', 0, 10, 10)] * 64, lambda k, d: d, budget_bytes=1 << 20, ahead=64, group=16)\n"
         "time.sleep(0.5)\n"
         "print('leaving', flush=True)\n")
-    start = time.monotonic()
+    # the requests' timeout is 60 s: an exit that waited for them would overrun the 50 s here
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50)
     assert (done.returncode, done.stdout, done.stderr) == (0, "leaving\n", "")
-    assert time.monotonic() - start < 30  # the requests' timeout is 60 s
 
 
 @pytest.fixture
@@ -281,6 +276,10 @@ def test_https_batches_equal_local(tls_server):
 
     server, root = tls_server
     assert server.endpoint.startswith("https://127.0.0.1:")
+    files = sorted(p for p in (root / "tree").rglob("*.jpg"))
+    store = D.ObjectStore("s3://data/tree/", D.StorageOptions(client="native"))
+    got_bytes = store.get_many([(p.relative_to(root / "tree").as_posix(), None, None) for p in files])
+    assert got_bytes == [p.read_bytes() for p in files]  # the files themselves, over TLS
     kwargs = dict(batch_size=3, crop_size=24, device="cpu", seed=7, shuffle=True, num_workers=2, engine="threads")
     remote = D.make_loader("s3://data/tree/", storage=D.StorageOptions(client="native"), **kwargs)
     assert remote.dataset.object_store.client_name == "native"
@@ -294,9 +293,8 @@ def test_https_refuses_an_unknown_certificate(tls_server, monkeypatch):
     server, _ = tls_server
     monkeypatch.delenv("AWS_CA_BUNDLE")  # the system's CAs do not know the test's CA
     store = _store(retries=3)
-    start = time.monotonic()
     with pytest.raises(OSError, match=r"cannot read 's3://b/tree/c0/0.jpg': https: TLS handshake failed: "
                                       r"certificate verify failed"):
         store.read_all("tree/c0/0.jpg")
-    assert time.monotonic() - start < 3 and store.stats["retries"] == 0  # not retried
+    assert store.stats["retries"] == 0  # not retried
     assert server.stats["requests"] == 0  # no request was sent
