@@ -114,7 +114,8 @@ class TestTwinsEqualPillow:
                 assert torch.equal(got, want), (f"{twin} {ints} {floats} on {name}: "
                                                 f"{int((got != want).sum()) if got.shape == want.shape else got.shape}")
 
-    @pytest.mark.parametrize("kernel", ["adjust_saturation", "adjust_sharpness"])
+    @pytest.mark.parametrize("kernel", ["adjust_saturation", "adjust_sharpness", "adjust_hue", "adjust_brightness",
+                                        "adjust_contrast", "rgb_to_grayscale", "autocontrast", "equalize"])
     def test_every_isa_variant(self, kernel):
         """The kernels with per-ISA variants (csrc/isa.h): each variant against Pillow."""
         from fastprep._kernels import isa as kernel_isa
@@ -124,9 +125,28 @@ class TestTwinsEqualPillow:
             for isa in kernel_isa.supported_isas():
                 assert kernel_isa.set_isa(isa) == isa
                 for name, image in IMAGES:
+                    if image.mode == "L" and kernel == "rgb_to_grayscale":
+                        continue
                     for ints, floats, pillow in CASES[kernel]:
                         got = torch.ops.fastprep.apply_pixel_kernel(_tensor(image), twin, list(ints), list(floats))
                         assert torch.equal(got, _tensor(pillow(image))), (isa, name, floats)
+        finally:
+            kernel_isa.set_isa("auto")
+
+    def test_hue_of_every_colour_on_every_isa_variant(self):
+        """The vectorized hue (gathers and selects for Convert.c's branches) against Pillow on every
+        colour of a 64-level cube, with a tail shorter than a vector, for each ISA variant."""
+        from fastprep._kernels import isa as kernel_isa
+
+        levels = np.arange(0, 256, 4, dtype=np.uint8)
+        cube = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(-1, 3)
+        image = PIL.Image.fromarray(np.concatenate([cube, cube[:5]]).reshape(1, -1, 3), "RGB")
+        try:
+            for isa in kernel_isa.supported_isas():
+                assert kernel_isa.set_isa(isa) == isa
+                for f in (0.1, -0.5, 0.5, 0.23):
+                    got = torch.ops.fastprep.apply_pixel_kernel(_tensor(image), "pil_adjust_hue", [], [f])
+                    assert torch.equal(got, _tensor(_hue(image, f))), (isa, f)
         finally:
             kernel_isa.set_isa("auto")
 

@@ -410,3 +410,85 @@ def test_cifar_style_and_geometry_pipelines(root, make):
     loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
     assert loader.engine == "threads", loader.engine_reason
     assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+
+def _view_pipeline(size, interpolation):
+    """A DINO-style view with every op the native view path takes (crop + resize + flip, colour,
+    grayscale, blur, solarize through Image.point, ToTensor, Normalize)."""
+    return T.Compose([T.RandomResizedCrop(size, scale=(0.05, 1.0), interpolation=interpolation),
+                      T.RandomHorizontalFlip(p=0.5),
+                      T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)], p=0.8),
+                      T.RandomGrayscale(p=0.2), GaussianBlur(p=0.5), Solarization(0.3), T.ToTensor(),
+                      T.Normalize(MEAN, STD)])
+
+
+@pytest.mark.parametrize("interpolation", [T.InterpolationMode.BICUBIC, T.InterpolationMode.BILINEAR])
+@pytest.mark.parametrize("window", [False, True])
+def test_native_view_equals_pillow_and_torchvision(interpolation, window):
+    """pil_replay_view (one native call per view, the crop read from the decoded window) writes
+    what the view's own Pillow + torchvision calls give on the real image, over many draws; with
+    ``window``, from a decoded window of the image (the union of the views' crops) at its origin."""
+    from fastprep._seeding import keyed_sample_rng
+    from fastprep.data.traced import _Decoded, _fill_call_twins, _native_view, _union_window
+
+    install_hooks()
+    _fill_call_twins()
+    arr = photo_like(150, 205, 3)
+    image = Image.fromarray(arr)
+    pipeline = _view_pipeline(61, interpolation)
+    taken = 0
+    for key in range(40):
+        with keyed_sample_rng(key):
+            view = pipeline(LazyImage("RGB", image.size, object()))
+        with keyed_sample_rng(key):
+            want = pipeline(image)
+        top, left, h, w = _union_window([view], 205, 150) if window else (0, 0, 150, 205)
+        rgb = torch.from_numpy(arr[top:top + h, left:left + w].copy()).permute(2, 0, 1)  # channels-last memory
+        out = torch.full(want.shape, float("nan"))
+        assert _native_view(view, _Decoded(rgb, (left, top)), "RGB", out), view.image.ops
+        assert torch.equal(out, want), (key, view.image.ops)
+        taken += 1
+    assert taken == 40
+
+
+def test_native_view_declines_what_it_cannot_run():
+    """A view with an op that has no pixel step (a rotation here) is left to the per-op replay,
+    which writes nothing into the row."""
+    from fastprep.data.traced import _Decoded, _fill_call_twins, _native_view
+
+    install_hooks()
+    _fill_call_twins()
+    view = T.Compose([T.CenterCrop(20), T.RandomRotation((10, 10)), T.ToTensor()])(LazyImage("RGB", (30, 30), object()))
+    out = torch.zeros(3, 20, 20)
+    rgb = torch.from_numpy(photo_like(30, 30, 1)).permute(2, 0, 1)
+    assert not _native_view(view, _Decoded(rgb, (0, 0)), "RGB", out)
+    assert not out.any()
+
+
+class TestReplayViewOp:
+    def test_point_equals_pillow(self):
+        rng = np.random.default_rng(2)
+        arr = photo_like(33, 47, 5)
+        lut = rng.integers(0, 256, 768).tolist()
+        want = np.asarray(Image.fromarray(arr).point(lut))
+        got = torch.ops.fastprep.apply_pixel_kernel(torch.from_numpy(arr).permute(2, 0, 1).contiguous(), "pil_point",
+                                                    [], [], 0, [torch.tensor(lut, dtype=torch.uint8)], 0)
+        assert np.array_equal(got.permute(1, 2, 0).numpy(), want)
+
+    def test_bad_arguments_raise(self):
+        image = torch.zeros(3, 8, 8, dtype=torch.uint8)
+        steps = torch.zeros(0, dtype=torch.uint8)
+        op = torch.ops.fastprep.pil_replay_view
+        with pytest.raises(ValueError, match="out is"):
+            op(image, [], steps, [], torch.zeros(3, 4, 4), True, [], [])
+        with pytest.raises(ValueError, match="resize must be"):
+            op(image, [4, 4], steps, [], torch.zeros(3, 4, 4), True, [], [])
+        with pytest.raises(ValueError, match="same length"):
+            op(image, [], steps, [], torch.zeros(3, 8, 8), True, [0.5], [])
+        with pytest.raises(ValueError, match="image must be a uint8"):
+            op(image.float(), [], steps, [], torch.zeros(3, 8, 8), True, [], [])
+        with pytest.raises(ValueError, match="PixelStep"):
+            op(image, [], torch.zeros(5, dtype=torch.uint8), [], torch.zeros(3, 8, 8), True, [], [])
+        with pytest.raises(ValueError, match="table"):  # pil_point without its table
+            from fastprep.data.traced import _step_records
+            op(image, [], _step_records([("pil_point", (), (), 0)]), [], torch.zeros(3, 8, 8), True, [], [])

@@ -25,6 +25,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "isa.h"
 #include "ops/pixel_kernel.h"
 
@@ -51,31 +55,45 @@ void check_uint8(const Image& image, const char* name) {
               image.channels);
 }
 
-// p[k] = lut[p[k]] for k < n.
-void apply_lut(uint8_t* __restrict p, int64_t n, const uint8_t* __restrict lut) {
-  int64_t k = 0;
-  for (; k + 4 <= n; k += 4) {  // four independent loads per iteration
-    const uint8_t a = lut[p[k]], b = lut[p[k + 1]], c = lut[p[k + 2]], d = lut[p[k + 3]];
-    p[k] = a, p[k + 1] = b, p[k + 2] = c, p[k + 3] = d;
-  }
-  for (; k < n; k++) p[k] = lut[p[k]];
-}
-
 // Applies `lut` (256 entries per channel, channel c at lut + 256 * c) to every channel.
 void apply_luts(Image& image, const uint8_t* lut) {
   const int64_t n = image.plane();
-  for (int64_t c = 0; c < image.channels; c++) apply_lut(image.u8() + c * n, n, lut + 256 * c);
+  for (int64_t c = 0; c < image.channels; c++) lut_span(image.u8() + c * n, n, lut + 256 * c);
 }
 
-// The "L" image of `image` (convert("L"), or the image itself when it has one channel).
-const uint8_t* gray_of(const Image& image, KernelScratch& scratch) {
-  if (image.channels == 1) return image.u8();
-  const int64_t n = image.plane();
-  uint8_t* g = grown(scratch.u8, (size_t)n);
-  const uint8_t *r = image.u8(), *gr = r + n, *b = r + 2 * n;
-  for (int64_t k = 0; k < n; k++) g[k] = luma(r[k], gr[k], b[k]);
-  return g;
+// out[k] = luma of pixel k (out may be r).
+FP_ALWAYS_INLINE void luma_rows_body(const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n, uint8_t* out) {
+  for (int64_t k = 0; k < n; k++) out[k] = luma(r[k], g[k], b[k]);
 }
+FP_VARIANTS(luma_rows, (const uint8_t* r, const uint8_t* g, const uint8_t* b, int64_t n, uint8_t* out),
+            (r, g, b, n, out))
+
+// The sum of the luma of n pixels (32-bit partial sums of at most 2^24 values of <= 255).
+FP_ALWAYS_INLINE int64_t luma_sum_body(const uint8_t* __restrict r, const uint8_t* __restrict g,
+                                       const uint8_t* __restrict b, int64_t n) {
+  int64_t total = 0;
+  for (int64_t k0 = 0; k0 < n; k0 += (int64_t)1 << 24) {
+    const int64_t k1 = std::min(n, k0 + ((int64_t)1 << 24));
+    uint32_t part = 0;
+    for (int64_t k = k0; k < k1; k++) part += luma(r[k], g[k], b[k]);
+    total += part;
+  }
+  return total;
+}
+FP_VARIANTS_RET(int64_t, luma_sum, (const uint8_t* __restrict r, const uint8_t* __restrict g,
+                                    const uint8_t* __restrict b, int64_t n), (r, g, b, n))
+
+FP_ALWAYS_INLINE int64_t byte_sum_body(const uint8_t* __restrict p, int64_t n) {
+  int64_t total = 0;
+  for (int64_t k0 = 0; k0 < n; k0 += (int64_t)1 << 24) {
+    const int64_t k1 = std::min(n, k0 + ((int64_t)1 << 24));
+    uint32_t part = 0;
+    for (int64_t k = k0; k < k1; k++) part += p[k];
+    total += part;
+  }
+  return total;
+}
+FP_VARIANTS_RET(int64_t, byte_sum, (const uint8_t* __restrict p, int64_t n), (p, n))
 
 // ImageEnhance.Brightness: blend(black, image, factor).
 void pil_brightness(const PixelStep& step, Image& image, KernelScratch&) {
@@ -83,22 +101,21 @@ void pil_brightness(const PixelStep& step, Image& image, KernelScratch&) {
   const float alpha = (float)step.f[0];
   uint8_t lut[256];
   for (int v = 0; v < 256; v++) lut[v] = blend(0, v, alpha);
-  apply_lut(image.u8(), image.numel(), lut);
+  lut_span(image.u8(), image.numel(), lut);
 }
 
 // ImageEnhance.Contrast: blend(the mean grey, image, factor); the mean is
 // int(ImageStat.Stat(image.convert("L")).mean[0] + 0.5).
-void pil_contrast(const PixelStep& step, Image& image, KernelScratch& scratch) {
+void pil_contrast(const PixelStep& step, Image& image, KernelScratch&) {
   check_uint8(image, "pil_adjust_contrast");
   const int64_t n = image.plane();
-  const uint8_t* g = gray_of(image, scratch);
-  int64_t sum = 0;
-  for (int64_t k = 0; k < n; k++) sum += g[k];
+  const uint8_t* px = image.u8();
+  const int64_t sum = image.channels == 1 ? byte_sum(px, n) : luma_sum(px, px + n, px + 2 * n, n);
   const int32_t mean = n > 0 ? (int32_t)((double)sum / (double)n + 0.5) : 0;
   const float alpha = (float)step.f[0];
   uint8_t lut[256];
   for (int v = 0; v < 256; v++) lut[v] = blend(mean, v, alpha);
-  apply_lut(image.u8(), image.numel(), lut);
+  lut_span(image.u8(), image.numel(), lut);
 }
 
 FP_ALWAYS_INLINE void saturation_rows_body(uint8_t* __restrict r, uint8_t* __restrict g, uint8_t* __restrict b,
@@ -134,7 +151,7 @@ FP_ALWAYS_INLINE int round_nonnegative(double x) {
 // Pillow's own expression, so the tables hold its bits).
 struct HsvTables {
   float quotient[256][256];    // [cr][d]: (float)d / (float)cr, rgb2hsv's rc, gc, bc
-  uint8_t saturation[256][256];  // [maxc][cr]: CLIP8((int)(s * 255.0)), s = cr / (float)maxc
+  int32_t saturation[256][256];  // [maxc][cr]: CLIP8((int)(s * 255.0)), s = cr / (float)maxc
   int32_t sector[256];         // [h]: (int)floor((float)h * 6.0 / 255.0) % 6
   float fraction[256];         // [h]: (float)((float)h * 6.0 / 255.0 - (float)i)
   float fs[256];               // [s]: (float)(((float)s) / 255.0)
@@ -145,7 +162,7 @@ struct HsvTables {
       for (int cr = 0; cr < 256; cr++) {
         const float sat = maxc == 0 ? 0.0f : (float)cr / (float)maxc;
         const int v = (int)((double)sat * 255.0);
-        saturation[maxc][cr] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        saturation[maxc][cr] = v < 0 ? 0 : v > 255 ? 255 : v;
       }
     for (int h = 0; h < 256; h++) {
       const double x = (double)(float)h * 6.0 / 255.0;
@@ -158,7 +175,7 @@ struct HsvTables {
 };
 
 const HsvTables& hsv_tables() {
-  static const HsvTables tables;  // 325 KB, built at the first hue step
+  static const HsvTables tables;  // 518 KB, built at the first hue step
   return tables;
 }
 
@@ -210,8 +227,133 @@ FP_ALWAYS_INLINE void hue_pixel(uint8_t& pr, uint8_t& pg, uint8_t& pb, int32_t s
   pr = (uint8_t)outr, pg = (uint8_t)outg, pb = (uint8_t)outb;
 }
 
+#if FP_HAVE_AVX2_TARGET
+// hue_pixel on 8 pixels at a time: the same float and double operations lane by lane, the
+// table look-ups as gathers, every branch as a select. Its double steps run on two halves of
+// 4 lanes.
+namespace hue_avx2 {
+
+FP_TARGET_AVX2 inline __m256d lo_pd(__m256 x) { return _mm256_cvtps_pd(_mm256_castps256_ps128(x)); }
+FP_TARGET_AVX2 inline __m256d hi_pd(__m256 x) { return _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)); }
+FP_TARGET_AVX2 inline __m256 join_ps(__m128 lo, __m128 hi) {
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+FP_TARGET_AVX2 inline __m256i join_epi32(__m128i lo, __m128i hi) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+// round_nonnegative of 4 doubles >= 0: trunc(x), plus 1 where x - trunc(x) >= 0.5 (the
+// difference is exact, and so is its double: (int)(2 d) is 1 exactly then).
+FP_TARGET_AVX2 inline __m128i round_half_up(__m256d x) {
+  const __m128i t = _mm256_cvttpd_epi32(x);
+  const __m256d frac = _mm256_sub_pd(x, _mm256_cvtepi32_pd(t));
+  return _mm_add_epi32(t, _mm256_cvttpd_epi32(_mm256_add_pd(frac, frac)));
+}
+
+// v * (1.0 - k) for 4 lanes of v (as double) and k (double), rounded and clipped to [0, 255].
+FP_TARGET_AVX2 inline __m128i scaled_level(__m256d vd, __m256d k) {
+  const __m128i x = round_half_up(_mm256_mul_pd(vd, _mm256_sub_pd(_mm256_set1_pd(1.0), k)));
+  return _mm_min_epi32(_mm_max_epi32(x, _mm_setzero_si128()), _mm_set1_epi32(255));
+}
+
+FP_TARGET_AVX2 inline __m256i load8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+FP_TARGET_AVX2 inline void store8(uint8_t* p, __m256i x) {
+  const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(words, words));
+}
+
+// hsv2rgb's choice by sector (0..5) of one of s0..s5; V where the saturation is 0.
+FP_TARGET_AVX2 inline __m256i pick(__m256i sector, __m256i us, __m256i v, __m256i s0, __m256i s1, __m256i s2,
+                                   __m256i s3, __m256i s4, __m256i s5) {
+  __m256i out = s5;
+  out = _mm256_blendv_epi8(out, s4, _mm256_cmpeq_epi32(sector, _mm256_set1_epi32(4)));
+  out = _mm256_blendv_epi8(out, s3, _mm256_cmpeq_epi32(sector, _mm256_set1_epi32(3)));
+  out = _mm256_blendv_epi8(out, s2, _mm256_cmpeq_epi32(sector, _mm256_set1_epi32(2)));
+  out = _mm256_blendv_epi8(out, s1, _mm256_cmpeq_epi32(sector, _mm256_set1_epi32(1)));
+  out = _mm256_blendv_epi8(out, s0, _mm256_cmpeq_epi32(sector, _mm256_setzero_si256()));
+  return _mm256_blendv_epi8(out, v, _mm256_cmpeq_epi32(us, _mm256_setzero_si256()));
+}
+
+FP_TARGET_AVX2 void hue_rows(uint8_t* __restrict pr, uint8_t* __restrict pg, uint8_t* __restrict pb, int64_t n,
+                             int32_t shift, const HsvTables& tab) {
+  const __m256i zero = _mm256_setzero_si256(), byte = _mm256_set1_epi32(255);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256i r = load8(pr + k), g = load8(pg + k), b = load8(pb + k);
+    const __m256i maxc = _mm256_max_epi32(r, _mm256_max_epi32(g, b));
+    const __m256i minc = _mm256_min_epi32(r, _mm256_min_epi32(g, b));
+    const __m256i cr = _mm256_sub_epi32(maxc, minc);
+    // (float)d / (float)cr as HsvTables::quotient holds it (lanes with cr == 0 are gray: masked below)
+    const __m256 crf = _mm256_cvtepi32_ps(cr);
+    const __m256 rc = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(maxc, r)), crf);
+    const __m256 gc = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(maxc, g)), crf);
+    const __m256 bc = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(maxc, b)), crf);
+    // h by the channel that is the maximum (r first, then g), as rgb2hsv's branches
+    const __m256 h_r = _mm256_sub_ps(bc, gc);
+    const __m256d two = _mm256_set1_pd(2.0), four = _mm256_set1_pd(4.0);
+    const __m256 h_g = join_ps(_mm256_cvtpd_ps(_mm256_sub_pd(_mm256_add_pd(two, lo_pd(rc)), lo_pd(bc))),
+                               _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_add_pd(two, hi_pd(rc)), hi_pd(bc))));
+    const __m256 h_b = join_ps(_mm256_cvtpd_ps(_mm256_sub_pd(_mm256_add_pd(four, lo_pd(gc)), lo_pd(rc))),
+                               _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_add_pd(four, hi_pd(gc)), hi_pd(rc))));
+    const __m256 is_r = _mm256_castsi256_ps(_mm256_cmpeq_epi32(r, maxc));
+    const __m256 is_g = _mm256_castsi256_ps(_mm256_cmpeq_epi32(g, maxc));
+    const __m256 h = _mm256_blendv_ps(_mm256_blendv_ps(h_b, h_g, is_g), h_r, is_r);
+    // H = clip((int)(fmod(h / 6 + 1, 1) * 255)), the fmod as a subtraction
+    __m128i uh_half[2];
+    for (int half = 0; half < 2; half++) {
+      const __m256d hd = half == 0 ? lo_pd(h) : hi_pd(h);
+      const __m256d one = _mm256_set1_pd(1.0);
+      const __m256d wrapped = _mm256_add_pd(_mm256_div_pd(hd, _mm256_set1_pd(6.0)), one);
+      const __m256d ge = _mm256_cmp_pd(wrapped, one, _CMP_GE_OQ);
+      const __m256d folded = _mm256_blendv_pd(wrapped, _mm256_sub_pd(wrapped, one), ge);
+      const __m128 hw = _mm256_cvtpd_ps(folded);
+      uh_half[half] = _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(hw), _mm256_set1_pd(255.0)));
+    }
+    const __m256i gray = _mm256_cmpeq_epi32(cr, zero);
+    __m256i uh = _mm256_min_epi32(_mm256_max_epi32(join_epi32(uh_half[0], uh_half[1]), zero), byte);
+    uh = _mm256_andnot_si256(gray, uh);
+    // S = clip((int)((double)(cr / (float)maxc) * 255.0)), as HsvTables::saturation
+    const __m256 sat = _mm256_div_ps(_mm256_cvtepi32_ps(cr), _mm256_cvtepi32_ps(maxc));
+    const __m256i s_raw = join_epi32(_mm256_cvttpd_epi32(_mm256_mul_pd(lo_pd(sat), _mm256_set1_pd(255.0))),
+                                     _mm256_cvttpd_epi32(_mm256_mul_pd(hi_pd(sat), _mm256_set1_pd(255.0))));
+    const __m256i us = _mm256_andnot_si256(gray, _mm256_min_epi32(_mm256_max_epi32(s_raw, zero), byte));
+    // back to RGB with H shifted
+    const __m256i hh = _mm256_and_si256(_mm256_add_epi32(uh, _mm256_set1_epi32(shift)), byte);
+    const __m256 f = _mm256_i32gather_ps(tab.fraction, hh, 4);
+    const __m256 fs = _mm256_i32gather_ps(tab.fs, us, 4);
+    const __m256i sector = _mm256_i32gather_epi32(tab.sector, hh, 4);
+    const __m256 fsf = _mm256_mul_ps(fs, f);
+    __m128i p_half[2], q_half[2], t_half[2];
+    for (int half = 0; half < 2; half++) {
+      const __m128i v4 = half == 0 ? _mm256_castsi256_si128(maxc) : _mm256_extracti128_si256(maxc, 1);
+      const __m256d vd = _mm256_cvtepi32_pd(v4);
+      const __m256d fs_d = half == 0 ? lo_pd(fs) : hi_pd(fs);
+      const __m256d f_d = half == 0 ? lo_pd(f) : hi_pd(f);
+      const __m256d fsf_d = half == 0 ? lo_pd(fsf) : hi_pd(fsf);
+      p_half[half] = scaled_level(vd, fs_d);
+      q_half[half] = scaled_level(vd, fsf_d);
+      t_half[half] = scaled_level(vd, _mm256_mul_pd(fs_d, _mm256_sub_pd(_mm256_set1_pd(1.0), f_d)));
+    }
+    const __m256i p = join_epi32(p_half[0], p_half[1]), q = join_epi32(q_half[0], q_half[1]),
+                  t = join_epi32(t_half[0], t_half[1]), v = maxc;
+    store8(pr + k, pick(sector, us, v, v, q, p, p, t, v));
+    store8(pg + k, pick(sector, us, v, t, v, v, q, p, p));
+    store8(pb + k, pick(sector, us, v, p, p, t, v, v, q));
+  }
+  for (; k < n; k++) hue_pixel(pr[k], pg[k], pb[k], shift, tab);
+}
+
+}  // namespace hue_avx2
+#endif
+
 void hue_rows(uint8_t* __restrict r, uint8_t* __restrict g, uint8_t* __restrict b, int64_t n, int32_t shift) {
   const HsvTables& tab = hsv_tables();
+#if FP_HAVE_AVX2_TARGET
+  if (isa_level() >= kIsaAvx2) return hue_avx2::hue_rows(r, g, b, n, shift, tab);
+#endif
   for (int64_t k = 0; k < n; k++) hue_pixel(r[k], g[k], b[k], shift, tab);
 }
 
@@ -237,7 +379,7 @@ void pil_grayscale(const PixelStep& step, Image& image, KernelScratch&) {
   if (image.channels == 1) return;
   const int64_t n = image.plane();
   uint8_t *r = image.u8(), *g = r + n, *b = r + 2 * n;
-  for (int64_t k = 0; k < n; k++) r[k] = luma(r[k], g[k], b[k]);
+  luma_rows(r, g, b, n, r);
   if (out == 3) {
     std::memcpy(g, r, (size_t)n);
     std::memcpy(b, r, (size_t)n);

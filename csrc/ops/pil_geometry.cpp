@@ -46,6 +46,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "isa.h"
 #include "ops/affine.h"
 #include "ops/pixel_kernel.h"
 #include "ops/pil_geometry.h"
@@ -455,47 +456,26 @@ void pil_affine_twin(const PixelStep& s, Image& im, KernelScratch& scratch) {
 // ---------------------------------------------------------------------------------------
 // GaussianBlur
 
-// One box pass over a line of `n` values (stride 1) into `out`.
-void box_line(const uint8_t* in, uint8_t* out, int n, int radius, int edge_a, int edge_b, uint32_t ww, uint32_t fw) {
-  const int last = n - 1;
-  uint32_t acc = (uint32_t)in[0] * (uint32_t)(radius + 1);
-  for (int x = 0; x < edge_a - 1; x++) acc += in[x];
-  acc += (uint32_t)in[last] * (uint32_t)(radius - edge_a + 1);
-  auto step = [&](int x, int sub, int add, int left, int right) {
-    acc += (uint32_t)((int)in[add] - (int)in[sub]);
-    const uint32_t bulk = acc * ww + (uint32_t)(in[left] + in[right]) * fw;
+// One output row of a vertical box pass: the running column sums `acc` take row `add` in and
+// row `sub` out, and each output is the weighted sum with the outer taps `left` and `right`.
+FP_ALWAYS_INLINE void box_step_body(uint32_t* __restrict acc, const uint8_t* __restrict add,
+                                    const uint8_t* __restrict sub, const uint8_t* __restrict left,
+                                    const uint8_t* __restrict right, uint8_t* __restrict out, int64_t w, uint32_t ww,
+                                    uint32_t fw) {
+  for (int64_t x = 0; x < w; x++) {
+    acc[x] += (uint32_t)((int32_t)add[x] - (int32_t)sub[x]);
+    const uint32_t bulk = acc[x] * ww + (uint32_t)(left[x] + right[x]) * fw;
     out[x] = (uint8_t)((bulk + (1u << 23)) >> 24);
-  };
-  if (edge_a <= edge_b) {
-    for (int x = 0; x < edge_a; x++) step(x, 0, x + radius, 0, x + radius + 1);
-    for (int x = edge_a; x < edge_b; x++) step(x, x - radius - 1, x + radius, x - radius - 1, x + radius + 1);
-    for (int x = edge_b; x <= last; x++) step(x, x - radius - 1, last, x - radius - 1, last);
-  } else {
-    for (int x = 0; x < edge_b; x++) step(x, 0, x + radius, 0, x + radius + 1);
-    for (int x = edge_b; x < edge_a; x++) step(x, 0, last, 0, last);
-    for (int x = edge_a; x <= last; x++) step(x, x - radius - 1, last, x - radius - 1, last);
   }
 }
+FP_VARIANTS(box_step, (uint32_t* __restrict acc, const uint8_t* __restrict add, const uint8_t* __restrict sub,
+                       const uint8_t* __restrict left, const uint8_t* __restrict right, uint8_t* __restrict out,
+                       int64_t w, uint32_t ww, uint32_t fw),
+            (acc, add, sub, left, right, out, w, ww, fw))
 
-// `passes` box passes of radius `r` over each of the `rows` lines of `n` values at `data`,
-// in place (`line` holds n values).
-void box_rows(uint8_t* data, int64_t rows, int n, float r, int passes, uint8_t* line) {
-  const int radius = (int)r;
-  const uint32_t ww = (uint32_t)((float)(uint32_t)(1 << 24) / (r * 2 + 1));
-  const uint32_t fw = ((uint32_t)(1 << 24) - (uint32_t)(radius * 2 + 1) * ww) / 2;
-  const int edge_a = std::min(radius + 1, n);
-  const int edge_b = std::max(n - radius - 1, 0);
-  for (int64_t y = 0; y < rows; y++) {
-    uint8_t* row = data + y * n;
-    for (int k = 0; k < passes; k++) {
-      box_line(row, line, n, radius, edge_a, edge_b, ww, fw);
-      std::memcpy(row, line, (size_t)n);
-    }
-  }
-}
-
-// `passes` box passes of radius `r` down the columns of an h x w plane, in place: box_line's
-// arithmetic for every column at once (`acc` holds w sums, `out` an h x w plane).
+// `passes` box passes of radius `r` down the columns of an h x w plane, in place: every column
+// at once, each with Pillow's sliding sum over its line (edge values repeated). `acc` holds w
+// sums, `out` an h x w plane.
 void box_columns(uint8_t* data, int64_t h, int64_t w, float r, int passes, uint32_t* acc, uint8_t* out) {
   const int n = (int)h;
   const int radius = (int)r;
@@ -506,13 +486,7 @@ void box_columns(uint8_t* data, int64_t h, int64_t w, float r, int passes, uint3
   const int last = n - 1;
   auto row = [&](int k) { return data + (int64_t)k * w; };
   auto step = [&](int y, int sub, int add, int left, int right) {
-    const uint8_t *s = row(sub), *a = row(add), *l = row(left), *rr = row(right);
-    uint8_t* o = out + (int64_t)y * w;
-    for (int64_t x = 0; x < w; x++) {
-      acc[x] += (uint32_t)((int)a[x] - (int)s[x]);
-      const uint32_t bulk = acc[x] * ww + (uint32_t)(l[x] + rr[x]) * fw;
-      o[x] = (uint8_t)((bulk + (1u << 23)) >> 24);
-    }
+    box_step(acc, row(add), row(sub), row(left), row(right), out + (int64_t)y * w, w, ww, fw);
   };
   for (int p = 0; p < passes; p++) {
     for (int64_t x = 0; x < w; x++) acc[x] = (uint32_t)row(0)[x] * (uint32_t)(radius + 1);
@@ -532,6 +506,19 @@ void box_columns(uint8_t* data, int64_t h, int64_t w, float r, int passes, uint3
   }
 }
 
+// out (w x h) = the transpose of in (h x w), in 32 x 32 tiles.
+void transpose_plane(const uint8_t* __restrict in, int64_t h, int64_t w, uint8_t* __restrict out) {
+  constexpr int64_t kTile = 32;
+  for (int64_t y0 = 0; y0 < h; y0 += kTile) {
+    const int64_t y1 = std::min(y0 + kTile, h);
+    for (int64_t x0 = 0; x0 < w; x0 += kTile) {
+      const int64_t x1 = std::min(x0 + kTile, w);
+      for (int64_t x = x0; x < x1; x++)
+        for (int64_t y = y0; y < y1; y++) out[x * h + y] = in[y * w + x];
+    }
+  }
+}
+
 void pil_gaussian_blur(const PixelStep& s, Image& im, KernelScratch& scratch) {
   check_image(im, "pil_gaussian_blur");
   const int64_t passes = s.i[0];
@@ -546,12 +533,18 @@ void pil_gaussian_blur(const PixelStep& s, Image& im, KernelScratch& scratch) {
   TORCH_CHECK_VALUE(rx >= 0 && ry >= 0, "pil_gaussian_blur: radius out of range (box radius ", rx, ", ", ry, ")");
   const int64_t H = im.height, W = im.width, P = im.plane();
   TORCH_CHECK_VALUE(H < INT_MAX && W < INT_MAX, "pil_gaussian_blur: image too large");
-  uint8_t* line = grown(scratch.u8, (size_t)(W + P));
-  uint8_t* out = line + W;
-  uint32_t* acc = reinterpret_cast<uint32_t*>(grown(scratch.i32, (size_t)W));
+  // The horizontal passes run as vertical ones on the transposed plane: the sliding sums of
+  // every row advance together (vectorized) instead of one row at a time.
+  uint8_t* turned = grown(scratch.u8, (size_t)(2 * P));
+  uint8_t* out = turned + P;
+  uint32_t* acc = reinterpret_cast<uint32_t*>(grown(scratch.i32, (size_t)std::max(H, W)));
   for (int64_t c = 0; c < im.channels; c++) {
     uint8_t* plane = im.u8() + c * P;
-    if (rx != 0) box_rows(plane, H, (int)W, rx, (int)passes, line);
+    if (rx != 0) {
+      transpose_plane(plane, H, W, turned);
+      box_columns(turned, W, H, rx, (int)passes, acc, out);
+      transpose_plane(turned, W, H, plane);
+    }
     if (ry != 0) box_columns(plane, H, W, ry, (int)passes, acc, out);
   }
 }

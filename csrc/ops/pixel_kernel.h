@@ -107,6 +107,10 @@ void check_pixel_step(const PixelStep& step, const char* where);
 // torchvision's _max_value for the image's dtype: 255 for uint8, 1 for float.
 inline double max_value(const Image& image) { return image.dtype == at::kByte ? 255.0 : 1.0; }
 
+// p[k] = lut[p[k]] for k < n: a 256-entry table looked up with AVX2 shuffles where the CPU (and
+// isa.h's switch) allows, else one value at a time (point_ops.cpp).
+void lut_span(uint8_t* p, int64_t n, const uint8_t* lut);
+
 template <typename T>
 T* grown(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);

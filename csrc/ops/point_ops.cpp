@@ -153,6 +153,8 @@ FP_VARIANTS(not_span, (uint8_t * p, int64_t n), (p, n))
 FP_VARIANTS(solarize_span, (uint8_t * p, int64_t n, uint8_t first), (p, n, first))
 FP_VARIANTS(min_max_span, (const uint8_t* p, int64_t n, uint8_t* lo, uint8_t* hi), (p, n, lo, hi))
 
+}  // namespace
+
 // p[k] = lut[p[k]]. AVX2: pshufb looks up 16 entries by an index's low nibble and gives 0
 // where the index's bit 7 is set. Take the half of the table v falls in (v < 128, or v - 128
 // for v >= 128) and H, the high nibble of that 7-bit value: for h = 0..7, the index
@@ -160,7 +162,7 @@ FP_VARIANTS(min_max_span, (const uint8_t* p, int64_t n, uint8_t* lo, uint8_t* hi
 // lookups of the differences D_h = T_h ^ T_{h+1} (T_h: the 16 entries of high nibble h in that
 // half; T_8 read as 0) telescopes to T_H. Both halves are computed; bit 7 of v picks one.
 #if FP_HAVE_AVX2_TARGET
-FP_TARGET_AVX2 void lut_span_avx2(uint8_t* p, int64_t n, const uint8_t* lut) {
+FP_TARGET_AVX2 static void lut_span_avx2(uint8_t* p, int64_t n, const uint8_t* lut) {
   __m256i diff[16];
   for (int h = 0; h < 16; h++) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lut + 16 * h));
@@ -184,7 +186,7 @@ FP_TARGET_AVX2 void lut_span_avx2(uint8_t* p, int64_t n, const uint8_t* lut) {
 }
 #endif
 
-void lut_span_base(uint8_t* p, int64_t n, const uint8_t* lut) {
+static void lut_span_base(uint8_t* p, int64_t n, const uint8_t* lut) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {  // eight lookups, one store
     uint8_t out[8];
@@ -200,6 +202,8 @@ void lut_span(uint8_t* p, int64_t n, const uint8_t* lut) {
 #endif
   lut_span_base(p, n, lut);
 }
+
+namespace {
 
 void posterize_fast(const PixelStep& s, Image& im, KernelScratch&) {
   check_u8(im, "posterize");

@@ -40,14 +40,17 @@ import torch
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
+from .._layout import struct_dtype
 from .._seeding import keyed_sample_rng, sample_key
 from .._threads import usable_cpus
-from ..transforms._native import Unsupported
+from ..transforms._native import Unsupported, kernel_id
 from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
 from ..transforms._pil_ops import twin_reason
 from ..transforms._trace import LazyImage, LazyTensor, PixelRead, enhanced, install_hooks, view_leaves
 
 __all__ = ["TracedPipeline", "TracedPlan"]
+
+_STEP = struct_dtype("PixelStep")
 
 #: stand-in image sizes (width, height) of the probe traces, and their count per size
 _PROBE_SIZES = ((500, 375), (375, 500), (640, 427))
@@ -151,29 +154,24 @@ def _to_pil(image: PIL.Image.Image | torch.Tensor) -> PIL.Image.Image:
     return PIL.Image.fromarray(hwc[..., 0] if hwc.shape[2] == 1 else hwc, "L" if hwc.shape[2] == 1 else "RGB")
 
 
-def _kernel(image: torch.Tensor, name: str, ints: list, floats: list) -> torch.Tensor:
-    return torch.ops.fastprep.apply_pixel_kernel(image.contiguous(), name, ints, floats)
-
-
-def _tensor_op(op: tuple, img: torch.Tensor) -> torch.Tensor | None:
-    """``op`` applied to the uint8 ``[C, H, W]`` ``img`` by a kernel that gives Pillow's bits
-    (a PIL twin proved against the installed Pillow, a flip, a lookup table), or ``None`` where
-    there is none: the op then runs on Pillow itself."""
-    kind, channels = op[0], img.shape[0]
+def _twin_step(op: tuple, channels: int) -> tuple | None:
+    """The pixel step that gives ``op``'s Pillow bits on a uint8 ``[channels, H, W]`` image: ``(kernel,
+    ints, floats, table)`` (``table``: ``pil_point``'s uint8 lookup table, else ``None``), or ``None``
+    where no kernel does (a PIL twin proved against the installed Pillow, a flip, a lookup table)."""
+    kind = op[0]
     if kind == "method":
         name, args, kwargs = op[1], op[2], op[3]
         if name == "transpose" and args[0] in _FLIPS:
-            return img.flip(_FLIPS[args[0]])
+            return _FLIPS[args[0]], (), (), None
         if name == "point" and not kwargs:
-            return _point(img, args[0])
+            table = _point_table(args[0], channels)
+            return None if table is None else ("pil_point", (), (), table)
         if name == "filter" and type(args[0]) is PIL.ImageFilter.GaussianBlur and _blur_ok():
             radius = args[0].radius
             rx, ry = (radius, radius) if isinstance(radius, (int, float)) else radius
-            return _kernel(img, "pil_gaussian_blur", [3], [float(rx), float(ry)])
+            return "pil_gaussian_blur", (3,), (float(rx), float(ry)), None
         if name == "convert" and args[0] == "L" and channels == 3 and _twin_ok("rgb_to_grayscale"):
-            return _kernel(img, "pil_rgb_to_grayscale", [1], [])
-        if name == "convert" and args[0] == "RGB" and channels == 1:
-            return img.expand(3, -1, -1)
+            return "pil_rgb_to_grayscale", (1,), (), None
         return None
     if kind == "call":
         found = _CALL_TWINS.get(op[1])
@@ -190,22 +188,35 @@ def _tensor_op(op: tuple, img: torch.Tensor) -> torch.Tensor | None:
         if kernel == "rgb_to_grayscale":
             if channels != 3 or args[0] not in (1, 3):
                 return None
-            return _kernel(img, twin, [int(args[0])], [])
-        return _kernel(img, twin, [], [float(a) for a in args])
+            return twin, (int(args[0]),), (), None
+        return twin, (), tuple(float(a) for a in args), None
     return None
 
 
-def _point(img: torch.Tensor, lut: list) -> torch.Tensor | None:
-    """``Image.point(lut)`` of an 8-bit image: band ``c`` maps ``v`` to ``lut[256 * c + v]``."""
-    if any(type(v) is not int or not 0 <= v <= 255 for v in lut):
+def _tensor_op(op: tuple, img: torch.Tensor) -> torch.Tensor | None:
+    """``op`` applied to the uint8 ``[C, H, W]`` ``img`` by its :func:`_twin_step`, or ``None``
+    where there is none: the op then runs on Pillow itself."""
+    if op[0] == "method" and op[1] == "convert" and op[2][0] == "RGB" and img.shape[0] == 1:
+        return img.expand(3, -1, -1)
+    step = _twin_step(op, img.shape[0])
+    if step is None:
         return None
-    table = torch.tensor(lut, dtype=torch.uint8).view(img.shape[0], 256)
-    flat = img.reshape(img.shape[0], -1).long()
-    return torch.gather(table, 1, flat).view(img.shape)
+    kernel, ints, floats, table = step
+    extras = None if table is None else [table]
+    return torch.ops.fastprep.apply_pixel_kernel(img.contiguous(), kernel, list(ints), list(floats), 0, extras,
+                                                 -1 if table is None else 0)
 
 
-#: flips of an RGB tensor, by Pillow's transpose method
-_FLIPS = {PIL.Image.Transpose.FLIP_LEFT_RIGHT: -1, PIL.Image.Transpose.FLIP_TOP_BOTTOM: -2}
+def _point_table(lut: list, channels: int) -> torch.Tensor | None:
+    """``Image.point(lut)``'s table for an 8-bit image of ``channels`` bands (band ``c`` maps ``v``
+    to ``lut[256 * c + v]``), or ``None`` for one Pillow would not apply so (``pil_point``)."""
+    if len(lut) != 256 * channels or any(type(v) is not int or not 0 <= v <= 255 for v in lut):
+        return None
+    return torch.tensor(lut, dtype=torch.uint8)
+
+
+#: the flip kernels of Pillow's transpose methods
+_FLIPS = {PIL.Image.Transpose.FLIP_LEFT_RIGHT: "horizontal_flip", PIL.Image.Transpose.FLIP_TOP_BOTTOM: "vertical_flip"}
 
 
 def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | torch.Tensor:
@@ -237,6 +248,73 @@ def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | 
         else:  # "call": a torchvision PIL function
             img = op[1](img, *op[2], **op[3])
     return img
+
+
+def _native_view(view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor) -> bool:
+    """Write ``view`` into ``out`` with one ``pil_replay_view`` call (the crop read from the decoded
+    window, its resize, every later op a pixel step, ToTensor and a first Normalize fused into the
+    write) where each of its ops has a :func:`_twin_step`; ``False`` (nothing written) where one
+    has not."""
+    ops = view.image.ops
+    if base.rgb is None or mode != "RGB":
+        return False
+    rgb, start, resize = base.rgb, 0, []
+    if ops and ops[0][0] == "crop":
+        x0, y0, x1, y1 = ops[0][1]
+        x0, y0, x1, y1 = x0 - base.origin[0], y0 - base.origin[1], x1 - base.origin[0], y1 - base.origin[1]
+        _, h, w = rgb.shape
+        if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+            return False
+        rgb, start = rgb[:, y0:y1, x0:x1], 1
+        fid = _native_resize(ops[1], mode) if len(ops) > 1 else None
+        if fid is not None:
+            ow, oh = ops[1][2][0]
+            if (ow, oh) != (x1 - x0, y1 - y0):
+                flip = len(ops) > 2 and ops[2][0] == "method" and ops[2][1] == "transpose" \
+                    and ops[2][2][0] is PIL.Image.Transpose.FLIP_LEFT_RIGHT
+                resize = [oh, ow, fid, int(flip)]
+                start = 3 if flip else 2
+            else:  # Pillow's resize to the same size is a copy
+                start = 2
+    elif base.origin != (0, 0):
+        return False
+    channels, kernels, tables = rgb.shape[0], [], []
+    for op in ops[start:]:
+        step = _twin_step(op, channels)
+        if step is None:
+            return False
+        kernel, ints, floats, table = step
+        extra = -1
+        if table is not None:
+            extra = len(tables)
+            tables.append(table)
+        kernels.append((kernel, ints, floats, extra))
+        if kernel == "pil_rgb_to_grayscale":
+            channels = ints[0]
+    steps = view.steps
+    mean: list = []
+    std: list = []
+    if steps and steps[0][0] == "normalize":
+        mean, std = steps[0][1].flatten().tolist(), steps[0][2].flatten().tolist()
+        steps = steps[1:]
+    if any(step[0] == "normalize" for step in steps) or tuple(out.shape[1:]) != tuple(
+            view.shape[1:]) or out.shape[0] != channels:
+        return False
+    torch.ops.fastprep.pil_replay_view(rgb, resize, _step_records(kernels), tables, out, view.scaled, mean, std)
+    for step in steps:  # "setitem" after the float write
+        out[step[1]] = step[2]
+    return True
+
+
+def _step_records(kernels: list) -> torch.Tensor:
+    """``(kernel, ints, floats, extra)`` per step as PixelStep records (bytes)."""
+    records = np.zeros(len(kernels), dtype=_STEP)
+    for k, (name, ints, floats, extra) in enumerate(kernels):
+        records[k]["kernel"] = kernel_id(name)
+        records[k]["extra"] = extra
+        records[k]["i"][: len(ints)] = ints
+        records[k]["f"][: len(floats)] = floats
+    return torch.from_numpy(records.view(np.uint8))
 
 
 def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
@@ -305,7 +383,8 @@ def _blur_ok() -> bool:
                 for radius in (0.1, 0.5, 1.0, 1.37, 2.0, 0.0, (0.7, 1.9), 5.5):
                     rx, ry = (radius, radius) if isinstance(radius, float) else radius
                     want = np.asarray(image.filter(PIL.ImageFilter.GaussianBlur(radius))).reshape(h, w, c)
-                    got = _kernel(tensor, "pil_gaussian_blur", [3], [rx, ry]).permute(1, 2, 0).numpy()
+                    got = torch.ops.fastprep.apply_pixel_kernel(tensor, "pil_gaussian_blur", [3], [rx, ry])
+                    got = got.permute(1, 2, 0).numpy()
                     if not np.array_equal(got, want):
                         return False
     except Exception:  # noqa: BLE001 -- a probe that cannot run proves nothing
@@ -498,7 +577,8 @@ class TracedPipeline:
                 try:
                     base = self._source(data, plan)
                     for view, row in zip(plan.views, rows):
-                        _write_tensor(view, _replay(view.image.ops, base), row)
+                        if not _native_view(view, base, "RGB", row):
+                            _write_tensor(view, _replay(view.image.ops, base), row)
                     return 0, ""
                 except Exception as e:  # noqa: BLE001 -- an op the replay could not make: as written
                     plan = self._literal(data, plan.key, f"replaying raised {type(e).__name__}")

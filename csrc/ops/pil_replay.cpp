@@ -1,0 +1,160 @@
+// pil_replay_view: one view of a traced PIL pipeline (fastprep/data/traced.py) in one call, the
+// GIL released throughout: Pillow's resize of the view's crop read straight from the decoded
+// window (no copy of the crop), the view's PIL-twin pixel steps in place on one planar buffer,
+// and ToTensor (+ Normalize) written into the view's row of the batch.
+//
+// The write is torchvision's arithmetic in float32, each operation rounded as torch rounds it:
+// ToTensor's `x.to(float32).div(255)`, then Normalize's `sub_(mean).div_(std)` (the extension
+// is built with -ffp-contract=off, so nothing is fused).
+//
+// Also the PIL twin of Image.point(lut) on 8-bit images ("pil_point": the table, 256 entries
+// per band, is the step's extra tensor).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "isa.h"
+#include "jpeg/jpeg_decoder.h"
+#include "ops/pil_resample.h"
+#include "ops/pixel_kernel.h"
+
+namespace fastprep {
+namespace {
+
+// Image.point(lut) of an 8-bit image: band c maps v to lut[256 c + v] (extra: uint8 [256 C]).
+void pil_point(const PixelStep& s, Image& im, KernelScratch& scratch) {
+  TORCH_CHECK_VALUE(im.dtype == at::kByte, "pil_point runs on uint8 images, got ", im.dtype);
+  TORCH_CHECK_VALUE(s.extra >= 0 && s.extra < scratch.extras.count, "pil_point: the step's table (extra ", s.extra,
+                    ") is missing");
+  const at::Tensor& lut = scratch.extras.tensors[s.extra];
+  TORCH_CHECK_VALUE(lut.scalar_type() == at::kByte && lut.dim() == 1 && lut.is_contiguous() &&
+                        lut.numel() == 256 * im.channels,
+                    "pil_point: the table must be a contiguous uint8 tensor of 256 entries per band (",
+                    256 * im.channels, "), got ", lut.sizes(), " ", lut.scalar_type());
+  const int64_t n = im.plane();
+  for (int64_t c = 0; c < im.channels; c++) lut_span(im.u8() + c * n, n, lut.data_ptr<uint8_t>() + 256 * c);
+}
+
+// ToTensor (x / 255), then Normalize when `normalize`, of one plane of n values.
+FP_ALWAYS_INLINE void write_plane_body(const uint8_t* __restrict in, int64_t n, float* __restrict out, bool scaled,
+                                       bool normalize, float mean, float std) {
+  if (!scaled) {
+    for (int64_t k = 0; k < n; k++) out[k] = (float)in[k];
+  } else if (!normalize) {
+    for (int64_t k = 0; k < n; k++) out[k] = (float)in[k] / 255.0f;
+  } else {
+    for (int64_t k = 0; k < n; k++) out[k] = ((float)in[k] / 255.0f - mean) / std;
+  }
+}
+FP_VARIANTS(write_plane, (const uint8_t* __restrict in, int64_t n, float* __restrict out, bool scaled, bool normalize,
+                          float mean, float std),
+            (in, n, out, scaled, normalize, mean, std))
+
+struct ReplayScratch {
+  std::vector<uint8_t> planar, interleaved;
+  KernelScratch kernels;
+};
+
+ReplayScratch& replay_scratch() {
+  static thread_local ReplayScratch scratch;
+  return scratch;
+}
+
+void check_replay_args(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps, const at::Tensor& out,
+                       at::ArrayRef<double> mean, at::ArrayRef<double> std) {
+  TORCH_CHECK_VALUE(image.device().is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3,
+                    "pil_replay_view: image must be a uint8 [C, H, W] CPU tensor, got ", image.scalar_type(), " ",
+                    image.sizes());
+  TORCH_CHECK_VALUE(image.size(0) >= 1 && image.size(0) <= 4, "pil_replay_view: image must have 1 to 4 channels, got ",
+                    image.size(0));
+  TORCH_CHECK_VALUE(resize.empty() || resize.size() == 4,
+                    "pil_replay_view: resize must be [] or [height, width, filter, hflip], got ", resize.size(),
+                    " numbers");
+  TORCH_CHECK_VALUE(steps.scalar_type() == at::kByte && steps.dim() == 1 && steps.is_contiguous() &&
+                        steps.numel() % (int64_t)sizeof(PixelStep) == 0,
+                    "pil_replay_view: steps must be a contiguous uint8 tensor of PixelStep records");
+  TORCH_CHECK_VALUE(out.device().is_cpu() && out.dim() == 3 && out.is_contiguous() &&
+                        (out.scalar_type() == at::kFloat || out.scalar_type() == at::kByte),
+                    "pil_replay_view: out must be a contiguous float32 or uint8 [C, H, W] CPU tensor, got ",
+                    out.scalar_type(), " ", out.sizes());
+  TORCH_CHECK_VALUE(mean.size() == std.size() && mean.size() <= 4,
+                    "pil_replay_view: mean and std must have the same length (0, 1 or C), got ", mean.size(), " and ",
+                    std.size());
+}
+
+// pil_replay_view(image, resize, steps, extras, out, scaled, mean, std): `image` (uint8 [C, H, W],
+// any strides: a crop of the decoded window) resized by Pillow's filter when `resize` =
+// [height, width, filter, hflip] (PilFilter; hflip: mirrored, the FLIP_LEFT_RIGHT that follows),
+// then `steps` (PixelStep records) in place, then written to `out`: uint8 as is, or float32 as
+// ToTensor (x / 255 when `scaled`) and, with `mean`/`std` (1 or C values), Normalize.
+void pil_replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps,
+                     const std::vector<at::Tensor>& extras, const at::Tensor& out, bool scaled,
+                     at::ArrayRef<double> mean, at::ArrayRef<double> std) {
+  check_replay_args(image, resize, steps, out, mean, std);
+  const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
+  const int64_t OH = resize.empty() ? H : resize[0], OW = resize.empty() ? W : resize[1];
+  ReplayScratch& scratch = replay_scratch();
+  const int64_t P = OH * OW;
+  uint8_t* planar = grown(scratch.planar, (size_t)std::max<int64_t>(C * P, 1));
+  if (!resize.empty()) {
+    check_pil_resample_args(C, H, W, OH, OW, 0, 0, OH, OW, H, W, 0, 0, resize[2]);
+    // Pillow's resample reads interleaved rows: the window's own memory when the crop is a view
+    // of it (channels last), else a copy.
+    at::Tensor hwc = image.permute({1, 2, 0});
+    if (!(hwc.stride(2) == 1 && hwc.stride(1) == C)) hwc = hwc.contiguous();
+    uint8_t* inter = grown(scratch.interleaved, (size_t)std::max<int64_t>(C * P, 1));
+    pil_resample_into(hwc.data_ptr<uint8_t>(), C, H, W, hwc.stride(0), OH, OW, 0, 0, OH, OW, H, W, 0, 0, resize[2],
+                      resize[3] != 0, inter);
+    if (C == 3) {
+      for (int64_t y = 0; y < OH; y++)
+        fp_deinterleave3(inter + y * OW * 3, OW, planar + y * OW, planar + P + y * OW, planar + 2 * P + y * OW);
+    } else {
+      for (int64_t c = 0; c < C; c++)
+        for (int64_t k = 0; k < P; k++) planar[c * P + k] = inter[k * C + c];
+    }
+  } else {
+    at::from_blob(planar, {C, H, W}, at::kByte).copy_(image);
+  }
+  Image img{planar, at::kByte, C, OH, OW, C * P};
+  const int64_t n = steps.numel() / (int64_t)sizeof(PixelStep);
+  const PixelStep* s = reinterpret_cast<const PixelStep*>(steps.data_ptr<uint8_t>());
+  scratch.kernels.extras = {extras.data(), (int64_t)extras.size()};
+  for (int64_t k = 0; k < n; k++) {
+    check_pixel_step(s[k], "pil_replay_view");
+    run_pixel_step(s[k], img, scratch.kernels);
+  }
+  scratch.kernels.extras = {};
+  TORCH_CHECK_VALUE(out.size(0) == img.channels && out.size(1) == img.height && out.size(2) == img.width,
+                    "pil_replay_view: the view is [", img.channels, ", ", img.height, ", ", img.width,
+                    "], out is ", out.sizes());
+  TORCH_CHECK_VALUE(mean.size() <= 1 || (int64_t)mean.size() == img.channels, "pil_replay_view: ", mean.size(),
+                    " means for ", img.channels, " channels");
+  const int64_t plane = img.plane();
+  if (out.scalar_type() == at::kByte) {
+    TORCH_CHECK_VALUE(!scaled && mean.empty(), "pil_replay_view: a uint8 out takes neither scaling nor Normalize");
+    std::memcpy(out.data_ptr<uint8_t>(), planar, (size_t)(img.channels * plane));
+    return;
+  }
+  TORCH_CHECK_VALUE(scaled || mean.empty(), "pil_replay_view: Normalize needs the scaled float image");
+  for (int64_t c = 0; c < img.channels; c++) {
+    const size_t m = mean.size() == 1 ? 0 : (size_t)c;
+    write_plane(planar + c * plane, plane, out.data_ptr<float>() + c * plane, scaled, !mean.empty(),
+                mean.empty() ? 0.0f : (float)mean[m], std.empty() ? 1.0f : (float)std[m]);
+  }
+}
+
+}  // namespace
+
+FP_REGISTER_PIXEL_KERNEL({"pil_point", "extra=table (uint8 [256 * C])", pil_point, nullptr, nullptr});
+
+}  // namespace fastprep
+
+TORCH_LIBRARY_FRAGMENT(fastprep, m) {
+  m.def("pil_replay_view(Tensor image, int[] resize, Tensor steps, Tensor[] extras, Tensor(a!) out, bool scaled, "
+        "float[] mean, float[] std) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("pil_replay_view", &fastprep::pil_replay_view); }
