@@ -124,6 +124,7 @@ class KernelCase:
     floats: list[float] = field(default_factory=list)
     dtype: str = "uint8"  # or "float": the image after ToDtype + Normalize
     noise: bool = False  # erase: the step's noise, a [3, h, w] normal_ draw, in the extras
+    table: bool = False  # pil_point: the step's table (_POINT_TABLE, 256 entries a band), in the extras
     keeps_shape: bool = True  # False: a step changes the channel count (chains of 1 step)
     max_diff: int = 0  # fast mode's kernels: the largest difference from torchvision allowed (0: its bits)
     pil: bool = False  # a PIL twin: ``torchvision`` takes and returns PIL images (Pillow's arithmetic)
@@ -152,8 +153,15 @@ def _pil_cases() -> list[KernelCase]:
         ("affine(rotate 17, bilinear)", "affine", lambda x: F.rotate(x, 17.0, F.InterpolationMode.BILINEAR),
          [1, 0, 1, 0, 1], [0.0] * 10 + [17.0, 0.0, 0.0, 1.0, 0.0, 0.0]),
     ]
-    return [KernelCase(f"pil {label}", f"pil_{kernel}", fn, ints, floats, pil=True)
-            for label, kernel, fn, ints, floats in (*cases, *geometry)]
+    return [*(KernelCase(f"pil {label}", f"pil_{kernel}", fn, ints, floats, pil=True)
+              for label, kernel, fn, ints, floats in (*cases, *geometry)),
+            KernelCase("pil point(table)", "pil_point", lambda x: x.point(_POINT_TABLE.tolist()), pil=True,
+                       table=True)]
+
+
+#: an Image.point table of an RGB image (a gamma curve per band, as a user's point op)
+_POINT_TABLE = torch.tensor([min(255, int(255 * (v / 255) ** g + 0.5)) for g in (0.8, 1.0, 1.25) for v in range(256)],
+                            dtype=torch.uint8)
 
 
 #: an AFFINE transform's data (a shear of 0.3 and a shift), for ``Image.transform``
@@ -231,6 +239,8 @@ def kernel_cases(size: int) -> list[KernelCase]:
 
 
 def _case_noise(case: KernelCase, size: int) -> list[torch.Tensor]:
+    if case.table:
+        return [_POINT_TABLE]
     if not case.noise:
         return []
     eh, ew = size // 2, size // 3

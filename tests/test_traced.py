@@ -191,6 +191,26 @@ class TestMultiCrop:
         assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
 
 
+    @pytest.mark.parametrize("normalize", [False, True])
+    def test_v2_pil_to_tensor_and_to_dtype_views(self, root, normalize):
+        """A list of views that end in v2 PILToTensor + ToDtype(float32, scale=True) (+ v2
+        Normalize): traced, with v2's product by float32(1 / 255), bit for bit."""
+        tail = [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True)] + ([v2.Normalize(MEAN, STD)] if normalize
+                                                                            else [])
+        views = [v2.Compose([v2.RandomResizedCrop(40), v2.RandomHorizontalFlip(), v2.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                             *tail]),
+                 v2.Compose([v2.RandomResizedCrop(24, interpolation=v2.InterpolationMode.BICUBIC), *tail])]
+
+        class Views:
+            def __call__(self, image):
+                return [view(image) for view in views]
+
+        ds = ImageFolder(root, Views())
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 3))
+
+
 class TestFallback:
     def test_pixel_reading_transform_runs_as_written(self, root):
         ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), AutoLevel(), T.ToTensor()]))
@@ -259,7 +279,7 @@ class TestLazyImage:
         install_hooks()
         t = F.to_tensor(LazyImage("RGB", (10, 8), object()))
         assert t.shape == (3, 8, 10) and t.dtype == torch.float32
-        for compute in (lambda: v2.Normalize(MEAN, STD)(t), lambda: t + 1, lambda: torch.stack([t])):
+        for compute in (lambda: v2.GaussianBlur(3)(t), lambda: t + 1, lambda: torch.stack([t])):
             with pytest.raises(PixelRead):
                 compute()
 
@@ -480,15 +500,17 @@ class TestReplayViewOp:
         steps = torch.zeros(0, dtype=torch.uint8)
         op = torch.ops.fastprep.pil_replay_view
         with pytest.raises(ValueError, match="out is"):
-            op(image, [], steps, [], torch.zeros(3, 4, 4), True, [], [])
+            op(image, [], steps, [], torch.zeros(3, 4, 4), 1, [], [])
         with pytest.raises(ValueError, match="resize must be"):
-            op(image, [4, 4], steps, [], torch.zeros(3, 4, 4), True, [], [])
+            op(image, [4, 4], steps, [], torch.zeros(3, 4, 4), 1, [], [])
         with pytest.raises(ValueError, match="same length"):
-            op(image, [], steps, [], torch.zeros(3, 8, 8), True, [0.5], [])
+            op(image, [], steps, [], torch.zeros(3, 8, 8), 1, [0.5], [])
         with pytest.raises(ValueError, match="image must be a uint8"):
-            op(image.float(), [], steps, [], torch.zeros(3, 8, 8), True, [], [])
+            op(image.float(), [], steps, [], torch.zeros(3, 8, 8), 1, [], [])
+        with pytest.raises(ValueError, match="scale must be"):
+            op(image, [], steps, [], torch.zeros(3, 8, 8), 3, [], [])
         with pytest.raises(ValueError, match="PixelStep"):
-            op(image, [], torch.zeros(5, dtype=torch.uint8), [], torch.zeros(3, 8, 8), True, [], [])
+            op(image, [], torch.zeros(5, dtype=torch.uint8), [], torch.zeros(3, 8, 8), 1, [], [])
         with pytest.raises(ValueError, match="table"):  # pil_point without its table
             from fastprep.data.traced import _step_records
-            op(image, [], _step_records([("pil_point", (), (), 0)]), [], torch.zeros(3, 8, 8), True, [], [])
+            op(image, [], _step_records([("pil_point", (), (), 0)]), [], torch.zeros(3, 8, 8), 1, [], [])

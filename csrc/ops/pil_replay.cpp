@@ -4,8 +4,9 @@
 // and ToTensor (+ Normalize) written into the view's row of the batch.
 //
 // The write is torchvision's arithmetic in float32, each operation rounded as torch rounds it:
-// ToTensor's `x.to(float32).div(255)`, then Normalize's `sub_(mean).div_(std)` (the extension
-// is built with -ffp-contract=off, so nothing is fused).
+// ToTensor's `x.to(float32).div(255)` or v2 ToDtype(float32, scale=True)'s
+// `x.to(float32).mul_(1 / 255)` (a product with the float32 of 1 / 255), then Normalize's
+// `sub_(mean).div_(std)` (the extension is built with -ffp-contract=off, so nothing is fused).
 //
 // Also the PIL twin of Image.point(lut) on 8-bit images ("pil_point": the table, 256 entries
 // per band, is the step's extra tensor).
@@ -38,20 +39,28 @@ void pil_point(const PixelStep& s, Image& im, KernelScratch& scratch) {
   for (int64_t c = 0; c < im.channels; c++) lut_span(im.u8() + c * n, n, lut.data_ptr<uint8_t>() + 256 * c);
 }
 
-// ToTensor (x / 255), then Normalize when `normalize`, of one plane of n values.
-FP_ALWAYS_INLINE void write_plane_body(const uint8_t* __restrict in, int64_t n, float* __restrict out, bool scaled,
+// How the float write scales: not (x), ToTensor's x / 255, or v2 ToDtype's x * f32(1 / 255).
+enum WriteScale : int64_t { kUnscaled = 0, kDivide = 1, kMultiply = 2 };
+
+// One plane of n values scaled as `scale` says, then Normalized when `normalize`.
+FP_ALWAYS_INLINE void write_plane_body(const uint8_t* __restrict in, int64_t n, float* __restrict out, int64_t scale,
                                        bool normalize, float mean, float std) {
-  if (!scaled) {
+  const float product = (float)(1.0 / 255.0);
+  if (scale == kUnscaled) {
     for (int64_t k = 0; k < n; k++) out[k] = (float)in[k];
-  } else if (!normalize) {
+  } else if (scale == kDivide && !normalize) {
     for (int64_t k = 0; k < n; k++) out[k] = (float)in[k] / 255.0f;
-  } else {
+  } else if (scale == kDivide) {
     for (int64_t k = 0; k < n; k++) out[k] = ((float)in[k] / 255.0f - mean) / std;
+  } else if (!normalize) {
+    for (int64_t k = 0; k < n; k++) out[k] = (float)in[k] * product;
+  } else {
+    for (int64_t k = 0; k < n; k++) out[k] = ((float)in[k] * product - mean) / std;
   }
 }
-FP_VARIANTS(write_plane, (const uint8_t* __restrict in, int64_t n, float* __restrict out, bool scaled, bool normalize,
-                          float mean, float std),
-            (in, n, out, scaled, normalize, mean, std))
+FP_VARIANTS(write_plane, (const uint8_t* __restrict in, int64_t n, float* __restrict out, int64_t scale,
+                          bool normalize, float mean, float std),
+            (in, n, out, scale, normalize, mean, std))
 
 struct ReplayScratch {
   std::vector<uint8_t> planar, interleaved;
@@ -64,7 +73,8 @@ ReplayScratch& replay_scratch() {
 }
 
 void check_replay_args(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps, const at::Tensor& out,
-                       at::ArrayRef<double> mean, at::ArrayRef<double> std) {
+                       int64_t scale, at::ArrayRef<double> mean, at::ArrayRef<double> std) {
+  TORCH_CHECK_VALUE(scale >= kUnscaled && scale <= kMultiply, "pil_replay_view: scale must be 0, 1 or 2, got ", scale);
   TORCH_CHECK_VALUE(image.device().is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3,
                     "pil_replay_view: image must be a uint8 [C, H, W] CPU tensor, got ", image.scalar_type(), " ",
                     image.sizes());
@@ -85,15 +95,15 @@ void check_replay_args(const at::Tensor& image, at::IntArrayRef resize, const at
                     std.size());
 }
 
-// pil_replay_view(image, resize, steps, extras, out, scaled, mean, std): `image` (uint8 [C, H, W],
+// pil_replay_view(image, resize, steps, extras, out, scale, mean, std): `image` (uint8 [C, H, W],
 // any strides: a crop of the decoded window) resized by Pillow's filter when `resize` =
 // [height, width, filter, hflip] (PilFilter; hflip: mirrored, the FLIP_LEFT_RIGHT that follows),
-// then `steps` (PixelStep records) in place, then written to `out`: uint8 as is, or float32 as
-// ToTensor (x / 255 when `scaled`) and, with `mean`/`std` (1 or C values), Normalize.
+// then `steps` (PixelStep records) in place, then written to `out`: uint8 as is, or float32
+// scaled as `scale` (WriteScale) says and, with `mean`/`std` (1 or C values), Normalized.
 void pil_replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps,
-                     const std::vector<at::Tensor>& extras, const at::Tensor& out, bool scaled,
+                     const std::vector<at::Tensor>& extras, const at::Tensor& out, int64_t scale,
                      at::ArrayRef<double> mean, at::ArrayRef<double> std) {
-  check_replay_args(image, resize, steps, out, mean, std);
+  check_replay_args(image, resize, steps, out, scale, mean, std);
   const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
   const int64_t OH = resize.empty() ? H : resize[0], OW = resize.empty() ? W : resize[1];
   ReplayScratch& scratch = replay_scratch();
@@ -134,14 +144,15 @@ void pil_replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::
                     " means for ", img.channels, " channels");
   const int64_t plane = img.plane();
   if (out.scalar_type() == at::kByte) {
-    TORCH_CHECK_VALUE(!scaled && mean.empty(), "pil_replay_view: a uint8 out takes neither scaling nor Normalize");
+    TORCH_CHECK_VALUE(scale == kUnscaled && mean.empty(),
+                      "pil_replay_view: a uint8 out takes neither scaling nor Normalize");
     std::memcpy(out.data_ptr<uint8_t>(), planar, (size_t)(img.channels * plane));
     return;
   }
-  TORCH_CHECK_VALUE(scaled || mean.empty(), "pil_replay_view: Normalize needs the scaled float image");
+  TORCH_CHECK_VALUE(scale != kUnscaled || mean.empty(), "pil_replay_view: Normalize needs the scaled float image");
   for (int64_t c = 0; c < img.channels; c++) {
     const size_t m = mean.size() == 1 ? 0 : (size_t)c;
-    write_plane(planar + c * plane, plane, out.data_ptr<float>() + c * plane, scaled, !mean.empty(),
+    write_plane(planar + c * plane, plane, out.data_ptr<float>() + c * plane, scale, !mean.empty(),
                 mean.empty() ? 0.0f : (float)mean[m], std.empty() ? 1.0f : (float)std[m]);
   }
 }
@@ -153,7 +164,7 @@ FP_REGISTER_PIXEL_KERNEL({"pil_point", "extra=table (uint8 [256 * C])", pil_poin
 }  // namespace fastprep
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
-  m.def("pil_replay_view(Tensor image, int[] resize, Tensor steps, Tensor[] extras, Tensor(a!) out, bool scaled, "
+  m.def("pil_replay_view(Tensor image, int[] resize, Tensor steps, Tensor[] extras, Tensor(a!) out, int scale, "
         "float[] mean, float[] std) -> ()");
 }
 

@@ -300,7 +300,8 @@ def _native_view(view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor)
     if any(step[0] == "normalize" for step in steps) or tuple(out.shape[1:]) != tuple(
             view.shape[1:]) or out.shape[0] != channels:
         return False
-    torch.ops.fastprep.pil_replay_view(rgb, resize, _step_records(kernels), tables, out, view.scaled, mean, std)
+    scale = (2 if view.multiply else 1) if view.scaled else 0
+    torch.ops.fastprep.pil_replay_view(rgb, resize, _step_records(kernels), tables, out, scale, mean, std)
     for step in steps:  # "setitem" after the float write
         out[step[1]] = step[2]
     return True
@@ -318,7 +319,8 @@ def _step_records(kernels: list) -> torch.Tensor:
 
 
 def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
-    """``ToTensor`` (``x.to(float32).div(255)``) or ``PILToTensor`` of ``img``, then the view's
+    """``ToTensor`` (``x.to(float32).div(255)``), ``PILToTensor`` (then v2 ``ToDtype(float32,
+    scale=True)``: ``mul_(1 / 255)``) of ``img``, then the view's
     tensor steps (``Normalize``'s ``sub_(mean).div_(std)``, ``tensor[index] = values``), written
     into ``out`` ``[C, H, W]``."""
     if isinstance(img, torch.Tensor):
@@ -326,7 +328,9 @@ def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: to
     else:
         arr = np.array(img)  # writable (torch warns on a read-only array)
         out.copy_(torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1))
-    if view.scaled:
+    if view.scaled and view.multiply:  # v2 ToDtype(float32, scale=True)
+        out.mul_(1.0 / 255)
+    elif view.scaled:
         out.div_(255)
     for step in view.steps:
         if step[0] == "normalize":

@@ -169,27 +169,34 @@ _TENSOR_QUERIES = frozenset([torch.Tensor.dim, torch.Tensor.size, torch.Tensor.i
 
 
 class LazyTensor(torch.Tensor):
-    """The tensor ``ToTensor``/``PILToTensor`` (then ``Normalize``) makes of a :class:`LazyImage`:
-    a ``torch.Tensor`` with its shape and dtype but no storage, holding the image (``image``),
-    whether it is ``ToTensor``'s float ``x / 255`` (``scaled``) or ``PILToTensor``'s uint8, and
-    the tensor steps after it (``steps``: ``("normalize", mean, std)``, ``("setitem", index,
+    """The tensor ``ToTensor``/``PILToTensor`` (then v2 ``ToDtype(float32, scale=True)``, then
+    ``Normalize``) makes of a :class:`LazyImage`: a ``torch.Tensor`` with its shape and dtype but
+    no storage, holding the image (``image``), whether it is ``ToTensor``'s float ``x / 255``
+    (``scaled``; ``multiply``: v2 ``ToDtype``'s ``x * float32(1 / 255)`` instead) or
+    ``PILToTensor``'s uint8, and the tensor steps after it (``steps``: ``("normalize", mean, std)``, ``("setitem", index,
     values)`` for ``tensor[index] = values``). Anything else done with it (any other torch
     function, a v2 transform on it) raises :class:`PixelRead`."""
 
     image: LazyImage
     scaled: bool
     steps: tuple
+    multiply: bool
 
     @staticmethod
-    def __new__(cls, image: LazyImage, divide: bool, steps: tuple = ()):
+    def __new__(cls, image: LazyImage, divide: bool, steps: tuple = (), multiply: bool = False):
         shape = (len(image.getbands()), image.size[1], image.size[0])
         dtype = torch.float32 if divide else torch.uint8
         return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=torch.device("cpu"))
 
-    def __init__(self, image: LazyImage, divide: bool, steps: tuple = ()) -> None:
+    def __init__(self, image: LazyImage, divide: bool, steps: tuple = (), multiply: bool = False) -> None:
         self.image = image
         self.scaled = divide
         self.steps = steps
+        self.multiply = multiply
+
+    def then(self, step: tuple) -> LazyTensor:
+        """This tensor with ``step`` appended to its tensor steps."""
+        return LazyTensor(self.image, self.scaled, self.steps + (step,), self.multiply)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -203,7 +210,7 @@ class LazyTensor(torch.Tensor):
             target.steps = target.steps + (("setitem", index, value),)
             return None
         if func is torch.Tensor.clone and len(args) == 1 and not kwargs:  # v1/v2 erase copy first
-            return LazyTensor(args[0].image, args[0].scaled, args[0].steps)
+            return LazyTensor(args[0].image, args[0].scaled, args[0].steps, args[0].multiply)
         if func in _TENSOR_QUERIES or getattr(func, "__name__", "") == "__get__":
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **(kwargs or {}))
@@ -306,7 +313,7 @@ def _recording_normalize(original: Callable) -> Callable:
         if inplace:  # the same tensor changes (whoever holds it sees it)
             tensor.steps = tensor.steps + (step,)
             return tensor
-        return LazyTensor(tensor.image, tensor.scaled, tensor.steps + (step,))
+        return tensor.then(step)
 
     normalize.__wrapped__ = original  # type: ignore[attr-defined]
     normalize.__name__ = normalize.__qualname__ = "normalize"
@@ -336,6 +343,46 @@ def _normalize_step(mean, std, channels: int) -> tuple:
     if key is not None and len(_normalize_steps) < 256:
         _normalize_steps[key] = step
     return step
+
+
+def _lazy_to_dtype(tensor: LazyTensor, dtype: torch.dtype = torch.float, scale: bool = False) -> LazyTensor:
+    """v2 ``to_dtype`` of a lazy tensor: ``PILToTensor``'s uint8 to float32 with ``scale``
+    (``image.to(float32).mul_(1 / 255)``) is recorded; any other conversion is not."""
+    if tensor.dtype == dtype:
+        return tensor
+    if dtype is torch.float32 and scale and tensor.dtype is torch.uint8 and not tensor.steps:
+        return LazyTensor(tensor.image, True, (), multiply=True)
+    raise PixelRead(f"to_dtype({tensor.dtype} -> {dtype}, scale={scale}) is not recorded")
+
+
+def _lazy_normalize(tensor: LazyTensor, mean, std, inplace: bool = False) -> LazyTensor:
+    """v2 ``normalize`` of a lazy tensor: ``sub(mean).div_(std)`` in float32, as v1's."""
+    if not tensor.scaled:
+        raise PixelRead("normalize of a uint8 tensor (torchvision raises)")
+    return tensor.then(_normalize_step(mean, std, tensor.shape[0]))
+
+
+def _hook_v2(recording_pil_to_tensor: Callable, recording_pil_calls: dict) -> None:
+    """v2's ``PILToTensor`` (its functional ``pil_to_tensor``, v1's function) records as v1's; v2's
+    PIL kernels that are torchvision's PIL functions (registered at import, so not reached by the
+    module's hooks) record as those do (``recording_pil_calls``: original -> recording); v2's
+    ``to_dtype`` and ``normalize`` get kernels for lazy tensors (v2 dispatches on the input's type)."""
+    import torchvision.transforms.v2.functional as F2  # type: ignore[import-untyped, unused-ignore]
+    from torchvision.transforms.v2.functional import _type_conversion  # type: ignore[import-untyped, unused-ignore]
+    from torchvision.transforms.v2.functional._utils import (  # type: ignore[import-untyped, unused-ignore]
+        _KERNEL_REGISTRY,
+        _register_kernel_internal,
+    )
+
+    for kernels in _KERNEL_REGISTRY.values():
+        found = kernels.get(PIL.Image.Image)
+        if found is not None and found in recording_pil_calls:
+            kernels[PIL.Image.Image] = recording_pil_calls[found]
+
+    F2.pil_to_tensor = recording_pil_to_tensor
+    _type_conversion.pil_to_tensor = recording_pil_to_tensor
+    _register_kernel_internal(F2.to_dtype, LazyTensor)(_lazy_to_dtype)
+    _register_kernel_internal(F2.normalize, LazyTensor)(_lazy_normalize)
 
 
 def _recording_image_op(name: str, original: Callable) -> Callable:
@@ -407,11 +454,15 @@ def install_hooks() -> None:
         import torchvision.transforms._functional_pil as F_pil  # type: ignore[import-untyped, unused-ignore]
         import torchvision.transforms.functional as F  # type: ignore[import-untyped, unused-ignore]
 
+        recording = {}
         for name in _PIL_CALLS:
             original = getattr(F_pil, name)
-            setattr(F_pil, name, _recording_pil_call(name, getattr(original, "__wrapped__", original)))
+            original = getattr(original, "__wrapped__", original)
+            recording[original] = _recording_pil_call(name, original)
+            setattr(F_pil, name, recording[original])
         F.to_tensor = _recording_to_tensor(getattr(F.to_tensor, "__wrapped__", F.to_tensor), True)
         F.pil_to_tensor = _recording_to_tensor(getattr(F.pil_to_tensor, "__wrapped__", F.pil_to_tensor), False)
+        _hook_v2(F.pil_to_tensor, recording)
         F.normalize = _recording_normalize(getattr(F.normalize, "__wrapped__", F.normalize))
         # v1 GaussianBlur on a PIL image goes through a tensor inside torchvision: the call is recorded
         blur = getattr(F.gaussian_blur, "__wrapped__", F.gaussian_blur)
