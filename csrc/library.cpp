@@ -71,12 +71,16 @@ TORCH_LIBRARY(fastprep, m) {
   m.def("read_tar_members(str[] shards, int[] offsets, int[] sizes, str[] members) -> (Tensor[], Tensor)");
   // http_get (readers/http_get.cpp): GET requests, written out whole by the caller, to one
   // server at a numeric address, `concurrency` at a time on pooled keep-alive connections:
-  // per request its body, its HTTP status or a negative failure code, the failure's reason,
-  // and [requests started, their sum of requests in flight at the start, the most in flight].
-  // With tls (built with OpenSSL: http_tls()), HTTPS: the certificate verified against the
-  // system's CAs or ca_file, and against server_name (also the SNI).
+  // per request its body, its HTTP status or a negative failure code, the failure's reason, what
+  // its head said (N x 4: Content-Range's first, last, size; whether the body's end was framed
+  // rather than the connection's close), and [requests started, their sum of requests in flight
+  // at the start, the most in flight]. With tls (built with OpenSSL: http_tls()), HTTPS:
+  // the certificate verified against the system's CAs or ca_file, and against server_name (also
+  // the SNI). tunnel: a CONNECT request, written out whole, sent first on each new connection
+  // (the address is then a proxy's).
   m.def("http_get(str host, int port, str[] heads, int concurrency, float timeout_s, int max_body, "
-        "bool tls=False, str server_name=\"\", str ca_file=\"\") -> (Tensor[], Tensor, str[], Tensor)");
+        "bool tls=False, str server_name=\"\", str ca_file=\"\", str tunnel=\"\") "
+        "-> (Tensor[], Tensor, str[], Tensor, Tensor)");
   m.def("http_tls() -> bool");
   // plan_batch: per sample its route (status code 0 planned, 1 left to the Python path, 2 error
   // with its message), then per view its SamplePlan record (plans: N x V, sample-major), the

@@ -3,13 +3,16 @@
 // epoll loop in the calling thread without the GIL. The requests arrive fully written (request
 // line, headers, signature: fastprep/data/_native_s3.py builds them); this file only moves bytes:
 // non-blocking connects, sends, response parsing (Content-Length, chunked, or to the end of the
-// connection), each body received straight into its tensor, and a deadline per request. It never
+// connection; framing that could be read two ways is malformed, 1xx interim responses are skipped),
+// each body received straight into its tensor, and a deadline per request. It never
 // retries: a failed request comes back with a negative status and its reason, and the caller
 // retries with backoff (the caller owns the retry budget). Idle keep-alive connections are kept
 // in a per-process pool per address and reused by later calls; a forked child drops its parent's.
 // Built with OpenSSL (FASTPREP_HAVE_OPENSSL, setup.py), `tls` speaks HTTPS: a TLS 1.2+ handshake
 // in the same loop, the server's certificate verified against the system's CAs (or `ca_file`)
-// and its name against `server_name` (also sent as SNI).
+// and its name against `server_name` (also sent as SNI). Through a proxy, `tunnel` is a CONNECT
+// request sent first on each new connection (the address is then the proxy's); requests in
+// absolute form through an http proxy need nothing here.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -19,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,7 +47,9 @@ namespace fastprep {
 namespace {
 
 // Negative statuses (a request that got no complete response); the caller maps them to messages.
-enum Failure : int64_t { kConnect = -1, kReset = -2, kTimeout = -3, kMalformed = -4, kTooLarge = -5, kTls = -6 };
+enum Failure : int64_t {
+  kConnect = -1, kReset = -2, kTimeout = -3, kMalformed = -4, kTooLarge = -5, kTls = -6, kProxy = -7
+};
 
 #ifdef FASTPREP_HAVE_OPENSSL
 using Tls = SSL;
@@ -88,8 +94,11 @@ void close_idle(const Idle& idle) {
   if (idle.fd >= 0) ::close(idle.fd);
 }
 
-constexpr size_t kMaxHead = 64 << 10;  // response headers longer than this are malformed
+constexpr size_t kMaxHead = 64 << 10;  // headers (also of 1xx responses, or trailers) longer are malformed
 constexpr size_t kPoolCap = 1024;      // idle connections kept per address at most
+// Requests are never pipelined: a byte after the end of a response's framing means the framing is
+// not the one the server meant, and the body may not be the bytes it meant either.
+constexpr const char* kSurplus = "bytes past the end of the response";
 
 // ---------------------------------------------------------------- the per-process pool
 
@@ -135,7 +144,10 @@ std::atomic<int64_t> g_in_flight{0};
 
 // ---------------------------------------------------------------- one connection's state
 
-enum class Stage { kConnecting, kHandshake, kSending, kHead, kBody, kChunkSize, kChunkData, kChunkEnd, kToClose };
+enum class Stage {
+  kConnecting, kTunnelSend, kTunnelHead, kHandshake, kSending, kHead, kBody, kChunkSize, kChunkData, kChunkEnd,
+  kTrailer, kToClose
+};
 
 struct Conn {
   int fd = -1;
@@ -153,6 +165,8 @@ struct Conn {
   std::string chunks;      // chunked or to-close bodies
   std::string line;        // a chunk-size line being read
   int64_t chunk_left = 0;
+  size_t extra = 0;        // bytes of interim (1xx) responses and trailers so far
+  int64_t range[3] = {-1, -1, -1};  // Content-Range: first, last, size (-1: "*"); first -1 none, -2 unreadable
   bool watching_out = false;  // EPOLLOUT is in its event mask (while connecting or sending)
   std::chrono::steady_clock::time_point deadline;
 };
@@ -185,49 +199,86 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Parses the status line and headers in conn.head[0, end); false: malformed.
+// A decimal number of at most 18 digits (no sign, no spaces); -1 otherwise.
+int64_t decimal(const std::string& s, size_t from, size_t to) {
+  if (from >= to || to - from > 18) return -1;
+  int64_t n = 0;
+  for (size_t i = from; i < to; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    n = n * 10 + (s[i] - '0');
+  }
+  return n;
+}
+
+// Content-Range's "bytes first-last/size" (size "*": -1) into out; false: another form.
+bool parse_content_range(const std::string& v, int64_t out[3]) {
+  size_t dash = v.find('-'), slash = v.find('/');
+  if (v.compare(0, 6, "bytes ") != 0 || dash == std::string::npos || slash == std::string::npos || dash > slash)
+    return false;
+  int64_t first = decimal(v, 6, dash), last = decimal(v, dash + 1, slash);
+  int64_t size = v.compare(slash + 1, std::string::npos, "*") == 0 ? -1 : decimal(v, slash + 1, v.size());
+  if (first < 0 || last < first || (size != -1 && size <= last)) return false;
+  out[0] = first, out[1] = last, out[2] = size;
+  return true;
+}
+
+// Parses the status line and headers in conn.head[0, end) and sets the body's framing (RFC 9112
+// section 6.3); false: malformed. Framing that could be read two ways (Content-Length values that
+// differ, a transfer coding other than chunked alone) is malformed: either reading could hand back
+// bytes that are not the body's.
 bool parse_head(Conn& c, size_t end) {
   const std::string& h = c.head;
   size_t eol = h.find("\r\n");
   if (eol == std::string::npos || eol > end || h.compare(0, 5, "HTTP/") != 0) return false;
   size_t sp = h.find(' ');
-  if (sp == std::string::npos || sp + 4 > eol) return false;
-  int64_t status = 0;
-  for (size_t i = sp + 1; i < sp + 4; i++) {
-    if (h[i] < '0' || h[i] > '9') return false;
-    status = status * 10 + (h[i] - '0');
-  }
+  if (sp == std::string::npos || sp + 4 > eol || (sp + 4 < eol && h[sp + 4] != ' ')) return false;
+  int64_t status = decimal(h, sp + 1, sp + 4);
+  if (status < 100) return false;
   c.status = status;
   c.keep_alive = h.compare(0, 8, "HTTP/1.0") != 0;
   c.length = -1;
-  bool chunked = false;
+  c.range[0] = c.range[1] = c.range[2] = -1;
+  std::string codings;
   size_t pos = eol + 2;
   while (pos < end) {
     size_t next = h.find("\r\n", pos);
     if (next == std::string::npos || next > end) next = end;
     size_t colon = h.find(':', pos);
-    if (colon != std::string::npos && colon < next) {
-      std::string name = lower(h.substr(pos, colon - pos));
-      size_t v = colon + 1;
-      while (v < next && (h[v] == ' ' || h[v] == '\t')) v++;
-      std::string value = lower(h.substr(v, next - v));
-      while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.pop_back();
-      if (name == "content-length") {
-        if (value.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos)
-          return false;
-        c.length = std::stoll(value);
-      } else if (name == "transfer-encoding") {
-        chunked = value.find("chunked") != std::string::npos;
-      } else if (name == "connection") {
-        if (value.find("close") != std::string::npos) c.keep_alive = false;
-        if (value.find("keep-alive") != std::string::npos) c.keep_alive = true;
-      }
+    if (colon == std::string::npos || colon >= next || colon == pos) return false;
+    std::string name = lower(h.substr(pos, colon - pos));
+    if (name.find_first_of(" \t") != std::string::npos) return false;  // and obs-fold continuation lines
+    size_t v = colon + 1;
+    while (v < next && (h[v] == ' ' || h[v] == '\t')) v++;
+    std::string value = lower(h.substr(v, next - v));
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.pop_back();
+    if (name == "content-length") {
+      int64_t length = decimal(value, 0, value.size());
+      if (length < 0 || (c.length >= 0 && c.length != length)) return false;
+      c.length = length;
+    } else if (name == "transfer-encoding") {
+      codings += (codings.empty() ? "" : ",") + value;
+    } else if (name == "content-range") {
+      int64_t range[3];
+      if (c.range[0] == -2 || !parse_content_range(value, range) ||
+          (c.range[0] >= 0 && !std::equal(range, range + 3, c.range)))
+        c.range[0] = -2;
+      else
+        std::copy(range, range + 3, c.range);
+    } else if (name == "connection") {
+      if (value.find("close") != std::string::npos) c.keep_alive = false;
+      if (value.find("keep-alive") != std::string::npos) c.keep_alive = true;
     }
     pos = next + 2;
   }
-  if (chunked) {
+  if (status < 200) return true;  // an interim response: no body, the final response follows
+  if (!codings.empty()) {
+    if (codings != "chunked") return false;  // only chunked is decoded
+    if (c.length >= 0) c.keep_alive = false;  // both: chunked wins, and the connection is not trusted again
     c.length = -1;
     c.stage = Stage::kChunkSize;
+  } else if (status == 204 || status == 304) {
+    c.length = 0;
+    c.stage = Stage::kBody;
   } else if (c.length >= 0) {
     c.stage = Stage::kBody;
   } else {
@@ -240,12 +291,15 @@ bool parse_head(Conn& c, size_t end) {
 class Batch {
  public:
   Batch(const std::string& key, const Address& address, const std::vector<std::string>& heads, int64_t concurrency,
-        double timeout_s, int64_t max_body, void* tls_ctx, const std::string& server_name)
-      : key_(key), address_(address), heads_(heads), tls_ctx_(tls_ctx), server_name_(server_name), timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        double timeout_s, int64_t max_body, void* tls_ctx, const std::string& server_name,
+        const std::string& tunnel)
+      : key_(key), address_(address), heads_(heads), tls_ctx_(tls_ctx), server_name_(server_name), tunnel_(tunnel),
+        timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                          std::chrono::duration<double>(timeout_s))),
         max_body_(max_body), n_((int64_t)heads.size()), bodies_((size_t)n_), errors_((size_t)n_),
         resent_((size_t)n_, 0) {
     status_ = at::zeros({n_}, at::kLong);
+    heads_info_ = at::full({n_, 4}, -1, at::kLong);
     conns_.resize((size_t)std::max<int64_t>(1, std::min(concurrency, n_)));
   }
 
@@ -287,12 +341,12 @@ class Batch {
       if (!bodies_[i].defined()) fail_request(i, kConnect, "epoll_wait: " + std::string(strerror(errno)));
   }
 
-  std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor> result() {
+  std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor, at::Tensor> result() {
     at::Tensor stats = at::empty({3}, at::kLong);
     stats[0] = started_;
     stats[1] = in_flight_sum_;
     stats[2] = max_in_flight_;
-    return {bodies_, status_, errors_, stats};
+    return {bodies_, status_, errors_, heads_info_, stats};
   }
 
  private:
@@ -321,7 +375,7 @@ class Batch {
     Conn& c = conns_[k];
     // a reused connection the server had closed while idle: the request never reached it,
     // so it is sent again, once, on another connection (not a retry of the caller's budget)
-    if (c.reused && code == kReset && c.got == 0 && c.head.empty() && !resent_[(size_t)c.request]) {
+    if (c.reused && code == kReset && c.got == 0 && c.head.empty() && c.extra == 0 && !resent_[(size_t)c.request]) {
       int64_t request = c.request;
       resent_[(size_t)request] = 1;
       close_conn(k);
@@ -337,7 +391,12 @@ class Batch {
 
   bool open(size_t k) {
     Conn& c = conns_[k];
-    Idle idle = pool().take(key_);
+    // a request sent again after a stale pooled connection goes on a new one: others may be stale too
+    Idle idle = resent_[(size_t)c.request] ? Idle{} : pool().take(key_);
+    while (idle.fd >= 0 && !quiet(idle)) {
+      close_idle(idle);
+      idle = pool().take(key_);
+    }
     c.fd = idle.fd;
     c.tls = idle.tls;
     c.reused = c.fd >= 0;
@@ -351,13 +410,68 @@ class Batch {
       if (!start_tls(c)) return false;
       int r = ::connect(c.fd, reinterpret_cast<const sockaddr*>(&address_.addr), address_.len);
       if (r < 0 && errno != EINPROGRESS) return false;
-      c.stage = r != 0 ? Stage::kConnecting : c.tls != nullptr ? Stage::kHandshake : Stage::kSending;
+      c.stage = r != 0 ? Stage::kConnecting : connected(c);
     }
     c.watching_out = c.stage == Stage::kConnecting;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | (c.watching_out ? EPOLLOUT : 0u);
     ev.data.u32 = (uint32_t)k;
     return epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev) == 0;
+  }
+
+  // Whether an idle connection has nothing to read, as it should: the server's close (an idle
+  // timeout), or bytes it sent past its last response, and it is not used again.
+  static bool quiet(const Idle& idle) {
+    char byte;
+    return ::recv(idle.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+  // The stage that follows a new connection's connect.
+  Stage connected(const Conn& c) const {
+    return !tunnel_.empty() ? Stage::kTunnelSend : c.tls != nullptr ? Stage::kHandshake : Stage::kSending;
+  }
+
+  // Through a proxy, the CONNECT request and its answer, on the bare socket; false once the
+  // request has failed. A 2xx answer opens the tunnel (it has no body, and the server behind it
+  // does not speak first: any byte past the answer's head is malformed).
+  bool tunnel(size_t k) {
+    Conn& c = conns_[k];
+    std::string why;
+    while (c.stage == Stage::kTunnelSend) {
+      ssize_t w = io(k, const_cast<char*>(tunnel_.data()) + c.sent, tunnel_.size() - c.sent, true, why);
+      if (w == -1) return true;
+      if (w <= 0) return fail_conn(k, kConnect, "proxy: " + (w == 0 ? "send: connection closed" : why)), false;
+      c.sent += (size_t)w;
+      if (c.sent == tunnel_.size()) {
+        c.sent = 0;
+        c.stage = Stage::kTunnelHead;
+        watch_out(k, false);
+      }
+    }
+    char buffer[4096];
+    for (;;) {
+      ssize_t r = io(k, buffer, sizeof buffer, false, why);
+      if (r == -1) return true;
+      if (r <= 0) return fail_conn(k, kConnect, "proxy: " + (r == 0 ? "connection closed by the proxy" : why)), false;
+      c.head.append(buffer, (size_t)r);
+      size_t end = c.head.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (c.head.size() > kMaxHead) return fail_conn(k, kMalformed, "proxy: response headers too long"), false;
+        continue;
+      }
+      std::string line = c.head.substr(0, c.head.find("\r\n"));
+      int64_t status = line.compare(0, 5, "HTTP/") == 0 && line.find(' ') != std::string::npos
+                           ? decimal(line, line.find(' ') + 1, std::min(line.size(), line.find(' ') + 4))
+                           : -1;
+      if (status < 200 || status > 299 || c.head.size() != end + 4) {
+        bool lasting = status >= 400 && status < 500;  // refused (authentication, policy): not worth a retry
+        return fail_conn(k, status < 100 ? kMalformed : lasting ? kProxy : kConnect,
+                         "proxy answered CONNECT with '" + line.substr(0, 200) + "'"), false;
+      }
+      c.head.clear();
+      c.stage = c.tls != nullptr ? Stage::kHandshake : Stage::kSending;
+      return true;
+    }
   }
 
   // A new TLS session on c's socket (nothing on plain http); false: errno says why.
@@ -416,11 +530,13 @@ class Batch {
   }
 
   // What a socket (or its TLS session) gave: > 0 bytes, 0 the peer closed, -1 nothing yet
-  // (EPOLLOUT watched when TLS must write first), -2 failed (`why` says how).
-  ssize_t io(size_t k, char* buffer, size_t n, bool sending, std::string& why) {
+  // (EPOLLOUT watched when TLS must write first), -2 failed (`why` says how). A received read
+  // may run on into `spill` (plain sockets): more than n bytes.
+  ssize_t io(size_t k, char* buffer, size_t n, bool sending, std::string& why, char* spill = nullptr,
+             size_t spill_n = 0) {
     Conn& c = conns_[k];
 #ifdef FASTPREP_HAVE_OPENSSL
-    if (c.tls != nullptr) {
+    if (c.tls != nullptr && c.stage != Stage::kTunnelSend && c.stage != Stage::kTunnelHead) {
       ERR_clear_error();
       errno = 0;
       int r = sending ? SSL_write(c.tls, buffer, (int)std::min<size_t>(n, 1 << 30))
@@ -441,8 +557,11 @@ class Batch {
       return -2;
     }
 #endif
+    iovec parts[2] = {{buffer, n}, {spill, spill_n}};
     for (;;) {
-      ssize_t r = sending ? ::send(c.fd, buffer, n, MSG_NOSIGNAL) : ::recv(c.fd, buffer, n, 0);
+      ssize_t r = sending ? ::send(c.fd, buffer, n, MSG_NOSIGNAL)
+                  : spill != nullptr ? ::readv(c.fd, parts, 2)
+                                     : ::recv(c.fd, buffer, n, 0);
       if (r >= 0) return r;
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -452,6 +571,16 @@ class Batch {
       why = std::string(sending ? "send: " : "connection reset: ") + strerror(errno);
       return -2;
     }
+  }
+
+  // Whether the TLS session holds received bytes not read yet.
+  static bool tls_pending(const Conn& c) {
+#ifdef FASTPREP_HAVE_OPENSSL
+    return c.tls != nullptr && SSL_pending(c.tls) > 0;
+#else
+    (void)c;
+    return false;
+#endif
   }
 
   // Level-triggered: EPOLLOUT is watched only while there is something to send.
@@ -481,6 +610,7 @@ class Batch {
       c.chunks.clear();
       c.line.clear();
       c.got = 0;
+      c.extra = 0;
       c.body = at::Tensor();
       c.deadline = std::chrono::steady_clock::now() + timeout_;
       int64_t now = ++g_in_flight;
@@ -496,6 +626,10 @@ class Batch {
         continue;
       }
       if (c.stage == Stage::kConnecting) return;  // sent once the connection is up (EPOLLOUT)
+      if (c.stage == Stage::kTunnelSend) {
+        if (!tunnel(k)) continue;
+        if (c.stage == Stage::kTunnelSend || c.stage == Stage::kTunnelHead) return;
+      }
       if (c.stage == Stage::kHandshake) {  // connected at once: the handshake's first step now
         if (!handshake(k)) continue;       // failed, and said so: the slot takes the next request
         if (c.stage == Stage::kHandshake) return;
@@ -536,7 +670,14 @@ class Batch {
         start_next(k);
         return;
       }
-      c.stage = c.tls != nullptr ? Stage::kHandshake : Stage::kSending;
+      c.stage = connected(c);
+    }
+    if (c.stage == Stage::kTunnelSend || c.stage == Stage::kTunnelHead) {
+      if (!tunnel(k)) {
+        start_next(k);
+        return;
+      }
+      if (c.stage == Stage::kTunnelSend || c.stage == Stage::kTunnelHead) return;
     }
     if (c.stage == Stage::kHandshake) {
       if (!handshake(k)) {
@@ -556,6 +697,7 @@ class Batch {
   void receive(size_t k) {
     Conn& c = conns_[k];
     char buffer[64 << 10];
+    char spill[64];  // where bytes past a body's end land (read with its last bytes, no extra call)
     for (;;) {
       char* into = buffer;
       size_t room = sizeof buffer;
@@ -564,7 +706,8 @@ class Batch {
         room = (size_t)(c.length - c.got);
       }
       std::string why;
-      ssize_t r = room == 0 ? 0 : io(k, into, room, false, why);
+      ssize_t r = room == 0 ? 0 : io(k, into, room, false, why, c.stage == Stage::kBody ? spill : nullptr,
+                                      sizeof spill);
       if (r == -1) return;
       if (r < 0) {
         fail_conn(k, kReset, why);
@@ -582,6 +725,11 @@ class Batch {
         return;
       }
       if (c.stage == Stage::kBody) {
+        if ((size_t)r > room || (c.got + r == c.length && tls_pending(c))) {
+          fail_conn(k, kMalformed, kSurplus);
+          start_next(k);
+          return;
+        }
         c.got += r;
         if (c.got == c.length) {
           complete(k, {});
@@ -603,20 +751,38 @@ class Batch {
     std::string rest;
     if (c.stage == Stage::kHead) {
       c.head.append(data, n);
-      size_t end = c.head.find("\r\n\r\n");
-      if (end == std::string::npos) {
-        if (c.head.size() > kMaxHead) return fail_conn(k, kMalformed, "response headers too long"), false;
-        return true;
+      for (;;) {
+        size_t end = c.head.find("\r\n\r\n");
+        if (end == std::string::npos) {
+          if (c.head.size() > kMaxHead) return fail_conn(k, kMalformed, "response headers too long"), false;
+          return true;
+        }
+        if (!parse_head(c, end)) return fail_conn(k, kMalformed, "malformed response head"), false;
+        if (c.status >= 200) break;
+        // 1xx: interim responses are skipped (RFC 9110 section 15.2); 101 would switch protocols, unasked
+        if (c.status == 101) return fail_conn(k, kMalformed, "101 Switching Protocols to a plain GET"), false;
+        c.extra += end + 4;
+        if (c.extra > kMaxHead) return fail_conn(k, kMalformed, "interim (1xx) responses too long"), false;
+        c.head.erase(0, end + 4);
       }
-      if (!parse_head(c, end)) return fail_conn(k, kMalformed, "malformed response head"), false;
+      size_t end = c.head.find("\r\n\r\n");
       rest = c.head.substr(end + 4);
       if (c.length > max_body_) return fail_conn(k, kTooLarge, "response body too large"), false;
       if (c.stage == Stage::kBody) {
-        c.body = at::empty({c.length}, at::kByte);
+        try {  // a length within max_body that cannot be had is refused, as a larger one is
+          c.body = at::empty({c.length}, at::kByte);
+        } catch (const std::exception&) {
+          return fail_conn(k, kTooLarge, "cannot allocate a response body of " + std::to_string(c.length) + " bytes"),
+                 false;
+        }
         size_t take = std::min(rest.size(), (size_t)c.length);
         if (take) std::memcpy(c.body.data_ptr<uint8_t>(), rest.data(), take);
         c.got = (int64_t)take;
-        if (c.got == c.length) return complete(k, {}), false;
+        if (rest.size() > take) return fail_conn(k, kMalformed, kSurplus), false;
+        if (c.got == c.length) {
+          if (tls_pending(c)) return fail_conn(k, kMalformed, kSurplus), false;
+          return complete(k, {}), false;
+        }
         return true;
       }
       data = rest.data();
@@ -654,16 +820,20 @@ class Batch {
         c.stage = Stage::kChunkSize;
         continue;
       }
+      if (c.stage == Stage::kTrailer) {  // trailer fields, ignored, up to an empty line
+        c.extra += text.size() + 2;
+        if (c.extra > kMaxHead) return fail_conn(k, kMalformed, "chunked trailers too long"), false;
+        if (!text.empty()) continue;
+        if (i < n || tls_pending(c)) return fail_conn(k, kMalformed, kSurplus), false;
+        complete(k, c.chunks);
+        return false;
+      }
       size_t semi = text.find(';');
       if (semi != std::string::npos) text.resize(semi);
       if (text.empty() || text.size() > 15 || text.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
         return fail_conn(k, kMalformed, "malformed chunked body"), false;
       c.chunk_left = std::stoll(text, nullptr, 16);
-      if (c.chunk_left == 0) {  // the last chunk (trailers are not expected from S3)
-        complete(k, c.chunks);
-        return false;
-      }
-      c.stage = Stage::kChunkData;
+      c.stage = c.chunk_left == 0 ? Stage::kTrailer : Stage::kChunkData;  // after the last chunk, its trailers
     }
     return true;
   }
@@ -677,6 +847,9 @@ class Batch {
     }
     bodies_[i] = c.body;
     status_.data_ptr<int64_t>()[i] = c.status;
+    int64_t* info = heads_info_.data_ptr<int64_t>() + 4 * i;
+    std::copy(c.range, c.range + 3, info);
+    info[3] = c.stage != Stage::kToClose;
     done_++;
     c.body = at::Tensor();
     finish(k);
@@ -697,12 +870,14 @@ class Batch {
   const std::vector<std::string>& heads_;
   void* tls_ctx_;  // SSL_CTX*, null: plain http
   std::string server_name_;
+  std::string tunnel_;  // "CONNECT ..." to send through a proxy before anything else, "" none
   std::chrono::steady_clock::duration timeout_;
   int64_t max_body_;
   int64_t n_;
   std::vector<at::Tensor> bodies_;
   std::vector<std::string> errors_;
   at::Tensor status_;
+  at::Tensor heads_info_;  // per request: Content-Range's first, last, size; whether the body's end was framed
   std::vector<Conn> conns_;
   std::vector<char> resent_;  // sent again after a stale pooled connection
   std::deque<int64_t> pending_;
@@ -712,11 +887,15 @@ class Batch {
 };
 
 // Per request its body (uint8 1-D; an error response's body too), its HTTP status or a negative
-// Failure code, the reason of a failure ("" otherwise), and [requests started, the sum over them
-// of the process's requests in flight as each started, the most in flight].
-std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor> http_get(
+// Failure code, the reason of a failure ("" otherwise), [its Content-Range's first, last and size
+// (-1 for a "*" size; first -1: none, -2: not one "bytes first-last/size"), 1 where the body's end
+// was framed (Content-Length, chunked), 0 where it was the connection's close], and [requests
+// started, the sum over them of the process's requests in flight as each started, the most in
+// flight].
+std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor, at::Tensor> http_get(
     const std::string& host, int64_t port, const std::vector<std::string>& heads, int64_t concurrency,
-    double timeout_s, int64_t max_body, bool tls, const std::string& server_name, const std::string& ca_file) {
+    double timeout_s, int64_t max_body, bool tls, const std::string& server_name, const std::string& ca_file,
+    const std::string& tunnel) {
   TORCH_CHECK(port > 0 && port < 65536, "http_get: port must be in [1, 65535], got ", port);
   TORCH_CHECK(concurrency >= 1, "http_get: concurrency must be >= 1, got ", concurrency);
   TORCH_CHECK(timeout_s > 0, "http_get: timeout_s must be > 0, got ", timeout_s);
@@ -735,8 +914,9 @@ std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Te
     TORCH_CHECK(false, "http_get: this build of fastprep has no TLS (built without OpenSSL)");
 #endif
   }
-  std::string key = host + "|" + std::to_string(port) + (tls ? "|tls|" + server_name + "|" + ca_file : "");
-  Batch batch(key, address, heads, concurrency, timeout_s, max_body, ctx, server_name);
+  std::string key = host + "|" + std::to_string(port) + (tls ? "|tls|" + server_name + "|" + ca_file : "") +
+                    (tunnel.empty() ? "" : "|" + tunnel);
+  Batch batch(key, address, heads, concurrency, timeout_s, max_body, ctx, server_name, tunnel);
   if (!heads.empty()) batch.run();
   return batch.result();
 }

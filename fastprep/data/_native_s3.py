@@ -2,7 +2,10 @@
 ``torch.ops.fastprep.http_get`` (csrc/readers/http_get.cpp: one epoll loop per call, keep-alive
 connections pooled per process, no GIL), for S3-compatible endpoints (``AWS_ENDPOINT_URL``) over
 ``http://``, or ``https://`` where fastprep was built with OpenSSL (the server's certificate
-checked against the system's CAs, or ``AWS_CA_BUNDLE``, and against its name).
+checked against the system's CAs, or ``AWS_CA_BUNDLE``, and against its name), directly or through
+the ``http://`` proxy that ``HTTPS_PROXY`` / ``HTTP_PROXY`` name for the endpoint (``NO_PROXY``
+excepted: :func:`proxy_for`). Each answer is checked against its request (:func:`checked`): the
+bytes asked for, or an ``OSError``.
 
 Why it exists: on 2 cores a request through obstore costs the loader about 0.2 ms of CPU (its
 runtime's threads waking each other, the asyncio bridge), about as much as decoding a third of
@@ -14,20 +17,22 @@ AWS config files through boto3); :func:`native_client` says why it cannot be use
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import hmac
+import ipaddress
 import os
 import random
 import re
 import socket
 import threading
 import time
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import torch
 
-__all__ = ["NativeClient", "native_client", "sign_v4"]
+__all__ = ["NativeClient", "checked", "native_client", "proxy_for", "sign_v4"]
 
 #: the payload hash of a request without a body, as S3 accepts it for GETs
 UNSIGNED = "UNSIGNED-PAYLOAD"
@@ -35,9 +40,11 @@ UNSIGNED = "UNSIGNED-PAYLOAD"
 MAX_BODY = 1 << 40
 _CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{1,300})</Message>")
-#: http_get's failure codes (csrc/readers/http_get.cpp)
+#: http_get's failure codes (csrc/readers/http_get.cpp), and this module's own for an answer that
+#: does not hold the bytes asked for (:func:`checked`)
+_MISMATCH = -8
 _FAILURES = {-1: "cannot connect", -2: "connection reset", -3: "timeout", -4: "malformed response",
-             -5: "response too large", -6: "https"}
+             -5: "response too large", -6: "https", -7: "proxy", _MISMATCH: "response does not match the request"}
 
 
 def _hmac(key: bytes, text: str) -> bytes:
@@ -94,6 +101,76 @@ def _static_credentials() -> tuple[str, str, str | None] | None | str:
     return frozen.access_key, frozen.secret_key, frozen.token
 
 
+def proxy_for(scheme: str, host: str, port: int, environ=os.environ) -> str | None:
+    """The proxy URL that the environment names for ``scheme://host:port``, as curl, botocore
+    and obstore read it: ``https_proxy`` / ``HTTPS_PROXY`` for https, ``http_proxy`` /
+    ``HTTP_PROXY`` for http (the lowercase name first), ``None`` where there is none or
+    ``no_proxy`` / ``NO_PROXY`` exempts the host: ``*``; a name, matching itself and its
+    subdomains (``example.com``, ``.example.com`` and ``*.example.com`` alike); an IP address
+    or network (``10.0.0.0/8``); each with an optional ``:port``."""
+    names = ("https_proxy", "HTTPS_PROXY") if scheme == "https" else ("http_proxy", "HTTP_PROXY")
+    proxy = next((environ[n] for n in names if environ.get(n)), None)
+    if not proxy:
+        return None
+    exempt = environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+    host = host.lower().strip("[]").rstrip(".")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    for entry in exempt.lower().replace(" ", "").split(","):
+        if entry == "*":
+            return None
+        name, entry_port = entry, None
+        if entry.startswith("["):  # [v6] or [v6]:port
+            name, _, rest = entry[1:].partition("]")
+            entry_port = rest[1:] if rest.startswith(":") else None
+        elif entry.count(":") == 1:  # name:port (a bare IPv6 address has more colons)
+            name, entry_port = entry.split(":")
+        if not name or (entry_port and (not entry_port.isdigit() or int(entry_port) != port)):
+            continue
+        if ip is not None:
+            try:
+                if ip in ipaddress.ip_network(name, strict=False):
+                    return None
+            except ValueError:
+                pass
+            continue
+        name = name.lstrip("*").lstrip(".").rstrip(".")
+        if name and (host == name or host.endswith("." + name)):
+            return None
+    return proxy
+
+
+def _proxy_route(proxy: str, tls: bool, hostname: str, port: int) -> dict[str, str] | str:
+    """How requests go through ``proxy`` (an ``http://`` URL; a bare ``host:port`` too): its
+    ``host`` and ``port``, the ``tunnel`` (a CONNECT request, for https) or the ``target`` that
+    prefixes each path (absolute-form, for http), ``auth`` (a Proxy-Authorization line for http,
+    or ""), and ``name`` (its URL without credentials); or why it cannot be used."""
+    parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never its credentials
+    if parts.scheme != "http":
+        return f"the proxy {shown!r} is not an http:// URL"
+    try:
+        proxy_port = parts.port or 80
+    except ValueError:
+        return f"the proxy {shown!r} has an invalid port"
+    if not parts.hostname:
+        return f"the proxy {shown!r} names no host"
+    auth = ""
+    if parts.username is not None:
+        secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        auth = f"Proxy-Authorization: Basic {base64.b64encode(secret).decode()}\r\n"
+    authority = f"[{hostname}]:{port}" if ":" in hostname else f"{hostname}:{port}"
+    name = f"http://{parts.hostname}:{proxy_port}"
+    if tls:
+        tunnel = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n"
+        return {"host": parts.hostname, "port": str(proxy_port), "tunnel": tunnel, "target": "", "auth": "",
+                "name": name}
+    return {"host": parts.hostname, "port": str(proxy_port), "tunnel": "", "target": f"http://{authority}",
+            "auth": auth, "name": name}
+
+
 def native_client(endpoint: str | None, bucket: str, prefix: str, *, timeout_s: float, retries: int,
                   max_in_flight: int) -> NativeClient | str:
     """The native client for ``s3://bucket/prefix/`` at ``endpoint`` (an S3-compatible
@@ -115,13 +192,56 @@ def native_client(endpoint: str | None, bucket: str, prefix: str, *, timeout_s: 
     if not parts.hostname:
         return f"the endpoint names no host: {endpoint!r}"
     port = parts.port or (443 if tls else 80)
+    proxy = proxy_for("https" if tls else "http", parts.hostname, port)
+    route = None if proxy is None else _proxy_route(proxy, tls, parts.hostname, port)
+    if isinstance(route, str):
+        return route
+    # through a proxy only the proxy's name is resolved here: the proxy resolves the endpoint's
+    host, connect_port = (parts.hostname, port) if route is None else (route["host"], int(route["port"]))
     try:
-        address = str(socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)[0][4][0])
+        address = str(socket.getaddrinfo(host, connect_port, type=socket.SOCK_STREAM)[0][4][0])
     except OSError as e:
-        return f"cannot resolve {parts.hostname!r}: {e}"
+        return f"cannot resolve {host!r}: {e}"
     tls_options = (parts.hostname, os.environ.get("AWS_CA_BUNDLE", "")) if tls else None
-    return NativeClient(address, port, parts.netloc, parts.path.rstrip("/"), bucket, prefix, credentials, region,
-                        timeout_s=timeout_s, retries=retries, max_in_flight=max_in_flight, tls=tls_options)
+    return NativeClient(address, connect_port, parts.netloc, parts.path.rstrip("/"), bucket, prefix, credentials,
+                        region, timeout_s=timeout_s, retries=retries, max_in_flight=max_in_flight, tls=tls_options,
+                        proxy=route)
+
+
+def checked(request, status: int, body: torch.Tensor, head) -> torch.Tensor | str:
+    """The bytes that ``request`` (``(name, start, length)``; ``start`` ``None``: the whole
+    object, ``length`` then its listed size or ``None``) asked for, out of an answer with
+    ``status`` 200 or 206, its ``body`` and what its ``head`` said (``http_get``'s
+    Content-Range ``first, last, size`` and whether the body's end was framed); or why the
+    answer does not hold them.
+
+    A range asks for ``bytes=start-last``. Its ``206`` must say ``Content-Range: bytes
+    start-last/size`` (or end at the object's end, ``last`` past it) and carry that many
+    bytes. A ``200`` to a range is the whole object, from which the range is cut when it holds
+    it and its length was framed (a body that runs to the connection's close may have been
+    cut, or run on). A whole object's ``200`` must have its listed size, where the caller
+    knows it."""
+    _, start, length = request
+    n = body.numel()
+    if start is None:
+        if status != 200:
+            return f"HTTP {status} to a GET of the whole object"
+        if length is not None and n != length:
+            return f"{n} bytes, where the object's listed size is {length}"
+        return body
+    last = start + max(1, length) - 1
+    first, end, size, framed = head
+    if status == 200:  # the server ignored Range: the whole object
+        if n <= last or not framed:
+            return f"HTTP 200 with {n} bytes{'' if framed else ' up to the close'}, not the range asked for"
+        return body[start:last + 1].clone()
+    if first < 0:
+        return "HTTP 206 without a Content-Range of the form bytes first-last/size"
+    if first != start or not (end == last or (0 <= size == end + 1 and end < last)):
+        return f"Content-Range bytes {first}-{end}/{size if size >= 0 else '*'}"
+    if n != end - first + 1:
+        return f"{n} bytes for Content-Range bytes {first}-{end}"
+    return body
 
 
 class NativeClient:
@@ -135,10 +255,15 @@ class NativeClient:
 
     def __init__(self, address: str, port: int, host: str, base: str, bucket: str, prefix: str, credentials,
                  region: str, *, timeout_s: float, retries: int, max_in_flight: int,
-                 tls: tuple[str, str] | None = None):
+                 tls: tuple[str, str] | None = None, proxy: dict[str, str] | None = None):
         self.address, self.port, self.host = address, port, host
         #: ``(server name, CA file or "")`` on https, else ``None``
         self.tls = tls
+        #: the proxy's URL (without credentials) where requests go through one, else ``None``
+        self.proxy = None if proxy is None else proxy["name"]
+        self._tunnel = "" if proxy is None else proxy["tunnel"]
+        self._target = "" if proxy is None else proxy["target"]
+        self._proxy_auth = "" if proxy is None else proxy["auth"]
         self.bucket, self.prefix, self.region = bucket, prefix, region
         self._base = f"{base}/{quote(bucket, safe='')}/"
         self._credentials = credentials
@@ -173,13 +298,16 @@ class NativeClient:
         for name, start, length in requests:
             path = self._path(name)
             rng = "" if start is None else f"Range: bytes={start}-{start + max(1, length) - 1}\r\n"
-            heads.append(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n{rng}{self._auth(path, now)}\r\n")
+            heads.append(f"GET {self._target}{path} HTTP/1.1\r\nHost: {self.host}\r\n{rng}{self._proxy_auth}"
+                         f"{self._auth(path, now)}\r\n")
         return heads
 
     def fetch(self, requests, url_of, concurrency: int | None = None) -> tuple[list, dict]:
         """``(answers, counts)``: per request its body (a uint8 tensor) or the ``OSError``;
         counts of ``requests`` answered, ``bytes``, ``retries``, ``started``, ``in_flight_sum``
-        and ``max_in_flight``."""
+        and ``max_in_flight``. A request is ``(name, start, length)``; ``start`` ``None``: the
+        whole object, ``length`` then its listed size (checked) or ``None``. An answer that
+        does not hold the bytes asked for (:func:`checked`) is retried as a malformed one is."""
         requests = list(requests)
         out: list = [None] * len(requests)
         counts = {"requests": 0, "bytes": 0, "retries": 0, "started": 0, "in_flight_sum": 0, "max_in_flight": 0}
@@ -188,22 +316,27 @@ class NativeClient:
             if attempt:
                 time.sleep(min(2.0, 0.05 * 2 ** (attempt - 1)) * (0.5 + random.random()))
                 counts["retries"] += len(todo)
-            bodies, status, reasons, stats = torch.ops.fastprep.http_get(
+            bodies, status, reasons, heads, stats = torch.ops.fastprep.http_get(
                 self.address, self.port, self._heads(requests[k] for k in todo),
                 min(len(todo), concurrency or self.max_in_flight), self.timeout_s, MAX_BODY, self.tls is not None,
-                *(self.tls or ("", "")))
+                *(self.tls or ("", "")), self._tunnel)
             started, in_flight_sum, most = stats.tolist()
             counts["started"] += started
             counts["in_flight_sum"] += in_flight_sum
             counts["max_in_flight"] = max(counts["max_in_flight"], most)
             again = []
-            for k, body, code, reason in zip(todo, bodies, status.tolist(), reasons):
+            for k, body, code, reason, head in zip(todo, bodies, status.tolist(), reasons, heads.tolist()):
                 if code in (200, 206):
-                    out[k] = body
-                    counts["requests"] += 1
                     counts["bytes"] += body.numel()
-                    continue
-                if attempt < self.retries and ((code < 0 and code != -6) or code >= 500 or code in (408, 429)):
+                    got = checked(requests[k], code, body, head)
+                    if not isinstance(got, str):
+                        out[k] = got
+                        counts["requests"] += 1
+                        continue
+                    code, reason = _MISMATCH, got
+                # refused certificates and proxies are not retried; a cut, malformed or mismatched answer is
+                transient = (code < 0 and code not in (-6, -7)) or code >= 500 or code in (408, 429)
+                if attempt < self.retries and transient:
                     again.append(k)
                 else:
                     out[k] = self._error(requests[k], code, body, reason, url_of, attempt)
@@ -219,7 +352,8 @@ class NativeClient:
         where = "" if start is None else f" (bytes {start}-{start + (length or 0) - 1})"
         tries = f" after {retried} retries" if retried else ""
         if code < 0:
-            return OSError(f"cannot read {url!r}{where}{tries}: {_FAILURES.get(code, 'failed')}: {reason}")
+            via = f" (through the proxy {self.proxy})" if self.proxy and code in (-1, -7) else ""
+            return OSError(f"cannot read {url!r}{where}{tries}: {_FAILURES.get(code, 'failed')}: {reason}{via}")
         raw = bytes(body[:4096].numpy()) if body.numel() else b""
         found = _CODE.search(raw)
         s3code = found.group(1).decode(errors="replace") if found else ""

@@ -344,7 +344,8 @@ class ObjectStore:
 
     def get_many(self, requests) -> list[bytearray | OSError]:
         """The bytes of each ``(name, start, length)`` request (``start`` ``None``: the
-        whole object), all in flight at once (up to ``max_in_flight`` per store and process), or the
+        whole object, ``length`` then its listed size, which the native client checks, or
+        ``None``), all in flight at once (up to ``max_in_flight`` per store and process), or the
         ``OSError`` naming the URL when one cannot be read (``FileNotFoundError`` for a
         missing object). A range that ends past the object's end returns fewer bytes; one
         that starts past it is an ``OSError``."""
@@ -357,9 +358,10 @@ class ObjectStore:
         answers = self.fetch_native(requests)[0]
         return [a if isinstance(a, OSError) else bytearray(a.numpy()) for a in answers]
 
-    def read_all(self, name: str) -> bytearray:
-        """The bytes of object ``name``; raises the ``OSError`` :meth:`get_many` returns."""
-        return _raise(self.get_many([(name, None, None)])[0])
+    def read_all(self, name: str, size: int | None = None) -> bytearray:
+        """The bytes of object ``name`` (of ``size`` bytes as listed, where known); raises the
+        ``OSError`` :meth:`get_many` returns."""
+        return _raise(self.get_many([(name, None, size)])[0])
 
     def read_range(self, name: str, start: int, length: int) -> bytearray:
         """``length`` bytes of object ``name`` from ``start`` (fewer where it ends first)."""
@@ -562,7 +564,7 @@ class ReadAhead:
                 self._sizes[k] = size
                 self._held += size
                 if start is None:
-                    runs.append([(k, name, None, None)])
+                    runs.append([(k, name, None, size)])
                 else:
                     by_object.setdefault(name, []).append((k, name, start, length))
             self._cond.notify_all()
@@ -582,9 +584,10 @@ class ReadAhead:
 
     @staticmethod
     def _request(run) -> tuple[str, int | None, int | None]:
-        """The one request of a run: ``(name, start, length)``."""
+        """The one request of a run: ``(name, start, length)`` (a whole object's listed size as
+        its length)."""
         start = run[0][2]
-        return run[0][1], start, None if start is None else max(r[2] + r[3] for r in run) - start
+        return run[0][1], start, run[0][3] if start is None else max(r[2] + r[3] for r in run) - start
 
     def _keep(self, run, data, into: dict) -> None:
         """Puts the answer of a run's request into ``into``, split per position."""
@@ -743,7 +746,7 @@ class ObjectFolder(JpegDataset):
 
     def read_encoded(self, index: int) -> tuple[torch.Tensor, str]:
         """``(the object's bytes as a uint8 1-D tensor, its URL)``; one ``GET``."""
-        return _tensor(self.store.read_all(self.names[index])), self.files[index]
+        return _tensor(self.store.read_all(self.names[index], self.sizes[index])), self.files[index]
 
     def read_encoded_batch(self, indices) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded` for a batch: every ``GET`` in flight at once; a failed one
@@ -751,7 +754,7 @@ class ObjectFolder(JpegDataset):
         indices = list(indices)
         if type(self).read_encoded is not ObjectFolder.read_encoded:
             return [self._read_or_error(i) for i in indices]
-        datas = self.store.get_many([(self.names[i], None, None) for i in indices])
+        datas = self.store.get_many([(self.names[i], None, self.sizes[i]) for i in indices])
         out: list[tuple[torch.Tensor | Exception, str]] = []
         for i, data in zip(indices, datas):
             out.append((data, "") if isinstance(data, OSError) else (_tensor(data), self.files[i]))
