@@ -15,6 +15,8 @@ per size:
   ``k`` identical steps and on no step (one copy each), ``(t(k) - t(0)) / k``. ``k`` is
   ``--chain`` for kernels under ``--chain-budget`` microseconds, fewer for slower ones (1 for a
   kernel whose step changes the channel count). The registry's choice runs (fast where proven).
+  ``ns/px`` gives the torchvision (or Pillow) call and the per-step time per pixel (all its
+  channels), the figure that carries over between sizes.
 
 Per-sample transforms: ``torchvision``: ``torch.manual_seed(key); t(img)``; ``native``:
 ``native_draws`` for the key + ``apply_pixel_steps`` (which copies the image once; ``copy``
@@ -332,14 +334,18 @@ def run_kernels(images: list[torch.Tensor], args: argparse.Namespace) -> dict[st
     if missing:
         print(f"kernels without a case here: {sorted(missing)}")
     print(f"\n{f'kernel (3x{size}x{size})':40s} {'torchvision':>11s} {'ref net':>9s} {'fast net':>9s} "
-          f"{'per step':>9s} {'k':>3s} {'tv/step':>8s}  status")
+          f"{'per step':>9s} {'k':>3s} {'tv/step':>8s} {'ns/px tv':>9s} {'step':>6s}  status")
     results = {}
+    pixels = size * size
     for case in cases:
         r = measure_kernel(case, floats if case.dtype == "float" else images, args)
+        r["torchvision_ns_per_pixel"] = r["torchvision_us"] * 1e3 / pixels
+        r["per_step_ns_per_pixel"] = r["per_step_us"] * 1e3 / pixels
         results[case.label] = r
         print(f"{case.label:40s} {r['torchvision_us']:11.1f} {r['reference_net_us']:9.1f} "
               f"{_fmt(r['fast_net_us'], 9)} {r['per_step_us']:9.2f} {r['chain_steps']:3d} "
-              f"{_fmt(r['ratio_per_step'], 7)}x  {r['status'][:40]}")
+              f"{_fmt(r['ratio_per_step'], 7)}x {r['torchvision_ns_per_pixel']:9.2f} {r['per_step_ns_per_pixel']:6.2f}"
+              f"  {r['status'][:40]}")
     return results
 
 

@@ -343,10 +343,10 @@ class TestTimm:
             assert str(path) in str(info.value)
 
 
-def _recorded(fn):
-    """The op a lazy image records for ``fn(image)``."""
+def _recorded(fn, size=(7, 5)):
+    """The op a lazy image of ``size`` (W, H) records for ``fn(image)``."""
     install_hooks()
-    return fn(LazyImage("RGB", (7, 5), object())).ops[-1]
+    return fn(LazyImage("RGB", size, object())).ops[-1]
 
 
 @pytest.mark.parametrize("make", [
@@ -359,6 +359,13 @@ def _recorded(fn):
     lambda im: im.filter(ImageFilter.GaussianBlur((0.4, 2.2))), lambda im: im.convert("L"),
     lambda im: im.transpose(Image.Transpose.FLIP_LEFT_RIGHT), lambda im: im.transpose(Image.Transpose.FLIP_TOP_BOTTOM),
     lambda im: ImageEnhance.Color(im).enhance(0.3), lambda im: ImageEnhance.Contrast(im).enhance(0.3),
+    # timm's auto-augment geometry: its fill is the dataset mean, its resample drawn
+    lambda im: im.rotate(17.5, resample=Image.Resampling.BICUBIC, fillcolor=(124, 116, 104)),
+    lambda im: im.rotate(-30, resample=Image.Resampling.NEAREST),
+    lambda im: im.rotate(200.25, resample=Image.Resampling.BILINEAR, center=(1.5, 2.0), fillcolor=(9, 0, 255)),
+    lambda im: im.transform(im.size, Image.Transform.AFFINE, (1, 0.3, 0, 0, 1, 0), resample=Image.Resampling.BILINEAR,
+                            fillcolor=(124, 116, 104)),
+    lambda im: im.transform(im.size, Image.Transform.AFFINE, (1, 0, -3.7, 0, 1, 2), resample=Image.Resampling.BICUBIC),
 ])
 @pytest.mark.parametrize("shape", [(1, 1), (3, 2), (2, 300), (41, 37)])
 def test_tensor_replay_equals_pillow(make, shape):
@@ -366,9 +373,9 @@ def test_tensor_replay_equals_pillow(make, shape):
     itself gives, on tiny, thin, very wide and odd images."""
     from fastprep.data.traced import _fill_call_twins, _tensor_op, _to_pil
 
-    op = _recorded(make)
-    _fill_call_twins()
     h, w = shape
+    op = _recorded(make, (w, h))
+    _fill_call_twins()
     arr = photo_like(max(h, 8), max(w, 8), h * w)[:h, :w]
     want = np.asarray(make(Image.fromarray(arr)))
     got = _tensor_op(op, torch.from_numpy(arr).permute(2, 0, 1))
@@ -472,13 +479,13 @@ def test_native_view_equals_pillow_and_torchvision(interpolation, window):
 
 
 def test_native_view_declines_what_it_cannot_run():
-    """A view with an op that has no pixel step (a rotation here) is left to the per-op replay,
-    which writes nothing into the row."""
+    """A view with an op that has no pixel step (a perspective transform here) is left to the
+    per-op replay, which writes nothing into the row."""
     from fastprep.data.traced import _Decoded, _fill_call_twins, _native_view
 
     install_hooks()
     _fill_call_twins()
-    view = T.Compose([T.CenterCrop(20), T.RandomRotation((10, 10)), T.ToTensor()])(LazyImage("RGB", (30, 30), object()))
+    view = T.Compose([T.CenterCrop(20), T.RandomPerspective(p=1.0), T.ToTensor()])(LazyImage("RGB", (30, 30), object()))
     out = torch.zeros(3, 20, 20)
     rgb = torch.from_numpy(photo_like(30, 30, 1)).permute(2, 0, 1)
     assert not _native_view(view, _Decoded(rgb, (0, 0)), "RGB", out)

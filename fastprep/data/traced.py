@@ -45,6 +45,7 @@ from .._seeding import keyed_sample_rng, sample_key
 from .._threads import usable_cpus
 from ..transforms._native import Unsupported, kernel_id
 from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
+from ..transforms._pil_geometry_ops import pil_geometry_reason
 from ..transforms._pil_ops import twin_reason
 from ..transforms._trace import LazyImage, LazyTensor, PixelRead, enhanced, install_hooks, view_leaves
 
@@ -154,13 +155,16 @@ def _to_pil(image: PIL.Image.Image | torch.Tensor) -> PIL.Image.Image:
     return PIL.Image.fromarray(hwc[..., 0] if hwc.shape[2] == 1 else hwc, "L" if hwc.shape[2] == 1 else "RGB")
 
 
-def _twin_step(op: tuple, channels: int) -> tuple | None:
-    """The pixel step that gives ``op``'s Pillow bits on a uint8 ``[channels, H, W]`` image: ``(kernel,
-    ints, floats, table)`` (``table``: ``pil_point``'s uint8 lookup table, else ``None``), or ``None``
-    where no kernel does (a PIL twin proved against the installed Pillow, a flip, a lookup table)."""
+def _twin_step(op: tuple, channels: int, size: tuple[int, int]) -> tuple | None:
+    """The pixel step that gives ``op``'s Pillow bits on a uint8 ``[channels, H, W]`` image of
+    ``size`` ``(W, H)``: ``(kernel, ints, floats, table)`` (``table``: ``pil_point``'s uint8 lookup
+    table, else ``None``), or ``None`` where no kernel does (a PIL twin proved against the
+    installed Pillow, a flip, a lookup table)."""
     kind = op[0]
     if kind == "method":
         name, args, kwargs = op[1], op[2], op[3]
+        if name in ("rotate", "transform"):
+            return _geometry_step(name, args, kwargs, channels, size)
         if name == "transpose" and args[0] in _FLIPS:
             return _FLIPS[args[0]], (), (), None
         if name == "point" and not kwargs:
@@ -193,12 +197,48 @@ def _twin_step(op: tuple, channels: int) -> tuple | None:
     return None
 
 
+def _geometry_step(name: str, args: tuple, kwargs: dict, channels: int, size: tuple[int, int]) -> tuple | None:
+    """``Image.rotate(angle, resample, center=, fillcolor=)`` (no expand or translate) and
+    ``Image.transform(size, AFFINE, data, resample, fillcolor=)`` at the image's own size as
+    ``pil_rotate`` / ``pil_transform_affine`` steps, for Pillow's nearest, bilinear and bicubic
+    and a fill that is ``None`` or ``channels`` whole numbers in [0, 255]."""
+    if pil_geometry_reason() is not None:
+        return None
+    resample, fill = kwargs.get("resample"), kwargs.get("fillcolor")
+    if resample not in _GEOMETRY_FILTERS:
+        return None
+    if fill is None:
+        fills: tuple = (0.0,)
+    elif isinstance(fill, tuple) and len(fill) == channels and all(type(v) is int and 0 <= v <= 255 for v in fill):
+        fills = tuple(float(v) for v in fill)
+    else:
+        return None
+    if name == "rotate":
+        angle, center = args[0], kwargs.get("center")
+        if kwargs.get("expand") or kwargs.get("translate") is not None or type(angle) not in (int, float):
+            return None
+        if center is not None and not (len(center) == 2 and all(type(v) in (int, float) for v in center)):
+            return None
+        where = (float(center[0]), float(center[1])) if center is not None else (0.0, 0.0)
+        return ("pil_rotate", (int(resample), len(fills), int(center is not None)), (float(angle), *where, *fills),
+                None)
+    out_size, method, data = args
+    if method != PIL.Image.Transform.AFFINE or tuple(out_size) != tuple(size) or data is None or len(data) != 6 \
+            or any(type(v) not in (int, float) for v in data):
+        return None
+    return "pil_transform_affine", (int(resample), len(fills)), (*(float(v) for v in data), *fills), None
+
+
+#: Pillow's filters that rotate and transform take natively: NEAREST, BILINEAR, BICUBIC
+_GEOMETRY_FILTERS = (PIL.Image.Resampling.NEAREST, PIL.Image.Resampling.BILINEAR, PIL.Image.Resampling.BICUBIC)
+
+
 def _tensor_op(op: tuple, img: torch.Tensor) -> torch.Tensor | None:
     """``op`` applied to the uint8 ``[C, H, W]`` ``img`` by its :func:`_twin_step`, or ``None``
     where there is none: the op then runs on Pillow itself."""
     if op[0] == "method" and op[1] == "convert" and op[2][0] == "RGB" and img.shape[0] == 1:
         return img.expand(3, -1, -1)
-    step = _twin_step(op, img.shape[0])
+    step = _twin_step(op, img.shape[0], (img.shape[2], img.shape[1]))
     if step is None:
         return None
     kernel, ints, floats, table = step
@@ -279,8 +319,9 @@ def _native_view(view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor)
     elif base.origin != (0, 0):
         return False
     channels, kernels, tables = rgb.shape[0], [], []
+    size = (resize[1], resize[0]) if resize else (rgb.shape[2], rgb.shape[1])
     for op in ops[start:]:
-        step = _twin_step(op, channels)
+        step = _twin_step(op, channels, size)
         if step is None:
             return False
         kernel, ints, floats, table = step
