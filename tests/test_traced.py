@@ -493,6 +493,20 @@ def test_native_view_declines_what_it_cannot_run():
 
 
 class TestReplayViewOp:
+    def test_step_records_follow_the_cpp_layout(self):
+        """The packed records hold each field where the C++ struct has it (struct_layout)."""
+        from fastprep._layout import struct_dtype
+        from fastprep.data.traced import _step_records
+        from fastprep.transforms._native import kernel_id
+
+        steps = [("pil_adjust_hue", (), (0.1,), -1), ("pil_rotate", (3, 3, 1), (17.5, 1.5, 2.0, 9, 0, 255), -1),
+                 ("pil_point", (), (), 0)]
+        records = _step_records(steps).numpy().view(struct_dtype("PixelStep"))
+        for record, (name, ints, floats, extra) in zip(records, steps):
+            assert record["kernel"] == kernel_id(name) and record["extra"] == extra
+            assert list(record["i"]) == [*ints, *[0] * (len(record["i"]) - len(ints))]
+            assert list(record["f"]) == [*floats, *[0.0] * (len(record["f"]) - len(floats))]
+
     def test_point_equals_pillow(self):
         rng = np.random.default_rng(2)
         arr = photo_like(33, 47, 5)

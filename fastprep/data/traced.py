@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import functools
 import io as _io
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -350,13 +351,26 @@ def _native_view(view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor)
 
 def _step_records(kernels: list) -> torch.Tensor:
     """``(kernel, ints, floats, extra)`` per step as PixelStep records (bytes)."""
-    records = np.zeros(len(kernels), dtype=_STEP)
+    ni, nf = _STEP["i"].shape[0], _STEP["f"].shape[0]
+    packed = bytearray(_STEP.itemsize * len(kernels))
     for k, (name, ints, floats, extra) in enumerate(kernels):
-        records[k]["kernel"] = kernel_id(name)
-        records[k]["extra"] = extra
-        records[k]["i"][: len(ints)] = ints
-        records[k]["f"][: len(floats)] = floats
-    return torch.from_numpy(records.view(np.uint8))
+        _STEP_PACK.pack_into(packed, k * _STEP.itemsize, kernel_id(name), extra, *ints, *(0,) * (ni - len(ints)),
+                             *floats, *(0.0,) * (nf - len(floats)))
+    return torch.frombuffer(packed, dtype=torch.uint8) if packed else torch.empty(0, dtype=torch.uint8)
+
+
+def _record_format(dtype: np.dtype) -> struct.Struct:
+    """A ``struct`` packing of the PixelStep dtype's fields (kernel, extra, i[], f[]) at their
+    offsets, checked against the layout the C++ side reports."""
+    fmt = f"<qq{dtype['i'].shape[0]}q{dtype['f'].shape[0]}d"
+    packer = struct.Struct(fmt)
+    offsets = [dtype.fields[name][1] for name in ("kernel", "extra", "i", "f")]
+    if packer.size != dtype.itemsize or offsets != [0, 8, 16, 16 + 8 * dtype["i"].shape[0]]:
+        raise RuntimeError(f"PixelStep's layout {dtype} is not {fmt}")
+    return packer
+
+
+_STEP_PACK = _record_format(_STEP)
 
 
 def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
