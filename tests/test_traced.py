@@ -451,44 +451,48 @@ def _view_pipeline(size, interpolation):
 
 @pytest.mark.parametrize("interpolation", [T.InterpolationMode.BICUBIC, T.InterpolationMode.BILINEAR])
 @pytest.mark.parametrize("window", [False, True])
-def test_native_view_equals_pillow_and_torchvision(interpolation, window):
-    """pil_replay_view (one native call per view, the crop read from the decoded window) writes
-    what the view's own Pillow + torchvision calls give on the real image, over many draws; with
-    ``window``, from a decoded window of the image (the union of the views' crops) at its origin."""
+def test_native_views_equal_pillow_and_torchvision(interpolation, window):
+    """pil_replay_views (a sample's views in one native call, each crop read from the decoded
+    window) writes what the views' own Pillow + torchvision calls give on the real image, over
+    many draws; with ``window``, from a decoded window of the image (the union of the views'
+    crops) at its origin."""
     from fastprep._seeding import keyed_sample_rng
-    from fastprep.data.traced import _Decoded, _fill_call_twins, _native_view, _union_window
+    from fastprep.data.traced import _Decoded, _fill_call_twins, _NativeViews, _union_window
 
     install_hooks()
     _fill_call_twins()
     arr = photo_like(150, 205, 3)
     image = Image.fromarray(arr)
-    pipeline = _view_pipeline(61, interpolation)
-    taken = 0
+    pipelines = [_view_pipeline(61, interpolation), _view_pipeline(23, interpolation)]
     for key in range(40):
         with keyed_sample_rng(key):
-            view = pipeline(LazyImage("RGB", image.size, object()))
+            views = [p(LazyImage("RGB", image.size, object())) for p in pipelines]
         with keyed_sample_rng(key):
-            want = pipeline(image)
-        top, left, h, w = _union_window([view], 205, 150) if window else (0, 0, 150, 205)
+            want = [p(image) for p in pipelines]
+        top, left, h, w = _union_window(views, 205, 150) if window else (0, 0, 150, 205)
         rgb = torch.from_numpy(arr[top:top + h, left:left + w].copy()).permute(2, 0, 1)  # channels-last memory
-        out = torch.full(want.shape, float("nan"))
-        assert _native_view(view, _Decoded(rgb, (left, top)), "RGB", out), view.image.ops
-        assert torch.equal(out, want), (key, view.image.ops)
-        taken += 1
-    assert taken == 40
+        outs = [torch.full(w.shape, float("nan")) for w in want]
+        native = _NativeViews()
+        for view, out in zip(views, outs):
+            assert native.add(view, _Decoded(rgb, (left, top)), "RGB", out), view.image.ops
+        native.run()
+        for view, out, expected in zip(views, outs, want):
+            assert torch.equal(out, expected), (key, view.image.ops)
 
 
 def test_native_view_declines_what_it_cannot_run():
     """A view with an op that has no pixel step (a perspective transform here) is left to the
     per-op replay, which writes nothing into the row."""
-    from fastprep.data.traced import _Decoded, _fill_call_twins, _native_view
+    from fastprep.data.traced import _Decoded, _fill_call_twins, _NativeViews
 
     install_hooks()
     _fill_call_twins()
     view = T.Compose([T.CenterCrop(20), T.RandomPerspective(p=1.0), T.ToTensor()])(LazyImage("RGB", (30, 30), object()))
     out = torch.zeros(3, 20, 20)
     rgb = torch.from_numpy(photo_like(30, 30, 1)).permute(2, 0, 1)
-    assert not _native_view(view, _Decoded(rgb, (0, 0)), "RGB", out)
+    native = _NativeViews()
+    assert not native.add(view, _Decoded(rgb, (0, 0)), "RGB", out)
+    native.run()
     assert not out.any()
 
 
@@ -519,12 +523,17 @@ class TestReplayViewOp:
     def test_bad_arguments_raise(self):
         image = torch.zeros(3, 8, 8, dtype=torch.uint8)
         steps = torch.zeros(0, dtype=torch.uint8)
-        op = torch.ops.fastprep.pil_replay_view
+        no_resize = [0, 0, 0, 0]
+
+        def op(img, resize, stp, tables, out, scale, mean, std):
+            torch.ops.fastprep.pil_replay_views([img], resize or no_resize, [stp], tables, [out], [scale], mean, std,
+                                                [len(mean)])
+
         with pytest.raises(ValueError, match="out is"):
             op(image, [], steps, [], torch.zeros(3, 4, 4), 1, [], [])
-        with pytest.raises(ValueError, match="resize must be"):
+        with pytest.raises(ValueError, match="per view one image"):
             op(image, [4, 4], steps, [], torch.zeros(3, 4, 4), 1, [], [])
-        with pytest.raises(ValueError, match="same length"):
+        with pytest.raises(ValueError, match="1 means and 0 stds"):
             op(image, [], steps, [], torch.zeros(3, 8, 8), 1, [0.5], [])
         with pytest.raises(ValueError, match="image must be a uint8"):
             op(image.float(), [], steps, [], torch.zeros(3, 8, 8), 1, [], [])
@@ -535,3 +544,6 @@ class TestReplayViewOp:
         with pytest.raises(ValueError, match="table"):  # pil_point without its table
             from fastprep.data.traced import _step_records
             op(image, [], _step_records([("pil_point", (), (), 0)]), [], torch.zeros(3, 8, 8), 1, [], [])
+        with pytest.raises(ValueError, match="takes 3 of the 0 means left"):
+            torch.ops.fastprep.pil_replay_views([image], no_resize, [steps], [], [torch.zeros(3, 8, 8)], [1], [], [],
+                                                [3])

@@ -1,4 +1,4 @@
-// pil_replay_view: one view of a traced PIL pipeline (fastprep/data/traced.py) in one call, the
+// pil_replay_views: one view of a traced PIL pipeline (fastprep/data/traced.py) in one call, the
 // GIL released throughout: Pillow's resize of the view's crop read straight from the decoded
 // window (no copy of the crop), the view's PIL-twin pixel steps in place on one planar buffer,
 // and ToTensor (+ Normalize) written into the view's row of the batch.
@@ -74,35 +74,35 @@ ReplayScratch& replay_scratch() {
 
 void check_replay_args(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps, const at::Tensor& out,
                        int64_t scale, at::ArrayRef<double> mean, at::ArrayRef<double> std) {
-  TORCH_CHECK_VALUE(scale >= kUnscaled && scale <= kMultiply, "pil_replay_view: scale must be 0, 1 or 2, got ", scale);
+  TORCH_CHECK_VALUE(scale >= kUnscaled && scale <= kMultiply, "pil_replay_views: scale must be 0, 1 or 2, got ", scale);
   TORCH_CHECK_VALUE(image.device().is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3,
-                    "pil_replay_view: image must be a uint8 [C, H, W] CPU tensor, got ", image.scalar_type(), " ",
+                    "pil_replay_views: image must be a uint8 [C, H, W] CPU tensor, got ", image.scalar_type(), " ",
                     image.sizes());
-  TORCH_CHECK_VALUE(image.size(0) >= 1 && image.size(0) <= 4, "pil_replay_view: image must have 1 to 4 channels, got ",
+  TORCH_CHECK_VALUE(image.size(0) >= 1 && image.size(0) <= 4, "pil_replay_views: image must have 1 to 4 channels, got ",
                     image.size(0));
   TORCH_CHECK_VALUE(resize.empty() || resize.size() == 4,
-                    "pil_replay_view: resize must be [] or [height, width, filter, hflip], got ", resize.size(),
+                    "pil_replay_views: resize must be [] or [height, width, filter, hflip], got ", resize.size(),
                     " numbers");
   TORCH_CHECK_VALUE(steps.scalar_type() == at::kByte && steps.dim() == 1 && steps.is_contiguous() &&
                         steps.numel() % (int64_t)sizeof(PixelStep) == 0,
-                    "pil_replay_view: steps must be a contiguous uint8 tensor of PixelStep records");
+                    "pil_replay_views: steps must be a contiguous uint8 tensor of PixelStep records");
   TORCH_CHECK_VALUE(out.device().is_cpu() && out.dim() == 3 && out.is_contiguous() &&
                         (out.scalar_type() == at::kFloat || out.scalar_type() == at::kByte),
-                    "pil_replay_view: out must be a contiguous float32 or uint8 [C, H, W] CPU tensor, got ",
+                    "pil_replay_views: out must be a contiguous float32 or uint8 [C, H, W] CPU tensor, got ",
                     out.scalar_type(), " ", out.sizes());
   TORCH_CHECK_VALUE(mean.size() == std.size() && mean.size() <= 4,
-                    "pil_replay_view: mean and std must have the same length (0, 1 or C), got ", mean.size(), " and ",
+                    "pil_replay_views: mean and std must have the same length (0, 1 or C), got ", mean.size(), " and ",
                     std.size());
 }
 
-// pil_replay_view(image, resize, steps, extras, out, scale, mean, std): `image` (uint8 [C, H, W],
+// One view: `image` (uint8 [C, H, W],
 // any strides: a crop of the decoded window) resized by Pillow's filter when `resize` =
 // [height, width, filter, hflip] (PilFilter; hflip: mirrored, the FLIP_LEFT_RIGHT that follows),
 // then `steps` (PixelStep records) in place, then written to `out`: uint8 as is, or float32
 // scaled as `scale` (WriteScale) says and, with `mean`/`std` (1 or C values), Normalized.
-void pil_replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps,
-                     const std::vector<at::Tensor>& extras, const at::Tensor& out, int64_t scale,
-                     at::ArrayRef<double> mean, at::ArrayRef<double> std) {
+void replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::Tensor& steps,
+                 const std::vector<at::Tensor>& extras, const at::Tensor& out, int64_t scale,
+                 at::ArrayRef<double> mean, at::ArrayRef<double> std) {
   check_replay_args(image, resize, steps, out, scale, mean, std);
   const int64_t C = image.size(0), H = image.size(1), W = image.size(2);
   const int64_t OH = resize.empty() ? H : resize[0], OW = resize.empty() ? W : resize[1];
@@ -133,27 +133,57 @@ void pil_replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::
   const PixelStep* s = reinterpret_cast<const PixelStep*>(steps.data_ptr<uint8_t>());
   scratch.kernels.extras = {extras.data(), (int64_t)extras.size()};
   for (int64_t k = 0; k < n; k++) {
-    check_pixel_step(s[k], "pil_replay_view");
+    check_pixel_step(s[k], "pil_replay_views");
     run_pixel_step(s[k], img, scratch.kernels);
   }
   scratch.kernels.extras = {};
   TORCH_CHECK_VALUE(out.size(0) == img.channels && out.size(1) == img.height && out.size(2) == img.width,
-                    "pil_replay_view: the view is [", img.channels, ", ", img.height, ", ", img.width,
+                    "pil_replay_views: the view is [", img.channels, ", ", img.height, ", ", img.width,
                     "], out is ", out.sizes());
-  TORCH_CHECK_VALUE(mean.size() <= 1 || (int64_t)mean.size() == img.channels, "pil_replay_view: ", mean.size(),
+  TORCH_CHECK_VALUE(mean.size() <= 1 || (int64_t)mean.size() == img.channels, "pil_replay_views: ", mean.size(),
                     " means for ", img.channels, " channels");
   const int64_t plane = img.plane();
   if (out.scalar_type() == at::kByte) {
     TORCH_CHECK_VALUE(scale == kUnscaled && mean.empty(),
-                      "pil_replay_view: a uint8 out takes neither scaling nor Normalize");
+                      "pil_replay_views: a uint8 out takes neither scaling nor Normalize");
     std::memcpy(out.data_ptr<uint8_t>(), planar, (size_t)(img.channels * plane));
     return;
   }
-  TORCH_CHECK_VALUE(scale != kUnscaled || mean.empty(), "pil_replay_view: Normalize needs the scaled float image");
+  TORCH_CHECK_VALUE(scale != kUnscaled || mean.empty(), "pil_replay_views: Normalize needs the scaled float image");
   for (int64_t c = 0; c < img.channels; c++) {
     const size_t m = mean.size() == 1 ? 0 : (size_t)c;
     write_plane(planar + c * plane, plane, out.data_ptr<float>() + c * plane, scale, !mean.empty(),
                 mean.empty() ? 0.0f : (float)mean[m], std.empty() ? 1.0f : (float)std[m]);
+  }
+}
+
+// pil_replay_views(images, resizes, steps, extras, outs, scales, means, stds, norm_counts): the
+// views of one sample, each as replay_view, in one call (one return to Python, whose GIL the
+// trace of the next samples may hold): view v is images[v], resizes[4 v .. 4 v + 4) ([0, 0, 0,
+// 0]: no resize), steps[v], outs[v], scales[v], and norm_counts[v] (0, 1 or C) values of
+// means/stds, taken in order. `extras` are shared by all views (the steps' extra indices).
+void pil_replay_views(const std::vector<at::Tensor>& images, at::IntArrayRef resizes,
+                      const std::vector<at::Tensor>& steps, const std::vector<at::Tensor>& extras,
+                      const std::vector<at::Tensor>& outs, at::IntArrayRef scales, at::ArrayRef<double> means,
+                      at::ArrayRef<double> stds, at::IntArrayRef norm_counts) {
+  const size_t V = images.size();
+  TORCH_CHECK_VALUE(resizes.size() == 4 * V && steps.size() == V && outs.size() == V && scales.size() == V &&
+                        norm_counts.size() == V,
+                    "pil_replay_views: per view one image, 4 resize numbers, steps, out, scale and norm count; got ",
+                    V, " images, ", resizes.size(), " resize numbers, ", steps.size(), " steps, ", outs.size(),
+                    " outs, ", scales.size(), " scales, ", norm_counts.size(), " norm counts");
+  TORCH_CHECK_VALUE(means.size() == stds.size(), "pil_replay_views: ", means.size(), " means and ", stds.size(),
+                    " stds");
+  size_t taken = 0;
+  for (size_t v = 0; v < V; v++) {
+    const int64_t count = norm_counts[v];
+    TORCH_CHECK_VALUE(count >= 0 && taken + (size_t)count <= means.size(), "pil_replay_views: view ", v, " takes ",
+                      count, " of the ", means.size() - taken, " means left");
+    const at::IntArrayRef resize =
+        resizes[4 * v] == 0 ? at::IntArrayRef() : resizes.slice(4 * v, 4);
+    replay_view(images[v], resize, steps[v], extras, outs[v], scales[v], means.slice(taken, (size_t)count),
+                stds.slice(taken, (size_t)count));
+    taken += (size_t)count;
   }
 }
 
@@ -164,8 +194,8 @@ FP_REGISTER_PIXEL_KERNEL({"pil_point", "extra=table (uint8 [256 * C])", pil_poin
 }  // namespace fastprep
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
-  m.def("pil_replay_view(Tensor image, int[] resize, Tensor steps, Tensor[] extras, Tensor(a!) out, int scale, "
-        "float[] mean, float[] std) -> ()");
+  m.def("pil_replay_views(Tensor[] images, int[] resizes, Tensor[] steps, Tensor[] extras, Tensor(a!)[] outs, "
+        "int[] scales, float[] means, float[] stds, int[] norm_counts) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("pil_replay_view", &fastprep::pil_replay_view); }
+TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("pil_replay_views", &fastprep::pil_replay_views); }

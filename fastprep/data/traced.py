@@ -291,62 +291,94 @@ def _replay(ops: tuple, base: _Decoded, mode: str = "RGB") -> PIL.Image.Image | 
     return img
 
 
-def _native_view(view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor) -> bool:
-    """Write ``view`` into ``out`` with one ``pil_replay_view`` call (the crop read from the decoded
-    window, its resize, every later op a pixel step, ToTensor and a first Normalize fused into the
-    write) where each of its ops has a :func:`_twin_step`; ``False`` (nothing written) where one
-    has not."""
-    ops = view.image.ops
-    if base.rgb is None or mode != "RGB":
-        return False
-    rgb, start, resize = base.rgb, 0, []
-    if ops and ops[0][0] == "crop":
-        x0, y0, x1, y1 = ops[0][1]
-        x0, y0, x1, y1 = x0 - base.origin[0], y0 - base.origin[1], x1 - base.origin[0], y1 - base.origin[1]
-        _, h, w = rgb.shape
-        if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+class _NativeViews:
+    """The views of one sample that ``pil_replay_views`` makes in one call (the crop read from the
+    decoded window, its resize, every later op a pixel step, ToTensor/ToDtype and a first
+    Normalize fused into the write), gathered by :meth:`add`; :meth:`run` makes them."""
+
+    __slots__ = ("images", "resizes", "steps", "tables", "outs", "scales", "means", "stds", "counts", "after")
+
+    def __init__(self) -> None:
+        self.images: list = []
+        self.resizes: list = []
+        self.steps: list = []
+        self.tables: list = []
+        self.outs: list = []
+        self.scales: list = []
+        self.means: list = []
+        self.stds: list = []
+        self.counts: list = []
+        self.after: list = []  # (out, tensor steps after the write: "setitem")
+
+    def add(self, view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor) -> bool:
+        """Take ``view`` (written into ``out`` by :meth:`run`) where each of its ops has a
+        :func:`_twin_step`; ``False`` (nothing taken) where one has not."""
+        ops = view.image.ops
+        if base.rgb is None or mode != "RGB":
             return False
-        rgb, start = rgb[:, y0:y1, x0:x1], 1
-        fid = _native_resize(ops[1], mode) if len(ops) > 1 else None
-        if fid is not None:
-            ow, oh = ops[1][2][0]
-            if (ow, oh) != (x1 - x0, y1 - y0):
-                flip = len(ops) > 2 and ops[2][0] == "method" and ops[2][1] == "transpose" \
-                    and ops[2][2][0] is PIL.Image.Transpose.FLIP_LEFT_RIGHT
-                resize = [oh, ow, fid, int(flip)]
-                start = 3 if flip else 2
-            else:  # Pillow's resize to the same size is a copy
-                start = 2
-    elif base.origin != (0, 0):
-        return False
-    channels, kernels, tables = rgb.shape[0], [], []
-    size = (resize[1], resize[0]) if resize else (rgb.shape[2], rgb.shape[1])
-    for op in ops[start:]:
-        step = _twin_step(op, channels, size)
-        if step is None:
+        rgb, start, resize = base.rgb, 0, [0, 0, 0, 0]
+        if ops and ops[0][0] == "crop":
+            x0, y0, x1, y1 = ops[0][1]
+            x0, y0, x1, y1 = x0 - base.origin[0], y0 - base.origin[1], x1 - base.origin[0], y1 - base.origin[1]
+            _, h, w = rgb.shape
+            if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+                return False
+            rgb, start = rgb[:, y0:y1, x0:x1], 1
+            fid = _native_resize(ops[1], mode) if len(ops) > 1 else None
+            if fid is not None:
+                ow, oh = ops[1][2][0]
+                if (ow, oh) != (x1 - x0, y1 - y0):
+                    flip = len(ops) > 2 and ops[2][0] == "method" and ops[2][1] == "transpose" \
+                        and ops[2][2][0] is PIL.Image.Transpose.FLIP_LEFT_RIGHT
+                    resize = [oh, ow, fid, int(flip)]
+                    start = 3 if flip else 2
+                else:  # Pillow's resize to the same size is a copy
+                    start = 2
+        elif base.origin != (0, 0):
             return False
-        kernel, ints, floats, table = step
-        extra = -1
-        if table is not None:
-            extra = len(tables)
-            tables.append(table)
-        kernels.append((kernel, ints, floats, extra))
-        if kernel == "pil_rgb_to_grayscale":
-            channels = ints[0]
-    steps = view.steps
-    mean: list = []
-    std: list = []
-    if steps and steps[0][0] == "normalize":
-        mean, std = steps[0][1].flatten().tolist(), steps[0][2].flatten().tolist()
-        steps = steps[1:]
-    if any(step[0] == "normalize" for step in steps) or tuple(out.shape[1:]) != tuple(
-            view.shape[1:]) or out.shape[0] != channels:
-        return False
-    scale = (2 if view.multiply else 1) if view.scaled else 0
-    torch.ops.fastprep.pil_replay_view(rgb, resize, _step_records(kernels), tables, out, scale, mean, std)
-    for step in steps:  # "setitem" after the float write
-        out[step[1]] = step[2]
-    return True
+        channels, kernels, tables = rgb.shape[0], [], []
+        size = (resize[1], resize[0]) if resize[0] else (rgb.shape[2], rgb.shape[1])
+        for op in ops[start:]:
+            step = _twin_step(op, channels, size)
+            if step is None:
+                return False
+            kernel, ints, floats, table = step
+            extra = -1
+            if table is not None:
+                extra = len(self.tables) + len(tables)
+                tables.append(table)
+            kernels.append((kernel, ints, floats, extra))
+            if kernel == "pil_rgb_to_grayscale":
+                channels = ints[0]
+        steps = view.steps
+        mean: list = []
+        std: list = []
+        if steps and steps[0][0] == "normalize":
+            mean, std = steps[0][1].flatten().tolist(), steps[0][2].flatten().tolist()
+            steps = steps[1:]
+        if any(step[0] == "normalize" for step in steps) or tuple(out.shape[1:]) != tuple(
+                view.shape[1:]) or out.shape[0] != channels:
+            return False
+        self.images.append(rgb)
+        self.resizes.extend(resize)
+        self.steps.append(_step_records(kernels))
+        self.tables.extend(tables)
+        self.outs.append(out)
+        self.scales.append((2 if view.multiply else 1) if view.scaled else 0)
+        self.means.extend(mean)
+        self.stds.extend(std)
+        self.counts.append(len(mean))
+        if steps:
+            self.after.append((out, steps))
+        return True
+
+    def run(self) -> None:
+        if self.images:
+            torch.ops.fastprep.pil_replay_views(self.images, self.resizes, self.steps, self.tables, self.outs,
+                                                self.scales, self.means, self.stds, self.counts)
+        for out, steps in self.after:  # "setitem" after the float write
+            for step in steps:
+                out[step[1]] = step[2]
 
 
 def _step_records(kernels: list) -> torch.Tensor:
@@ -635,9 +667,11 @@ class TracedPipeline:
             if plan.literal is None:
                 try:
                     base = self._source(data, plan)
+                    native = _NativeViews()
                     for view, row in zip(plan.views, rows):
-                        if not _native_view(view, base, "RGB", row):
+                        if not native.add(view, base, "RGB", row):
                             _write_tensor(view, _replay(view.image.ops, base), row)
+                    native.run()
                     return 0, ""
                 except Exception as e:  # noqa: BLE001 -- an op the replay could not make: as written
                     plan = self._literal(data, plan.key, f"replaying raised {type(e).__name__}")
