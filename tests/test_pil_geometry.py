@@ -95,11 +95,19 @@ class TestAffine:
     @pytest.mark.parametrize("resample", sorted(RESAMPLES))
     @pytest.mark.parametrize("c", [1, 3])
     def test_equals_pillow(self, resample, c):
-        rng = np.random.default_rng(1)
-        for k, (h, w) in enumerate(SIZES):
-            arr = _array(h, w, c, k)
-            for j, kind in enumerate(("full", "shear", "rotate", "scale", "far")):
-                _check_affine(arr, _matrix(rng, w, h, kind), resample, FILLS[(k + j) % len(FILLS)])
+        """Each ISA variant (bicubic: the bands of a pixel in a vector's lanes) against Pillow."""
+        from fastprep._kernels import isa as kernel_isa
+
+        try:
+            for isa in kernel_isa.supported_isas():
+                assert kernel_isa.set_isa(isa) == isa
+                rng = np.random.default_rng(1)
+                for k, (h, w) in enumerate(SIZES):
+                    arr = _array(h, w, c, k)
+                    for j, kind in enumerate(("full", "shear", "rotate", "scale", "far")):
+                        _check_affine(arr, _matrix(rng, w, h, kind), resample, FILLS[(k + j) % len(FILLS)])
+        finally:
+            kernel_isa.set_isa("auto")
 
     def test_identity_and_pure_translation(self):
         arr = _array(20, 30, 3, 2)
