@@ -178,9 +178,13 @@ class DataLoader:
         float_output = pipeline.float_output if isinstance(pipeline, TracedPipeline) else \
             output_dtype(files.transform).is_floating_point
         convert = BatchCast(torch.float32) if float_output else None
+        # Traces run one at a time (they seed the process-wide RNGs under one lock): a second
+        # reader thread adds no tracing, only contention for that lock and the GIL (measured on
+        # 2 CPUs: a DINO-style class 20-25 % slower with two).
+        readers = {"read_threads": 1} if isinstance(pipeline, TracedPipeline) else {}
         loader = ThreadLoader(files, pipeline, sampler, batch_size=args["batch_size"], drop_last=args["drop_last"],
                               num_workers=args["num_workers"], pin_memory=args["pin_memory"],
-                              prefetch=args.get("prefetch_factor") or 2, convert=convert)
+                              prefetch=args.get("prefetch_factor") or 2, convert=convert, **readers)
         self._thread_loader = loader
         control = _Epochs("threads", loader, files, sampler, seed=self.seed, generator=args["generator"],
                           batch_size=args["batch_size"], num_workers=args["num_workers"])
