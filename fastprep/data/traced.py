@@ -336,7 +336,8 @@ class _NativeViews:
                     start = 2
         elif base.origin != (0, 0):
             return False
-        channels, kernels, tables = rgb.shape[0], [], []
+        channels, kernels = rgb.shape[0], []
+        tables: list[torch.Tensor] = []
         size = (resize[1], resize[0]) if resize[0] else (rgb.shape[2], rgb.shape[1])
         for op in ops[start:]:
             step = _twin_step(op, channels, size)
@@ -364,7 +365,7 @@ class _NativeViews:
         self.steps.append(_step_records(kernels))
         self.tables.extend(tables)
         self.outs.append(out)
-        self.scales.append((2 if view.multiply else 1) if view.scaled else 0)
+        self.scales.append((2 if view.multiplied else 1) if view.scaled else 0)
         self.means.extend(mean)
         self.stds.extend(std)
         self.counts.append(len(mean))
@@ -396,7 +397,8 @@ def _record_format(dtype: np.dtype) -> struct.Struct:
     offsets, checked against the layout the C++ side reports."""
     fmt = f"<qq{dtype['i'].shape[0]}q{dtype['f'].shape[0]}d"
     packer = struct.Struct(fmt)
-    offsets = [dtype.fields[name][1] for name in ("kernel", "extra", "i", "f")]
+    fields: Any = dtype.fields or {}
+    offsets = [fields[name][1] for name in ("kernel", "extra", "i", "f")]
     if packer.size != dtype.itemsize or offsets != [0, 8, 16, 16 + 8 * dtype["i"].shape[0]]:
         raise RuntimeError(f"PixelStep's layout {dtype} is not {fmt}")
     return packer
@@ -415,7 +417,7 @@ def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: to
     else:
         arr = np.array(img)  # writable (torch warns on a read-only array)
         out.copy_(torch.from_numpy(arr).view(img.size[1], img.size[0], -1).permute(2, 0, 1))
-    if view.scaled and view.multiply:  # v2 ToDtype(float32, scale=True)
+    if view.scaled and view.multiplied:  # v2 ToDtype(float32, scale=True)
         out.mul_(1.0 / 255)
     elif view.scaled:
         out.div_(255)

@@ -172,31 +172,31 @@ class LazyTensor(torch.Tensor):
     """The tensor ``ToTensor``/``PILToTensor`` (then v2 ``ToDtype(float32, scale=True)``, then
     ``Normalize``) makes of a :class:`LazyImage`: a ``torch.Tensor`` with its shape and dtype but
     no storage, holding the image (``image``), whether it is ``ToTensor``'s float ``x / 255``
-    (``scaled``; ``multiply``: v2 ``ToDtype``'s ``x * float32(1 / 255)`` instead) or
-    ``PILToTensor``'s uint8, and the tensor steps after it (``steps``: ``("normalize", mean, std)``, ``("setitem", index,
-    values)`` for ``tensor[index] = values``). Anything else done with it (any other torch
+    (``scaled``; ``multiplied``: v2 ``ToDtype``'s ``x * float32(1 / 255)`` instead) or
+    ``PILToTensor``'s uint8, and the tensor steps after it (``steps``: ``("normalize", mean,
+    std)``, ``("setitem", index, values)`` for ``tensor[index] = values``). Anything else done with it (any other torch
     function, a v2 transform on it) raises :class:`PixelRead`."""
 
     image: LazyImage
     scaled: bool
     steps: tuple
-    multiply: bool
+    multiplied: bool
 
     @staticmethod
-    def __new__(cls, image: LazyImage, divide: bool, steps: tuple = (), multiply: bool = False):
+    def __new__(cls, image: LazyImage, divide: bool, steps: tuple = (), multiplied: bool = False):
         shape = (len(image.getbands()), image.size[1], image.size[0])
         dtype = torch.float32 if divide else torch.uint8
         return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=torch.device("cpu"))
 
-    def __init__(self, image: LazyImage, divide: bool, steps: tuple = (), multiply: bool = False) -> None:
+    def __init__(self, image: LazyImage, divide: bool, steps: tuple = (), multiplied: bool = False) -> None:
         self.image = image
         self.scaled = divide
         self.steps = steps
-        self.multiply = multiply
+        self.multiplied = multiplied
 
     def then(self, step: tuple) -> LazyTensor:
         """This tensor with ``step`` appended to its tensor steps."""
-        return LazyTensor(self.image, self.scaled, self.steps + (step,), self.multiply)
+        return LazyTensor(self.image, self.scaled, self.steps + (step,), self.multiplied)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -210,7 +210,7 @@ class LazyTensor(torch.Tensor):
             target.steps = target.steps + (("setitem", index, value),)
             return None
         if func is torch.Tensor.clone and len(args) == 1 and not kwargs:  # v1/v2 erase copy first
-            return LazyTensor(args[0].image, args[0].scaled, args[0].steps, args[0].multiply)
+            return LazyTensor(args[0].image, args[0].scaled, args[0].steps, args[0].multiplied)
         if func in _TENSOR_QUERIES or getattr(func, "__name__", "") == "__get__":
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **(kwargs or {}))
@@ -351,7 +351,7 @@ def _lazy_to_dtype(tensor: LazyTensor, dtype: torch.dtype = torch.float, scale: 
     if tensor.dtype == dtype:
         return tensor
     if dtype is torch.float32 and scale and tensor.dtype is torch.uint8 and not tensor.steps:
-        return LazyTensor(tensor.image, True, (), multiply=True)
+        return LazyTensor(tensor.image, True, (), multiplied=True)
     raise PixelRead(f"to_dtype({tensor.dtype} -> {dtype}, scale={scale}) is not recorded")
 
 
