@@ -48,21 +48,18 @@ def test_signature_matches_botocore(monkeypatch, key, token):
     assert ours.get("x-amz-security-token") == request.headers.get("X-Amz-Security-Token")
 
 
-class RawServer:
-    """Answers each request by its key (the path after the bucket) with bytes written here."""
+class _Listener:
+    """A socket on 127.0.0.1 whose connections are each served by ``_serve`` on a thread of their
+    own, until :meth:`close`."""
 
     def __init__(self):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
-        self.hits: dict[str, int] = {}
-        self.heads: list[bytes] = []
-        #: key -> the answer's bytes, written in one piece (a list: one per hit, the last repeated),
-        #: and the connection then closed where the key is in `closing`
-        self.answers: dict[str, bytes | list[bytes]] = {}
-        self.closing: set[str] = set()
         self.open: list[socket.socket] = []
         self.stop = threading.Event()
+
+    def _start(self):
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -73,6 +70,29 @@ class RawServer:
                 continue
             self.open.append(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        raise NotImplementedError
+
+    def close(self):
+        self.stop.set()
+        for conn in self.open:
+            conn.close()
+        self.sock.close()
+
+
+class RawServer(_Listener):
+    """Answers each request by its key (the path after the bucket) with bytes written here."""
+
+    def __init__(self):
+        super().__init__()
+        self.hits: dict[str, int] = {}
+        self.heads: list[bytes] = []
+        #: key -> the answer's bytes, written in one piece (a list: one per hit, the last repeated),
+        #: and the connection then closed where the key is in `closing`
+        self.answers: dict[str, bytes | list[bytes]] = {}
+        self.closing: set[str] = set()
+        self._start()
 
     def _serve(self, conn):
         buffer = b""
@@ -136,12 +156,6 @@ class RawServer:
                          + data[:7])
             conn.sendall(data[7:])
         return True
-
-    def close(self):
-        self.stop.set()
-        for conn in self.open:
-            conn.close()
-        self.sock.close()
 
 
 @pytest.fixture
@@ -546,33 +560,20 @@ def test_https_refuses_an_unknown_certificate(tls_server, monkeypatch):
     assert server.stats["requests"] == 0  # no request was sent
 
 
-class Proxy:
+class Proxy(_Listener):
     """An HTTP proxy on 127.0.0.1 that counts what goes through it: ``CONNECT`` tunnels (their
     targets in ``connects``) and absolute-form requests (their request lines in ``gets``), each
     rewritten to origin-form for the server; ``auths`` holds each one's Proxy-Authorization.
     ``refuse``: the status line that answers every request instead."""
 
     def __init__(self, refuse: bytes | None = None):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
+        super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
         self.refuse = refuse
         self.connects: list[bytes] = []
         self.gets: list[bytes] = []
         self.auths: list[bytes | None] = []
-        self.open: list[socket.socket] = []
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.open.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self._start()
 
     @staticmethod
     def _head(conn, buffer: bytes) -> tuple[bytes | None, bytes]:
@@ -635,12 +636,6 @@ class Proxy:
             kept = [line for line in lines[1:] if not line.lower().startswith(b"proxy-authorization:")]
             upstream.sendall(b"\r\n".join([b"%s /%s %s" % (method, path, version), *kept]) + b"\r\n\r\n")
         conn.close()
-
-    def close(self):
-        self.stop.set()
-        for conn in self.open:
-            conn.close()
-        self.sock.close()
 
 
 @pytest.fixture

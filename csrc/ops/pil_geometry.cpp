@@ -262,6 +262,16 @@ inline uint8_t bicubic_at(const uint8_t* plane, const Taps4& t) {
   return (uint8_t)out;
 }
 
+// The position in the input of output pixel (x, y)'s centre, computed afresh in double (as
+// ImagingGenericTransform does for the filtered samplers); false where it lies outside.
+FP_ALWAYS_INLINE bool affine_source(const double a[6], int64_t x, int64_t y, int64_t W, int64_t H, double& xin,
+                                    double& yin) {
+  const double xi = (double)x + 0.5, yi = (double)y + 0.5;
+  xin = a[0] * xi + a[1] * yi + a[2];
+  yin = a[3] * xi + a[4] * yi + a[5];
+  return !(xin < 0.0 || xin >= (double)W || yin < 0.0 || yin >= (double)H);
+}
+
 #if FP_HAVE_AVX2_TARGET
 // bicubic_at for up to 4 bands at once, one band a lane: the same C int differences and double
 // operations in the same order as cubic_int / cubic, lane by lane.
@@ -291,10 +301,8 @@ FP_TARGET_AVX2 void filtered_bicubic_avx2(const Planes& p, const double a[6]) {
   for (int64_t c = 0; c < 4; c++) band[c] = p.in + (c < p.channels ? c : 0) * P;
   for (int64_t y = 0; y < H; y++) {
     for (int64_t x = 0; x < W; x++) {
-      const double xi = (double)x + 0.5, yi = (double)y + 0.5;
-      const double xin = a[0] * xi + a[1] * yi + a[2];
-      const double yin = a[3] * xi + a[4] * yi + a[5];
-      if (xin < 0.0 || xin >= (double)W || yin < 0.0 || yin >= (double)H) continue;  // the fill
+      double xin, yin;
+      if (!affine_source(a, x, y, W, H, xin, yin)) continue;  // the fill
       const Taps4 t = bicubic_taps(W, H, xin, yin);
       const __m256d dx = _mm256_set1_pd(t.dx);
       __m256d v[4];
@@ -331,10 +339,8 @@ void filtered(const Planes& p, const double a[6], bool bicubic) {
   const int64_t W = p.width, H = p.height, P = p.plane();
   for (int64_t y = 0; y < H; y++) {
     for (int64_t x = 0; x < W; x++) {
-      const double xi = (double)x + 0.5, yi = (double)y + 0.5;
-      const double xin = a[0] * xi + a[1] * yi + a[2];
-      const double yin = a[3] * xi + a[4] * yi + a[5];
-      if (xin < 0.0 || xin >= (double)W || yin < 0.0 || yin >= (double)H) continue;  // the fill
+      double xin, yin;
+      if (!affine_source(a, x, y, W, H, xin, yin)) continue;  // the fill
       uint8_t* out = p.out + y * W + x;
       if (bicubic) {
         const Taps4 t = bicubic_taps(W, H, xin, yin);
