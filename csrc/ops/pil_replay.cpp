@@ -1,7 +1,7 @@
-// pil_replay_views: one view of a traced PIL pipeline (fastprep/data/traced.py) in one call, the
-// GIL released throughout: Pillow's resize of the view's crop read straight from the decoded
-// window (no copy of the crop), the view's PIL-twin pixel steps in place on one planar buffer,
-// and ToTensor (+ Normalize) written into the view's row of the batch.
+// pil_replay_views: the views of one sample of a traced PIL pipeline (fastprep/data/traced.py) in
+// one call, the GIL released throughout; per view, Pillow's resize of its crop read straight
+// from the decoded window (no copy of the crop), its PIL-twin pixel steps in place on one
+// planar buffer, and ToTensor (+ Normalize) written into its row of the batch.
 //
 // The write is torchvision's arithmetic in float32, each operation rounded as torch rounds it:
 // ToTensor's `x.to(float32).div(255)` or v2 ToDtype(float32, scale=True)'s
