@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import functools
 import io as _io
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -41,18 +40,15 @@ import torch
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
-from .._layout import struct_dtype
 from .._seeding import keyed_sample_rng, sample_key
 from .._threads import usable_cpus
-from ..transforms._native import Unsupported, kernel_id
+from ..transforms._native import Unsupported, pack_steps
 from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
 from ..transforms._pil_geometry_ops import pil_geometry_reason
 from ..transforms._pil_ops import twin_reason
 from ..transforms._trace import LazyImage, LazyTensor, PixelRead, enhanced, install_hooks, view_leaves
 
 __all__ = ["TracedPipeline", "TracedPlan"]
-
-_STEP = struct_dtype("PixelStep")
 
 #: stand-in image sizes (width, height) of the probe traces, and their count per size
 _PROBE_SIZES = ((500, 375), (375, 500), (640, 427))
@@ -384,27 +380,8 @@ class _NativeViews:
 
 def _step_records(kernels: list) -> torch.Tensor:
     """``(kernel, ints, floats, extra)`` per step as PixelStep records (bytes)."""
-    ni, nf = _STEP["i"].shape[0], _STEP["f"].shape[0]
-    packed = bytearray(_STEP.itemsize * len(kernels))
-    for k, (name, ints, floats, extra) in enumerate(kernels):
-        _STEP_PACK.pack_into(packed, k * _STEP.itemsize, kernel_id(name), extra, *ints, *(0,) * (ni - len(ints)),
-                             *floats, *(0.0,) * (nf - len(floats)))
+    packed = pack_steps(kernels)
     return torch.frombuffer(packed, dtype=torch.uint8) if packed else torch.empty(0, dtype=torch.uint8)
-
-
-def _record_format(dtype: np.dtype) -> struct.Struct:
-    """A ``struct`` packing of the PixelStep dtype's fields (kernel, extra, i[], f[]) at their
-    offsets, checked against the layout the C++ side reports."""
-    fmt = f"<qq{dtype['i'].shape[0]}q{dtype['f'].shape[0]}d"
-    packer = struct.Struct(fmt)
-    fields: Any = dtype.fields or {}
-    offsets = [fields[name][1] for name in ("kernel", "extra", "i", "f")]
-    if packer.size != dtype.itemsize or offsets != [0, 8, 16, 16 + 8 * dtype["i"].shape[0]]:
-        raise RuntimeError(f"PixelStep's layout {dtype} is not {fmt}")
-    return packer
-
-
-_STEP_PACK = _record_format(_STEP)
 
 
 def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:

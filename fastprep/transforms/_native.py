@@ -165,13 +165,34 @@ class Steps:
 
     def records(self) -> np.ndarray:
         """The steps as PixelStep records (csrc/ops/pixel_kernel.h)."""
-        out = np.zeros(len(self.items), dtype=struct_dtype("PixelStep"))
-        for k, (name, ints, floats, extra) in enumerate(self.items):
-            out[k]["kernel"] = kernel_id(name)
-            out[k]["extra"] = extra
-            out[k]["i"][: len(ints)] = ints
-            out[k]["f"][: len(floats)] = floats
-        return out
+        return np.frombuffer(pack_steps(self.items), dtype=struct_dtype("PixelStep"))
+
+
+@functools.cache
+def _step_packer() -> tuple[Any, int, int]:
+    """A ``struct`` packing of PixelStep (kernel, extra, i[], f[]) and its counts of ints and
+    floats, checked against the offsets the C++ side reports."""
+    import struct
+
+    dtype = struct_dtype("PixelStep")
+    fields: Any = dtype.fields or {}
+    ni, nf = dtype["i"].shape[0], dtype["f"].shape[0]
+    packer = struct.Struct(f"<qq{ni}q{nf}d")
+    offsets = [fields[name][1] for name in ("kernel", "extra", "i", "f")]
+    if packer.size != dtype.itemsize or offsets != [0, 8, 16, 16 + 8 * ni]:
+        raise RuntimeError(f"PixelStep's layout {dtype} is not {packer.format}")
+    return packer, ni, nf
+
+
+def pack_steps(items: Sequence[tuple]) -> bytearray:
+    """``(kernel name, ints, floats, extra)`` per step as PixelStep records, the bytes the native
+    ops take (unused ints and floats 0)."""
+    packer, ni, nf = _step_packer()
+    out = bytearray(packer.size * len(items))
+    for k, (name, ints, floats, extra) in enumerate(items):
+        packer.pack_into(out, k * packer.size, kernel_id(name), extra, *ints, *(0,) * (ni - len(ints)), *floats,
+                         *(0.0,) * (nf - len(floats)))
+    return out
 
 
 class NativeTransform:

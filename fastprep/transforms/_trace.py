@@ -368,11 +368,15 @@ def _hook_v2(recording_pil_to_tensor: Callable, recording_pil_calls: dict) -> No
     module's hooks) record as those do (``recording_pil_calls``: original -> recording); v2's
     ``to_dtype`` and ``normalize`` get kernels for lazy tensors (v2 dispatches on the input's type)."""
     import torchvision.transforms.v2.functional as F2  # type: ignore[import-untyped, unused-ignore]
-    from torchvision.transforms.v2.functional import _type_conversion  # type: ignore[import-untyped, unused-ignore]
-    from torchvision.transforms.v2.functional._utils import (  # type: ignore[import-untyped, unused-ignore]
-        _KERNEL_REGISTRY,
-        _register_kernel_internal,
-    )
+
+    try:  # torchvision's private dispatch tables: without them v2 classes on PIL are not traced
+        from torchvision.transforms.v2.functional import _type_conversion  # type: ignore[import-untyped, unused-ignore]
+        from torchvision.transforms.v2.functional._utils import (  # type: ignore[import-untyped, unused-ignore]
+            _KERNEL_REGISTRY,
+            _register_kernel_internal,
+        )
+    except ImportError:
+        return
 
     for kernels in _KERNEL_REGISTRY.values():
         found = kernels.get(PIL.Image.Image)
