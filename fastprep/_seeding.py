@@ -252,6 +252,51 @@ def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
                 _holder[0] = None
 
 
+def _acquire_process_rngs() -> None:
+    """Take :data:`_PROCESS_RNG_LOCK` for a keyed block, or raise :class:`RngBusy`."""
+    holder = _holder[0]
+    wait = 0.0 if holder is not None and holder in _stuck else RNG_LOCK_TIMEOUT_S
+    if not _PROCESS_RNG_LOCK.acquire(timeout=wait):
+        holder = _holder[0]
+        if holder is not None and holder not in _stuck:
+            _stuck[:] = [holder]
+        raise RngBusy(f"a sample_rng block of another thread has held Python's and NumPy's RNGs for over "
+                      f"{RNG_LOCK_TIMEOUT_S:g} s: a loader tracing your transform cannot seed them (do not iterate "
+                      "such a loader inside sample_rng)")
+
+
+@contextlib.contextmanager
+def held_process_rngs() -> Iterator[None]:
+    """Hold Python's and NumPy's RNGs for several :func:`keyed_sample_rng` blocks of this
+    thread (a batch of traces): their states are saved once on entry and restored once on
+    exit, instead of per block (NumPy's ``get_state``/``set_state`` cost about 85 us a
+    sample). Inside, each block still seeds both for its own key, so every block draws what
+    it draws alone; between blocks the two generators hold the last block's state, not the
+    outside one. Raises :class:`RngBusy` as :func:`keyed_sample_rng` does."""
+    if getattr(_thread_state, "held", False):
+        yield
+        return
+    _acquire_process_rngs()
+    try:
+        python_state = random.getstate()
+        numpy_state = np.random.get_state()
+        _thread_state.held = True
+        try:
+            yield
+        finally:
+            _thread_state.held = False
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+    finally:
+        _PROCESS_RNG_LOCK.release()
+
+
+def _seed_process_rngs(key: int) -> None:
+    random.seed(key_derived(key, PYTHON_RANDOM_DOMAIN))
+    nkey = key_derived(key, NUMPY_DOMAIN)
+    np.random.seed(np.array([nkey & 0xFFFFFFFF, nkey >> 32], dtype=np.uint32))
+
+
 @contextlib.contextmanager
 def keyed_sample_rng(key: int) -> Iterator[None]:
     """:func:`sample_rng` for the sample whose key is ``key`` (``sample_key(seed, epoch,
@@ -266,22 +311,17 @@ def keyed_sample_rng(key: int) -> Iterator[None]:
     Raises:
         RngBusy: another thread's :func:`sample_rng` block held the lock for
             :data:`RNG_LOCK_TIMEOUT_S` (at once while that same block still holds it)."""
-    holder = _holder[0]
-    wait = 0.0 if holder is not None and holder in _stuck else RNG_LOCK_TIMEOUT_S
-    if not _PROCESS_RNG_LOCK.acquire(timeout=wait):
-        holder = _holder[0]
-        if holder is not None and holder not in _stuck:
-            _stuck[:] = [holder]
-        raise RngBusy(f"a sample_rng block of another thread has held Python's and NumPy's RNGs for over "
-                      f"{RNG_LOCK_TIMEOUT_S:g} s: a loader tracing your transform cannot seed them (do not iterate "
-                      "such a loader inside sample_rng)")
+    if getattr(_thread_state, "held", False):  # inside held_process_rngs: saved and restored there
+        _seed_process_rngs(key)
+        with keyed_thread_rng(key):
+            yield
+        return
+    _acquire_process_rngs()
     try:
         python_state = random.getstate()
         numpy_state = np.random.get_state()
         try:
-            random.seed(key_derived(key, PYTHON_RANDOM_DOMAIN))
-            nkey = key_derived(key, NUMPY_DOMAIN)
-            np.random.seed(np.array([nkey & 0xFFFFFFFF, nkey >> 32], dtype=np.uint32))
+            _seed_process_rngs(key)
             with keyed_thread_rng(key):
                 yield
         finally:
@@ -301,18 +341,43 @@ _RANDOM_FUNCTIONS = frozenset([
 ])
 
 
+class GeneratorSealed(RuntimeError):
+    """A random torch call in a :func:`keyed_thread_rng` block after
+    :func:`seal_private_generator`: the draws it would take were handed elsewhere."""
+
+
 class _PrivateGenerator(TorchFunctionMode):
-    """Hands ``generator`` to every random torch call that would use the default one."""
+    """Hands ``generator`` to every random torch call that would use the default one, and
+    counts those calls (``draws``); after :func:`seal_private_generator` they raise."""
 
     def __init__(self, generator: torch.Generator) -> None:
         super().__init__()
         self.generator = generator
+        self.draws = 0
+        self.sealed: str | None = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = {} if kwargs is None else kwargs
         if func in _RANDOM_FUNCTIONS and kwargs.get("generator") is None:
+            if self.sealed is not None:
+                raise GeneratorSealed(self.sealed)
+            self.draws += 1
             kwargs = {**kwargs, "generator": self.generator}
         return func(*args, **kwargs)
+
+
+def private_generator_draws() -> int | None:
+    """How many random torch calls this thread's innermost :func:`keyed_thread_rng` block has
+    redirected so far (``None`` outside one): 0 means its generator is still as seeded."""
+    mode = getattr(_thread_state, "mode", None)
+    return None if mode is None else mode.draws
+
+
+def seal_private_generator(why: str) -> None:
+    """Make every later random torch call of this thread's :func:`keyed_thread_rng` block raise
+    :class:`GeneratorSealed` with ``why`` (its draws were taken over by native code, which
+    draws from the same seed itself)."""
+    _thread_state.mode.sealed = why
 
 
 _thread_state = threading.local()
@@ -336,8 +401,11 @@ def keyed_thread_rng(key: int) -> Iterator[None]:
         spare = _thread_state.spare = []
     gen = spare.pop() if spare else torch.Generator()  # nested blocks each get their own
     gen.manual_seed(key)
+    outer = getattr(_thread_state, "mode", None)
+    mode = _thread_state.mode = _PrivateGenerator(gen)
     try:
-        with _PrivateGenerator(gen):
+        with mode:
             yield
     finally:
+        _thread_state.mode = outer
         spare.append(gen)

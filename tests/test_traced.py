@@ -211,6 +211,81 @@ class TestMultiCrop:
         assert_same(list(loader), reference(ds, list(range(len(ds))), 3))
 
 
+TRAIN = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
+TRAIN_V2 = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(28, antialias=True), v2.RandomHorizontalFlip(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+
+class Wraps:
+    """A user class around a Compose the native compiler takes whole."""
+
+    def __init__(self, inner, before=False, after=False, python_draw=False):
+        self.inner, self.before, self.after, self.python_draw = inner, before, after, python_draw
+
+    def __call__(self, img):
+        if self.python_draw and random.random() < 0.5:  # Python's random: no torch draw
+            img = img.transpose(Image.Transpose.FLIP_TOP_BOTTOM)
+        if self.before and torch.rand(()) < 0.5:  # a torch draw first: the Compose's draws follow it
+            img = img.rotate(90)
+        out = self.inner(img)
+        if self.after and torch.rand(()) < 0.5:  # a torch draw after: the Compose's draws come first
+            out = self.inner(img)
+        return out
+
+
+class TestCompiledCompose:
+    """A whole Compose the native compiler takes, called on the untouched image as the sample's
+    first torch draw, is planned and run natively; everything else is traced op by op. The
+    reference is the dataset itself either way."""
+
+    @pytest.mark.parametrize("inner", [TRAIN, TRAIN_V2], ids=["v1", "v2"])
+    def test_wrapped_compose_runs_natively_and_exactly(self, root, inner):
+        ds = ImageFolder(root, Wraps(inner))
+        loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        pipeline = loader._thread_loader.pipeline
+        with open(ds.samples[0][0], "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        assert pipeline.plan(data, key=7).native is not None, "the Compose was traced op by op"
+        for epoch in range(2):
+            it = iter(loader)
+            order = list(loader.sampler)
+            assert_same(list(it), reference(ds, order, 4, epoch=epoch))
+
+    @pytest.mark.parametrize("kwargs", [dict(before=True), dict(after=True), dict(python_draw=True)],
+                             ids=["torch-draw-before", "torch-draw-after", "python-draw-before"])
+    def test_other_draws_keep_exactness(self, root, kwargs):
+        ds = ImageFolder(root, Wraps(TRAIN, **kwargs))
+        loader = DataLoader(ds, batch_size=3, shuffle=True, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        pipeline = loader._thread_loader.pipeline
+        with open(ds.samples[0][0], "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        native = [pipeline.plan(data, key=k).native is not None for k in range(16)]
+        if kwargs.get("python_draw"):
+            assert any(native) and not all(native)  # flipped first: traced; else native
+        else:
+            assert not any(native)
+        it = iter(loader)
+        order = list(loader.sampler)
+        assert_same(list(it), reference(ds, order, 3))
+
+    def test_compose_output_computed_on_is_traced(self, root):
+        ds = ImageFolder(root, T.Compose([T.Lambda(lambda im: TRAIN(im)), T.Normalize((0.1,) * 3, (2.0,) * 3)]))
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 3))
+
+    def test_composes_made_per_call_are_bounded(self, root):
+        from fastprep.data.traced import _COMPOSES, _MAX_COMPOSES
+
+        ds = ImageFolder(root, lambda im: T.Compose([T.CenterCrop(16), T.ToTensor()])(im))
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        for _ in range(3):
+            assert_same(list(loader), reference(ds, list(range(len(ds))), 3))
+        assert len(_COMPOSES._known) <= _MAX_COMPOSES
+
+
 class TestFallback:
     def test_pixel_reading_transform_runs_as_written(self, root):
         ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), AutoLevel(), T.ToTensor()]))

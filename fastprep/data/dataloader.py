@@ -31,6 +31,7 @@ from ..transforms._compile import input_kind, output_dtype, takes_pil_as_tensor
 from .batch import BatchCast
 from .datasets import JpegDataset, SkippedFile, substitute_index
 from .engine import ThreadLoader
+from .hf import HFSource, collate_columns, hf_source, is_hf_dataset
 from .native import Unsupported, native_pipeline
 from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
@@ -146,6 +147,10 @@ class DataLoader:
             return
         source: FileSource | None = None
         reason: str | None
+        self._hf: tuple | None = None  # a datasets.Dataset: (its template, its passed-through columns)
+        if is_hf_dataset(dataset):
+            self._setup_hf(dataset, args, engine)
+            return
         try:
             source = file_source(dataset)
         except NoFileSource as e:
@@ -164,6 +169,31 @@ class DataLoader:
             self._setup_processes(dataset, args, reason, source)
         else:
             self._setup_threads(files, pipeline, args)
+
+    def _setup_hf(self, dataset, args: dict, engine: str | None) -> None:
+        """A ``datasets.Dataset`` (:mod:`fastprep.data.hf`): its image column read from Arrow and
+        its transform traced on the threads engine, or as written on processes."""
+        pipeline = None
+        try:
+            hf = hf_source(dataset)
+        except NoFileSource as e:
+            reason: str | None = str(e)
+        else:
+            reason = _not_native(hf, args, engine)
+        if reason is None:
+            try:
+                pipeline = TracedPipeline.compile(hf.call, 0, stored=hf.stored)
+                files = hf.images(self.on_error, self.seed)
+            except (Unsupported, NoFileSource) as e:
+                reason = str(e)
+        if pipeline is None:
+            if engine == "threads":
+                raise ValueError(f"engine='threads' cannot run this dataset: {reason}; use engine='processes' (or "
+                                 "leave engine unset)")
+            self._setup_processes(dataset, args, reason, None)
+            return
+        self._hf = (hf.call.template, hf.columns())
+        self._setup_threads(files, pipeline, args)
 
     def _sampler(self, size: int, args: dict):
         return args["sampler"] if args["sampler"] is not None else \
@@ -234,7 +264,9 @@ class DataLoader:
     def _batches(self, it):
         threads = self.engine == "threads"
         for batch in it:
-            if threads:
+            if threads and self._hf is not None:
+                yield self._hf_batch(batch[0], batch[1])
+            elif threads:
                 yield [batch[0], batch[1]]  # default_collate of (image, target) samples: a list
             elif isinstance(batch, _Boxed):
                 self._skipped_files.extend(batch.skipped[:max(0, JpegDataset.MAX_SKIPPED_FILES
@@ -242,6 +274,19 @@ class DataLoader:
                 yield batch.batch
             else:
                 yield batch
+
+    def _hf_batch(self, views, rows: torch.Tensor) -> dict:
+        """The batch of a ``datasets.Dataset``'s dict samples: the views the engine built, the
+        passed-through columns collated from the rows (``rows``: the engine's targets)."""
+        assert self._hf is not None
+        template, columns = self._hf
+        batch = collate_columns(template, views, rows, columns)
+        if self.pin_memory and torch.cuda.is_available():
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            passed = {key for key, kind, _ in template if kind == "column"}
+            batch = {k: pin_memory(v) if k in passed else v for k, v in batch.items()}
+        return batch
 
     @property
     def epoch(self) -> int:
@@ -291,7 +336,7 @@ class DataLoader:
                 f"num_workers={self.num_workers}, engine={self.engine!r})")
 
 
-def _not_native(source: FileSource, args: dict, engine: str | None) -> str | None:
+def _not_native(source: FileSource | HFSource, args: dict, engine: str | None) -> str | None:
     """Why the threads engine may not run a dataset read as ``source`` with these arguments
     (``None``: it may, if the transform compiles)."""
     if engine == "processes":

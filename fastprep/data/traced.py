@@ -27,6 +27,7 @@ A transform that does so on the probe traces at build time is not traced at all
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import io as _io
 import threading
@@ -40,13 +41,17 @@ import torch
 
 from .. import _ops  # noqa: F401  (registers torch.ops.fastprep.*)
 from .. import io as fio
-from .._seeding import keyed_sample_rng, sample_key
+from .._seeding import (held_process_rngs, keyed_sample_rng, private_generator_draws, sample_key,
+                        seal_private_generator)
 from .._threads import usable_cpus
 from ..transforms._native import Unsupported, pack_steps
-from ..transforms._pil import PIL_FILTERS, open_rgb, pil_exact_reason
+from ..transforms._pil import PIL_FILTERS, OnPIL, open_rgb, pil_exact_reason
 from ..transforms._pil_geometry_ops import pil_geometry_reason
 from ..transforms._pil_ops import twin_reason
-from ..transforms._trace import LazyImage, LazyTensor, PixelRead, enhanced, install_hooks, view_leaves
+from ..transforms import OnDecoded
+from ..transforms._compile import output_dtype, takes_pil_as_tensor
+from ..transforms._trace import (LazyImage, LazyTensor, PixelRead, composes_answered, enhanced, install_hooks,
+                                 view_leaves)
 
 __all__ = ["TracedPipeline", "TracedPlan"]
 
@@ -61,11 +66,53 @@ class TracedPlan:
     JPEG decode does not take), or ``literal``: the transform's own output (a sample whose
     trace needed pixels), with ``reason``."""
 
-    __slots__ = ("views", "window", "pillow", "literal", "reason", "key")
+    __slots__ = ("views", "window", "pillow", "literal", "reason", "key", "compiled", "native")
 
-    def __init__(self, key: int, views=None, window=None, pillow=False, literal=None, reason=None):
+    def __init__(self, key: int, views=None, window=None, pillow=False, literal=None, reason=None, compiled=None):
         self.key, self.views, self.window, self.pillow = key, views, window, pillow
         self.literal, self.reason = literal, reason
+        #: the NativePipeline of a sample whose one view is a whole Compose the native compiler
+        #: takes (see :func:`_compiled_compose`), and its native plan (``native``)
+        self.compiled = compiled
+        self.native = None
+
+
+class _CompiledComposes:
+    """Per ``Compose`` object (by identity, the object kept alive), its native pipeline when
+    the native compiler takes it whole as ImageFolder's transform -- the same function of the
+    RGB image, its draws made natively from the sample's key -- else ``None``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[int, tuple[Any, Any]] = {}
+
+    def get(self, compose: Any):
+        entry = self._known.get(id(compose))
+        if entry is not None and entry[0] is compose:
+            return entry[1]
+        if len(self._known) >= _MAX_COMPOSES:  # Composes made per call: each is traced instead
+            return None
+        pipe = None
+        try:
+            from .native import NativePipeline
+
+            wrapped = OnDecoded(compose) if takes_pil_as_tensor(compose) else OnPIL(compose)
+            candidate = NativePipeline.compile(wrapped)
+            dtype = output_dtype(wrapped)
+            if (candidate.float_output and dtype == torch.float32) or (not candidate.float_output
+                                                                       and dtype == torch.uint8):
+                pipe = candidate
+        except Exception:  # noqa: BLE001 -- not compiled: traced op by op instead
+            pipe = None
+        with self._lock:
+            self._known[id(compose)] = (compose, pipe)
+        return pipe
+
+
+#: at most this many Composes are compiled and kept (a transform that makes a new Compose per
+#: call has each one traced op by op once the table is full)
+_MAX_COMPOSES = 64
+_COMPOSES = _CompiledComposes()
 
 
 def _is_plain_jpeg(data: torch.Tensor) -> bool:
@@ -479,8 +526,14 @@ class TracedPipeline:
         literal_samples: ``{reason: count}`` of samples run as written, so far.
     """
 
-    def __init__(self, transform: Any, shapes: list[tuple], dtype: torch.dtype, listed: bool, max_pixels: int):
+    def __init__(self, transform: Any, shapes: list[tuple], dtype: torch.dtype, listed: bool, max_pixels: int,
+                 stored: Any = None):
         self.transform = transform
+        #: ``None``: the transform is given ``Image.open(f).convert("RGB")`` (ImageFolder's
+        #: loader); else the opener of images as a ``datasets`` column stores them
+        #: (:class:`fastprep.data.hf._StoredImage`), whose samples other than plain RGB
+        #: JPEGs run as written
+        self.stored = stored
         self.listed = listed
         self.shapes = shapes
         channels = [s[0] for s in shapes]
@@ -498,7 +551,7 @@ class TracedPipeline:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def compile(cls, transform: Any, max_pixels: int = fio.DEFAULT_MAX_PIXELS) -> TracedPipeline:
+    def compile(cls, transform: Any, max_pixels: int = fio.DEFAULT_MAX_PIXELS, stored: Any = None) -> TracedPipeline:
         """Trace ``transform`` on stand-in images of a few sizes under a few seeds; the views'
         shapes and dtype must not depend on them (a batch needs one).
 
@@ -524,7 +577,7 @@ class TracedPipeline:
             for k in range(_PROBES_PER_SIZE):
                 key = sample_key(0x7472616365, w * 1000 + h, k)
                 try:
-                    views, listed = _trace(transform, w, h, key)
+                    views, listed = _probe(transform, w, h, key)
                 except PixelRead as e:
                     raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image: {e}; it runs as "
                                       "written") from None
@@ -542,13 +595,15 @@ class TracedPipeline:
         shapes, dtypes, listed = found.pop()
         if len(set(dtypes)) > 1:
             raise Unsupported(f"{type(transform).__name__}'s views are of several dtypes: the loader needs one kind")
-        return cls(transform, list(shapes), dtypes[0], listed, max_pixels)
+        return cls(transform, list(shapes), dtypes[0], listed, max_pixels, stored)
 
     # ------------------------------------------------------------------ planning
 
     def plan(self, data: torch.Tensor, key: int | None = None) -> TracedPlan:
         """Trace the transform for one sample (``key``: its ``sample_key``; ``None``: a fresh
-        draw, as an unseeded loader's sample).
+        draw, as an unseeded loader's sample). A torchvision ``Compose`` the native compiler
+        takes whole, called on the sample's image before any torch draw and giving its only
+        view, is not traced but planned natively (the plan's ``compiled`` and ``native``).
 
         Raises:
             fastprep.io.DecodeError: the file is not an image Pillow or fastprep can read, or
@@ -557,6 +612,17 @@ class TracedPipeline:
         """
         if key is None:
             key = int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
+        return self._plan_natively([self._plan(data, key)], [data], False)[0]
+
+    def _plan(self, data: torch.Tensor, key: int, *, compiled: bool = True) -> TracedPlan:
+        """:meth:`plan`'s trace; a compiled view's native plan is left to
+        :meth:`_plan_natively` (``compiled=False``: every Compose traced op by op).
+
+        Raises:
+            fastprep.io.DecodeError: the file is not an image Pillow or fastprep can read, or
+                has more than ``max_pixels`` pixels.
+            Exception: what the transform itself raises on this sample (run as written).
+        """
         jpeg = _is_plain_jpeg(data)
         if jpeg:
             info = fio.jpeg_info(data)
@@ -566,15 +632,50 @@ class TracedPipeline:
                                       f"max_pixels={self.max_pixels}")
         else:
             width, height = self._pillow_size(data)
+        if self.stored is not None:
+            as_stored = self.stored.reason(data, info.num_components if jpeg else None)
+            if as_stored is not None:
+                return self._literal(data, key, as_stored)
+        views = None
+        if compiled and jpeg:
+            try:  # whole Composes the native compiler takes are not traced op by op
+                views, _ = _trace(self.transform, width, height, key, compiled=True)
+                self._check(views)
+                pipe = _compiled_view(views)
+            except Exception:  # noqa: BLE001 -- traced op by op below, which says what went wrong
+                views = None
+            else:
+                if pipe is not None:
+                    return TracedPlan(key, views=views, compiled=pipe)
         try:
-            views, _ = _trace(self.transform, width, height, key)
-            self._check(views)
+            if views is None:
+                views, _ = _trace(self.transform, width, height, key)
+                self._check(views)
         except PixelRead as e:
             return self._literal(data, key, str(e))
         except Exception as e:  # noqa: BLE001 -- the user's own error: its own run raises it
             return self._literal(data, key, f"tracing raised {type(e).__name__}")
         window = _union_window(views, width, height) if jpeg else None
         return TracedPlan(key, views=views, window=window, pillow=not jpeg)
+
+    def _plan_natively(self, plans: list, datas: list, exif: bool) -> list:
+        """Give the plans of samples whose view is a compiled Compose their native plans (one
+        native call per pipeline); a sample the native planner routes elsewhere (not a plain
+        JPEG for it, an error) is traced op by op instead. Returns the plans."""
+        groups: dict[int, list[int]] = {}
+        for j, plan in enumerate(plans):
+            if isinstance(plan, TracedPlan) and plan.compiled is not None:
+                groups.setdefault(id(plan.compiled), []).append(j)
+        for members in groups.values():
+            pipe = plans[members[0]].compiled
+            routes = pipe.plan_batch([datas[j] for j in members], [plans[j].key for j in members],
+                                     max_pixels=self.max_pixels, exif=exif)
+            for j, (route, value) in zip(members, routes):
+                if route == "plan":
+                    plans[j].native = value
+                else:
+                    plans[j] = self._plan(datas[j], plans[j].key, compiled=False)
+        return plans
 
     def _pillow_size(self, data: torch.Tensor) -> tuple[int, int]:
         try:
@@ -591,7 +692,8 @@ class TracedPipeline:
 
     def _literal(self, data: torch.Tensor, key: int, reason: str) -> TracedPlan:
         """The transform as written on ``Image.open(f).convert("RGB")`` under the sample's seeds."""
-        image = open_rgb(data.numpy().tobytes(), self.max_pixels)
+        raw = data.numpy().tobytes()
+        image = open_rgb(raw, self.max_pixels) if self.stored is None else self.stored.open(raw)
         with keyed_sample_rng(key):
             result = self.transform(image)
         with self._count_lock:
@@ -604,14 +706,32 @@ class TracedPipeline:
         read, ``("python", None)`` for a sample whose transform raises (the per-sample path
         raises it again, naming the file) or an EXIF-rotated JPEG with ``exif``."""
         out: list = []
-        for data, key in zip(datas, keys):
+        datas = list(datas)
+        with held_process_rngs():  # Python's and NumPy's states saved once for the batch
+            for data, key in zip(datas, keys):
+                try:
+                    out.append(("plan", self._plan(data, key)))
+                except fio.DecodeError as e:
+                    out.append(("error", str(e)))
+                except Exception:  # noqa: BLE001 -- raised again by the per-sample path
+                    out.append(("python", None))
+            plans = [value if route == "plan" else None for route, value in out]
             try:
-                out.append(("plan", self.plan(data, key)))
-            except fio.DecodeError as e:
-                out.append(("error", str(e)))
-            except Exception:  # noqa: BLE001 -- raised again by the per-sample path
-                out.append(("python", None))
-        return out
+                plans = self._plan_natively(plans, datas, exif)
+            except Exception:  # noqa: BLE001 -- e.g. a DecodeError of a retrace: per sample, each named
+                return [self._one_route(d, entry) for d, entry in zip(datas, out)]
+        return [("plan", plan) if plan is not None else route for plan, route in zip(plans, out)]
+
+    def _one_route(self, data: torch.Tensor, entry: tuple) -> tuple:
+        route, plan = entry
+        if route != "plan" or plan.compiled is None:
+            return entry
+        try:
+            return "plan", self.plan(data, plan.key)
+        except fio.DecodeError as e:
+            return "error", str(e)
+        except Exception:  # noqa: BLE001 -- raised again by the per-sample path
+            return "python", None
 
     # ------------------------------------------------------------------ running
 
@@ -637,9 +757,38 @@ class TracedPipeline:
         datas, plans = list(datas), list(plans)
         threads = max(1, min(int(num_threads or usable_cpus()), len(datas)))
         rows = [[o[j] for o in outs] for j in range(len(datas))]
-        if threads == 1:
-            return [self._run_one(d, p, r) for d, p, r in zip(datas, plans, rows)]
-        return list(self._executor(threads).map(self._run_one, datas, plans, rows))
+        status: list = [None] * len(datas)
+        for j, result in self._run_natively(datas, plans, outs, threads).items():
+            if result[0] == 0:
+                status[j] = result
+            else:  # a warning or an error: Pillow's decode, op by op, is the reference
+                plans[j] = self._plan(datas[j], plans[j].key, compiled=False)
+        todo = [j for j, st in enumerate(status) if st is None]
+        args = ([datas[j] for j in todo], [plans[j] for j in todo], [rows[j] for j in todo])
+        done = map(self._run_one, *args) if threads == 1 or len(todo) < 2 else \
+            self._executor(threads).map(self._run_one, *args)
+        for j, result in zip(todo, done):
+            status[j] = result
+        return status
+
+    def _run_natively(self, datas: list, plans: list, outs: list, threads: int) -> dict:
+        """Run the samples whose view is a compiled Compose, one native call per pipeline,
+        into their rows of ``outs`` (one view); ``{sample: (status, message)}``."""
+        groups: dict[int, list[int]] = {}
+        for j, plan in enumerate(plans):
+            if plan.literal is None and plan.native is not None:
+                groups.setdefault(id(plan.compiled), []).append(j)
+        done: dict = {}
+        for members in groups.values():
+            pipe = plans[members[0]].compiled
+            whole = len(members) == len(datas)
+            target = outs[0] if whole else outs[0].new_empty((len(members), *outs[0].shape[1:]))
+            results = pipe.run([datas[j] for j in members], [plans[j].native for j in members], target,
+                               num_threads=threads)
+            if not whole:
+                outs[0][members] = target
+            done.update(zip(members, results))
+        return done
 
     def _run_one(self, data: torch.Tensor, plan: TracedPlan, rows: list) -> tuple[int, str]:
         try:
@@ -683,11 +832,52 @@ class TracedPipeline:
         return f"{type(self).__name__}({type(self.transform).__name__}, views={self.shapes})"
 
 
-def _trace(transform: Any, width: int, height: int, key: int) -> tuple[list[LazyTensor], bool]:
+def _probe(transform: Any, width: int, height: int, key: int) -> tuple[list[LazyTensor], bool]:
+    """A build-time trace: a compiled Compose's view where the sample would get one (so a
+    Compose the op-by-op trace cannot follow, such as v2 geometry on tensors, still counts),
+    else the op-by-op trace."""
+    try:
+        views, listed = _trace(transform, width, height, key, compiled=True)
+        if _compiled_view(views) is not None:
+            return views, listed
+    except Exception:  # noqa: BLE001 -- the op-by-op trace says what is wrong
+        pass
+    return _trace(transform, width, height, key)
+
+
+def _compiled_view(views: list[LazyTensor]):
+    """The native pipeline of a trace whose one view is a compiled Compose's answer (no tensor
+    steps after it), else ``None``; a compiled answer used any other way raises PixelRead."""
+    marked = [v for v in views if v.image.ops[:1] and v.image.ops[0][0] == "compiled"]
+    if not marked:
+        return None
+    if len(views) != 1 or views[0].steps:
+        raise PixelRead("a compiled Compose's output is one view of several, or computed on")
+    return views[0].image.ops[0][1]
+
+
+def _trace(transform: Any, width: int, height: int, key: int,
+           compiled: bool = False) -> tuple[list[LazyTensor], bool]:
     """The transform called on a stand-in RGB image of ``width`` x ``height`` under the seeds
-    of ``key``: its views and whether it returned a list."""
+    of ``key``: its views and whether it returned a list. With ``compiled``, a Compose the
+    native compiler takes whole, called on the untouched image before any torch draw, answers
+    a stand-in view marked ``("compiled", pipeline)`` and seals the sample's torch generator
+    (a later draw raises: the Compose's draws were not made here)."""
     source = object()
-    with keyed_sample_rng(key):
+
+    def answer(compose, image: LazyImage):
+        if image.trace_source is not source or image.ops or image.mode != "RGB" \
+                or private_generator_draws() != 0:
+            return None
+        pipe = _COMPOSES.get(compose)
+        if pipe is None:
+            return None
+        seal_private_generator("a torch draw after a natively planned Compose")
+        height, width = pipe.size
+        mode = "L" if pipe.channels == 1 else "RGB"
+        return LazyTensor(LazyImage(mode, (width, height), source, (("compiled", pipe),)), pipe.float_output)
+
+    with keyed_sample_rng(key), (composes_answered(answer) if compiled else contextlib.nullcontext()):
         result = transform(LazyImage("RGB", (width, height), source))
     leaves = view_leaves(result)
     if leaves is None:

@@ -447,6 +447,46 @@ def _hook_enhancers() -> None:
 
 _installed: list[bool] = []
 _install_lock = threading.Lock()
+_compose_hook = threading.local()
+
+
+class composes_answered:
+    """Within this block, on this thread, a torchvision ``Compose`` (v1 or v2) called on a
+    :class:`LazyImage` alone first asks ``hook(compose, image)``: a tensor it returns is the
+    call's result (the Compose is not run), ``None`` runs it as usual (recorded)."""
+
+    def __init__(self, hook: Callable[[Any, LazyImage], Any]) -> None:
+        self.hook = hook
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_compose_hook, "hook", None)
+        _compose_hook.hook = self.hook
+
+    def __exit__(self, *exc) -> None:
+        _compose_hook.hook = self.outer
+
+
+def _answerable(original: Callable) -> Callable:
+    def call(self, *args, **kwargs):
+        hook = getattr(_compose_hook, "hook", None)
+        if hook is not None and len(args) == 1 and not kwargs and type(args[0]) is LazyImage:
+            answer = hook(self, args[0])
+            if answer is not None:
+                return answer
+        return original(self, *args, **kwargs)
+
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    call.__name__ = getattr(original, "__name__", "call")
+    call.__doc__ = getattr(original, "__doc__", None)
+    return call
+
+
+def _hook_composes() -> None:
+    import torchvision.transforms as v1
+    from torchvision.transforms import v2
+
+    v1.Compose.__call__ = _answerable(getattr(v1.Compose.__call__, "__wrapped__", v1.Compose.__call__))
+    v2.Compose.forward = _answerable(getattr(v2.Compose.forward, "__wrapped__", v2.Compose.forward))
 
 
 def install_hooks() -> None:
@@ -477,4 +517,5 @@ def install_hooks() -> None:
             original = getattr(ImageOps, name)
             setattr(ImageOps, name, _recording_image_op(name, getattr(original, "__wrapped__", original)))
         _hook_enhancers()
+        _hook_composes()
         _installed.append(True)
