@@ -373,6 +373,20 @@ def private_generator_draws() -> int | None:
     return None if mode is None else mode.draws
 
 
+def private_generator_for_draws() -> torch.Generator | None:
+    """The generator this thread's innermost :func:`keyed_thread_rng` block hands to random
+    torch calls, for code that draws on it explicitly (with torch functions disabled, so the
+    mode does not see those calls): counted as a draw, and refused (:class:`GeneratorSealed`)
+    once sealed. ``None`` outside such a block."""
+    mode = getattr(_thread_state, "mode", None)
+    if mode is None:
+        return None
+    if mode.sealed is not None:
+        raise GeneratorSealed(mode.sealed)
+    mode.draws += 1
+    return mode.generator
+
+
 def seal_private_generator(why: str) -> None:
     """Make every later random torch call of this thread's :func:`keyed_thread_rng` block raise
     :class:`GeneratorSealed` with ``why`` (its draws were taken over by native code, which

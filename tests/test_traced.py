@@ -286,6 +286,52 @@ class TestCompiledCompose:
         assert len(_COMPOSES._known) <= _MAX_COMPOSES
 
 
+class TestKeyedDrawTwins:
+    """The trace's own forms of torchvision's v1 random draws (on the trace's generator, torch
+    functions disabled) draw what torchvision's methods draw from a generator seeded alike."""
+
+    SIZES = [(1, 1), (3, 2), (4000, 16), (16, 4000), (500, 375)]
+
+    def test_random_resized_crop_params(self):
+        from fastprep._seeding import keyed_thread_rng
+
+        install_hooks()
+        original = T.RandomResizedCrop.get_params.__wrapped__
+        for w, h in self.SIZES:
+            for scale, ratio in [((0.08, 1.0), (3 / 4, 4 / 3)), ((0.9, 1.0), (10.0, 20.0)), ((0.5, 0.5), (1.0, 1.0))]:
+                for key in range(40):
+                    with keyed_thread_rng(key):
+                        got = T.RandomResizedCrop.get_params(LazyImage("RGB", (w, h), object()), scale, ratio)
+                        after = torch.rand(())  # the generator left where torchvision leaves it
+                    torch.manual_seed(key)
+                    want = original(Image.new("RGB", (w, h)), scale, ratio)
+                    assert got == want and torch.equal(after, torch.rand(())), (w, h, scale, ratio, key)
+
+    @pytest.mark.parametrize("make", [lambda: T.RandomHorizontalFlip(0.3), lambda: T.RandomVerticalFlip(0.7),
+                                      lambda: T.RandomGrayscale(0.1), lambda: T.RandomApply([T.RandomVerticalFlip(1.0)],
+                                                                                            p=0.6),
+                                      lambda: T.ColorJitter(0.4, (0.5, 1.5), 0.2, 0.1),
+                                      lambda: T.ColorJitter(hue=0.3)])
+    def test_draw_and_apply_like_torchvision(self, make):
+        from fastprep._seeding import keyed_thread_rng
+        from fastprep.data.traced import _Decoded, _replay
+
+        install_hooks()
+        t = make()
+        img = Image.fromarray(photo_like(24, 30, 3))
+        for key in range(60):
+            source = object()
+            with keyed_thread_rng(key):
+                lazy = t(LazyImage("RGB", img.size, source))
+                after = torch.rand(())
+            torch.manual_seed(key)
+            want = t(img)
+            assert torch.equal(after, torch.rand(()))
+            # the recorded ops, replayed by Pillow's own calls, give torchvision's image
+            replayed = _replay(lazy.ops, _Decoded(None, (0, 0), img))
+            assert replayed.mode == want.mode and np.array_equal(np.asarray(replayed), np.asarray(want)), key
+
+
 class TestFallback:
     def test_pixel_reading_transform_runs_as_written(self, root):
         ds = ImageFolder(root, T.Compose([T.RandomResizedCrop(32), AutoLevel(), T.ToTensor()]))

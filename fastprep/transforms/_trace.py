@@ -34,6 +34,7 @@ the same result). Nothing is recorded outside a trace (no lazy image exists ther
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -481,6 +482,157 @@ def _answerable(original: Callable) -> Callable:
     return call
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to float32, as torch rounds a Python number compared with a float32
+    tensor."""
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def _hook_random_draws() -> None:
+    """v1 ``RandomHorizontalFlip``, ``RandomVerticalFlip``, ``RandomApply``, ``RandomGrayscale``
+    and ``RandomResizedCrop.get_params`` on a :class:`LazyImage` in a keyed trace: the same
+    draws, made on the trace's generator explicitly with torch functions disabled (so the
+    keyed trace's torch function mode does not see each tensor operation around them), the
+    same comparisons in float32, the same calls after them."""
+    import math
+
+    import torchvision.transforms as v1
+    import torchvision.transforms.functional as F
+
+    from .._seeding import private_generator_for_draws
+
+    def keyed(img) -> torch.Generator | None:
+        return private_generator_for_draws() if type(img) is LazyImage else None
+
+    def unwrap(fn):
+        return getattr(fn, "__wrapped__", fn)
+
+    def rand(gen: torch.Generator) -> float:
+        with torch._C.DisableTorchFunction():
+            return torch.rand(1, generator=gen).item()  # float32's value
+
+    def flip(cls, op_name: str) -> None:
+        original = unwrap(cls.forward)
+
+        def forward(self, img):
+            gen = keyed(img)
+            if gen is None:
+                return original(self, img)
+            return getattr(F, op_name)(img) if rand(gen) < _float32(self.p) else img
+
+        forward.__wrapped__ = original  # type: ignore[attr-defined]
+        cls.forward = forward
+
+    flip(v1.RandomHorizontalFlip, "hflip")
+    flip(v1.RandomVerticalFlip, "vflip")
+
+    apply = unwrap(v1.RandomApply.forward)
+
+    def apply_forward(self, img):
+        gen = keyed(img)
+        if gen is None:
+            return apply(self, img)
+        if _float32(self.p) < rand(gen):  # torchvision: self.p < torch.rand(1)
+            return img
+        for t in self.transforms:
+            img = t(img)
+        return img
+
+    apply_forward.__wrapped__ = apply  # type: ignore[attr-defined]
+    v1.RandomApply.forward = apply_forward
+
+    gray = unwrap(v1.RandomGrayscale.forward)
+
+    def gray_forward(self, img):
+        gen = keyed(img)
+        if gen is None:
+            return gray(self, img)
+        channels, _, _ = F.get_dimensions(img)
+        if rand(gen) < _float32(self.p):
+            return F.rgb_to_grayscale(img, num_output_channels=channels)
+        return img
+
+    gray_forward.__wrapped__ = gray  # type: ignore[attr-defined]
+    v1.RandomGrayscale.forward = gray_forward
+
+    crop_params = unwrap(v1.RandomResizedCrop.get_params)
+
+    def get_params(img, scale, ratio):
+        gen = keyed(img)
+        if gen is None:
+            return crop_params(img, scale, ratio)
+        _, height, width = F.get_dimensions(img)
+        area = height * width
+        with torch._C.DisableTorchFunction():
+            log_ratio = torch.log(torch.tensor(ratio))
+            low, high = float(log_ratio[0]), float(log_ratio[1])
+            for _ in range(10):
+                target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=gen).item()
+                aspect_ratio = torch.exp(torch.empty(1).uniform_(low, high, generator=gen)).item()
+                w = int(round(math.sqrt(target_area * aspect_ratio)))
+                h = int(round(math.sqrt(target_area / aspect_ratio)))
+                if 0 < w <= width and 0 < h <= height:
+                    i = torch.randint(0, height - h + 1, size=(1,), generator=gen).item()
+                    j = torch.randint(0, width - w + 1, size=(1,), generator=gen).item()
+                    return i, j, h, w
+        in_ratio = float(width) / float(height)  # ten misses: the central crop, as torchvision falls back
+        if in_ratio < min(ratio):
+            w, h = width, int(round(width / min(ratio)))
+        elif in_ratio > max(ratio):
+            w, h = int(round(height * max(ratio))), height
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    get_params.__wrapped__ = crop_params  # type: ignore[attr-defined]
+    v1.RandomResizedCrop.get_params = staticmethod(get_params)
+
+
+def _hook_color_jitter() -> None:
+    """v1 ``ColorJitter.forward`` on a :class:`LazyImage`: the same draws (its own
+    ``get_params``) and the same adjustments in the drawn order, the order read as a list
+    instead of compared element by element as tensors (under a keyed trace every tensor
+    operation passes through a torch function mode: those comparisons were a fifth of a
+    DINO-style trace)."""
+    import torchvision.transforms as v1
+    import torchvision.transforms.functional as F
+
+    from .._seeding import private_generator_for_draws
+
+    original = getattr(v1.ColorJitter.forward, "__wrapped__", v1.ColorJitter.forward)
+
+    own_params = v1.ColorJitter.get_params
+
+    def draw(gen: torch.Generator, ranges) -> tuple:
+        """``ColorJitter.get_params``'s draws on ``gen``: the order, then each factor."""
+        with torch._C.DisableTorchFunction():
+            order = torch.randperm(4, generator=gen).tolist()
+            return (order, *(None if r is None else torch.empty(1).uniform_(r[0], r[1], generator=gen).item()
+                             for r in ranges))
+
+    def forward(self, img):
+        if type(img) is not LazyImage:
+            return original(self, img)
+        gen = private_generator_for_draws() if type(self).get_params is own_params else None
+        ranges = (self.brightness, self.contrast, self.saturation, self.hue)
+        fn_idx, brightness, contrast, saturation, hue = draw(gen, ranges) if gen is not None else \
+            self.get_params(*ranges)
+        for fn_id in (fn_idx if gen is not None else fn_idx.tolist()):
+            if fn_id == 0 and brightness is not None:
+                img = F.adjust_brightness(img, brightness)
+            elif fn_id == 1 and contrast is not None:
+                img = F.adjust_contrast(img, contrast)
+            elif fn_id == 2 and saturation is not None:
+                img = F.adjust_saturation(img, saturation)
+            elif fn_id == 3 and hue is not None:
+                img = F.adjust_hue(img, hue)
+        return img
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    forward.__doc__ = original.__doc__
+    v1.ColorJitter.forward = forward
+
+
 def _hook_composes() -> None:
     import torchvision.transforms as v1
     from torchvision.transforms import v2
@@ -518,4 +670,6 @@ def install_hooks() -> None:
             setattr(ImageOps, name, _recording_image_op(name, getattr(original, "__wrapped__", original)))
         _hook_enhancers()
         _hook_composes()
+        _hook_color_jitter()
+        _hook_random_draws()
         _installed.append(True)
