@@ -110,3 +110,22 @@ def test_bench_multicrop_quick(bench_path, capsys):
     report = bench_multicrop.main(["--quick", "--workers", "1"])
     assert report["engine"] == "threads" and report["ratio"] > 0
     assert "CPU:" in capsys.readouterr().out
+
+
+def test_bench_gil_quick(bench_path, capsys):
+    """The GIL report runs a pipeline in a child process (py-spy left out: samples/s only)."""
+    import bench_gil
+
+    report = bench_gil.main(["--quick", "--no-gil"])
+    (row,) = report["rows"]
+    assert row["pipeline"] == "examples-train" and row["engine"] == "threads" and row["samples_per_s"] > 0
+    assert row["gil_held"] is None and "examples-train" in capsys.readouterr().out
+
+
+def test_bench_hf_quick(bench_path, capsys):
+    pytest.importorskip("datasets")
+    import bench_hf
+
+    report = bench_hf.main(["--quick", "--runs", "1"])
+    assert report["engine"] == "threads" and report["fastprep_per_s"] > 0 and report["torch_per_s"] > 0
+    assert "with_transform" in capsys.readouterr().out
