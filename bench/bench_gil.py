@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import io
 import os
 import platform
 import shutil
