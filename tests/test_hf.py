@@ -245,7 +245,7 @@ def test_streaming_runs_as_written(tmp_path):
     ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "data.parquet"), split="train", streaming=True)
     ds = ds.map(examples_transform, batched=True, batch_size=1, remove_columns=["image"])
     loader = DataLoader(ds, batch_size=2)
-    assert loader.engine == "processes"
+    assert loader.engine == "processes" and "streaming=True" in loader.engine_reason
     batches = list(loader)
     assert sum(len(b["label"]) for b in batches) == 4
 

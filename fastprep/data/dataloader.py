@@ -143,7 +143,11 @@ class DataLoader:
         if isinstance(dataset, IterableDataset):
             if self.seed is not None:
                 raise ValueError("seed= keys samples by their index; an IterableDataset has none")
-            self._setup_plain(reference, "an IterableDataset has no indices to read as files")
+            why = "an IterableDataset has no indices to read as files"
+            if type(dataset).__module__.startswith("datasets."):
+                why = ("a streaming datasets.IterableDataset has no indices to read as files (load it without "
+                       "streaming=True, or save_to_disk, to run it natively)")
+            self._setup_plain(reference, why)
             return
         source: FileSource | None = None
         reason: str | None
