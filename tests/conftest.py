@@ -2,8 +2,10 @@
 cjpeg/jpegtran for encodings Pillow cannot write), built by ``fuzz/_jpegs.py``, which the
 fuzz seed corpus uses too."""
 
+import contextlib
 import os
 import shutil
+import socket
 import sys
 
 import numpy as np
@@ -66,6 +68,17 @@ def make_jpeg(encoding: str, height: int, width: int, seed: int = 0) -> bytes:
     return _cache[key]
 
 
+def png_bytes(height: int, width: int, seed: int = 0) -> bytes:
+    """A photo-like RGB PNG (Pillow)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(height, width, seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
 def make_image_folder(top, files, classes: int) -> str:
     """An ``ImageFolder`` tree in the folder ``top`` (a ``pathlib.Path``): file ``k`` of
     ``files`` (``(encoding, height, width)``, an encoding of :data:`ENCODINGS` or ``"png"``)
@@ -86,3 +99,44 @@ def make_image_folder(top, files, classes: int) -> str:
 def photo_420() -> bytes:
     """A 533x800 q90 4:2:0 photo-like JPEG (the benchmark's shape)."""
     return make_jpeg("420", 533, 800, seed=1)
+
+
+# -- an S3 API on localhost (moto's server), for the s3:// tests --------------------------
+
+S3_SECRET = "fastprep-test-secret-key-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def use_s3_endpoint(monkeypatch, endpoint: str) -> None:
+    """Point the AWS_* variables at ``endpoint`` (test credentials), no others set."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", S3_SECRET)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str):
+    """moto's S3 server on a free localhost port with ``bucket`` created: yields
+    ``(endpoint, boto3 client)``; skips the test without moto[server] or boto3."""
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    port = free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                              aws_secret_access_key=S3_SECRET)
+        client.create_bucket(Bucket=bucket)
+        yield endpoint, client
+    finally:
+        server.stop()

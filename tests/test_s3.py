@@ -8,39 +8,30 @@ retries and their budget, credentials kept out of pickles and state. Every test 
 client: the native one (``storage.client="auto"`` on these plain-http endpoints) and obstore
 (the native client made unavailable, as on an https endpoint)."""
 
-import io
 import os
 import pickle
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
 
 import fastprep.data as D
 import fastprep.io as fio
 from fastprep.bench.s3server import LocalS3Server
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.pack import pack_folder, pack_shards
-from conftest import make_jpeg
+from conftest import S3_SECRET, make_jpeg, moto_s3, png_bytes, use_s3_endpoint
 
 obstore = pytest.importorskip("obstore")
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
 
 BUCKET = "train"
-SECRET = "fastprep-test-secret-key-0123456789"
+SECRET = S3_SECRET
 FALLBACK_WARNING = "ignore:fastprep.*decoded in full:UserWarning"
 pytestmark = pytest.mark.filterwarnings(FALLBACK_WARNING)
-
-
-def _png(h, w, seed):
-    buf = io.BytesIO()
-    Image.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 TREE = {
@@ -50,7 +41,7 @@ TREE = {
     "cat deep/z.jpg": lambda: encode_jpeg(photo_like(44, 40, 10)),  # sorts between cat/ and cat/deep/
     "cat/notes.txt": lambda: b"not an image\n",
     "dog/100%.jpg": lambda: make_jpeg("444", 36, 44, seed=4),
-    "dog/d.png": lambda: _png(30, 41, 5),
+    "dog/d.png": lambda: png_bytes(30, 41, 5),
     "dog/e.jpeg": lambda: make_jpeg("422", 48, 37, seed=6),
     "emu/f.jpg": lambda: make_jpeg("cmyk", 40, 40, seed=7),
     "emu/g.jpg": lambda: encode_jpeg(photo_like(61, 33, 8)),
@@ -93,39 +84,18 @@ def client(request, monkeypatch):
     return request.param
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _use_endpoint(monkeypatch, endpoint):
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    use_s3_endpoint(monkeypatch, endpoint)
 
 
 @pytest.fixture(scope="module")
 def moto(data):
     """moto's S3 server on a free localhost port, the data uploaded to bucket ``train``."""
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                              aws_secret_access_key=SECRET)
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3(BUCKET) as (endpoint, client):
         for path in sorted(data.rglob("*")):
             if path.is_file():
                 client.put_object(Bucket=BUCKET, Key=path.relative_to(data).as_posix(), Body=path.read_bytes())
         yield endpoint
-    finally:
-        server.stop()
 
 
 @pytest.fixture

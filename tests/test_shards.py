@@ -31,17 +31,11 @@ from fastprep.bench.synthetic import encode_jpeg, photo_like
 from fastprep.data.shards import MANIFEST_NAME, split_member_name
 from fastprep.pack import pack_shards
 from fastprep.pack.shards import parse_size, sample_key
-from conftest import make_jpeg
+from conftest import make_jpeg, png_bytes
 
 CROP = 24
 SEED = 1234
 FALLBACK_WARNING = "ignore:fastprep.*decoded in full:UserWarning"
-
-
-def _png(h, w, seed):
-    buf = io.BytesIO()
-    Image.fromarray(photo_like(h, w, seed)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def _tree(root):
@@ -53,7 +47,7 @@ def _tree(root):
         "cat/deep/c.jpg": make_jpeg("gray", 33, 45, seed=3),
         "cat/notes.txt": b"not an image\n",
         "dog/100%.jpg": make_jpeg("444", 36, 44, seed=4),
-        "dog/d.png": _png(30, 41, 5),
+        "dog/d.png": png_bytes(30, 41, 5),
         "dog/e.jpeg": make_jpeg("422", 48, 37, seed=6),
         "emu/f.jpg": make_jpeg("cmyk", 40, 40, seed=7),
         "emu/g.jpg": encode_jpeg(photo_like(61, 33, 8)),
@@ -230,7 +224,7 @@ class TestLayout:
 
     def test_key_collision_refused(self, tmp_path, tree):
         src, _ = tree
-        (src / "dog" / "e.png").write_bytes(_png(20, 20, 1))
+        (src / "dog" / "e.png").write_bytes(png_bytes(20, 20, 1))
         with pytest.raises(ValueError, match=r"'dog/e.jpeg' and 'dog/e.png' would share the WebDataset key 'dog/e'"):
             pack_shards(src, tmp_path / "dst", progress=False)
         assert not (tmp_path / "dst").exists()

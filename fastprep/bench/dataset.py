@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .._cache import cache_root
 from .._threads import usable_cpus
 from .synthetic import encode_jpeg, photo_like
 
@@ -60,12 +61,6 @@ class BenchData:
     root: str
     #: ``(path, reason)`` of every file examined and left out.
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def cache_root() -> Path:
-    """``$FASTPREP_CACHE``, or ``~/.cache/fastprep``."""
-    env = os.environ.get("FASTPREP_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "fastprep"
 
 
 def _relpath(i: int) -> str:

@@ -39,7 +39,8 @@ Modules: :mod:`~fastprep.data.datasets` (JpegDataset, JpegFolder),
 :mod:`~fastprep.data.prefetch` (DevicePrefetcher), :mod:`~fastprep.data.engine`
 (ThreadLoader), :mod:`~fastprep.data.order` (EpochSampler, EpochControl),
 :mod:`~fastprep.data.shards` (ShardDataset: WebDataset shards written by
-``fastprep.pack --format wds``),
+``fastprep.pack --format wds``), :mod:`~fastprep.data.tars` (TarDataset: WebDataset tars
+written by other tools),
 :mod:`~fastprep.data.options` (DecodeOptions, BatchOutput, LoaderOptions),
 :mod:`~fastprep.data.loader` (make_loader), :mod:`~fastprep.data.dataloader` (DataLoader, a drop-in
 for torch's, over :mod:`~fastprep.data.sources`). Every public name is re-exported here. See ``docs/design.md``.
@@ -57,6 +58,7 @@ from .options import BatchOutput, DecodeOptions, LoaderOptions, StorageOptions
 from .order import EpochSampler
 from .prefetch import DevicePrefetcher
 from .shards import ShardDataset, is_shard_dir
+from .tars import TarDataset, expand_braces, is_tar_source
 
 __all__ = [
     "BatchCast",
@@ -81,11 +83,14 @@ __all__ = [
     "ShardDataset",
     "SkippedFile",
     "StorageOptions",
+    "TarDataset",
     "ThreadLoader",
     "batch_rgb_to_yuv",
     "collate_uint8",
     "default_transform",
+    "expand_braces",
     "is_shard_dir",
+    "is_tar_source",
     "make_loader",
     "sample_rng",
     "warm_up_kernels",

@@ -28,6 +28,7 @@ from .order import EpochControl, EpochSampler
 from .prefetch import DevicePrefetcher
 from .sample import SampleTransform
 from .shards import ShardDataset, is_shard_dir
+from .tars import TarDataset, is_tar_source
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -204,9 +205,18 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
     ``DataLoader`` with worker processes and runs any transform and any ``Dataset``.
 
     Args:
-        source: a folder (:class:`JpegFolder`), a sequence of JPEG paths (:class:`JpegDataset`),
-            a shard directory or URL from ``fastprep.pack --format wds`` (:class:`ShardDataset`),
-            or a ``Dataset`` of ``(uint8 [3, H, W], int)`` used as is (processes engine).
+        source: one of (``docs/sources.md``)
+
+            * a folder of images, class folders or flat (:class:`JpegFolder`), or a sequence of
+              image paths (:class:`JpegDataset`);
+            * a shard directory or URL from ``fastprep.pack --format wds`` (its manifest
+              ``fastprep-shards.json``: :class:`ShardDataset`);
+            * WebDataset tars written by other tools (:class:`TarDataset`, see
+              :func:`is_tar_source`): a folder holding ``.tar`` files and no sub-folders, a
+              brace pattern (``"train-{000000..000146}.tar"``), or a list of ``.tar`` paths;
+            * an ``s3://`` URL of any of these (a class-folder: :class:`ObjectFolder`), or a
+              brace pattern or list of ``s3://`` tar URLs in one bucket;
+            * a ``Dataset`` of ``(uint8 [3, H, W], int)`` used as is (processes engine).
         batch_size, shuffle: as ``DataLoader``'s.
         num_workers: processes: ``DataLoader`` workers (default 2); threads: native decode
             threads (default: the CPUs this process may use). 0: all in the consumer's thread.
@@ -401,6 +411,8 @@ def _new_dataset(source, recipe, transform, seed, on_error, decode: DecodeOption
     kwargs = dict(max_pixels=decode.max_pixels, jpeg_only=rest.get("jpeg_only", False),
                   apply_exif_orientation=rest.get("apply_exif_orientation", False), seed=seed)
     storage = rest.get("storage")
+    if is_tar_source(source, storage=storage):
+        return TarDataset(source, transform=transform, on_error=on_error, storage=storage, **kwargs)
     if is_object_url(source):
         if is_shard_dir(source, storage=storage):
             return ShardDataset(source, transform=transform, on_error=on_error, storage=storage, **kwargs)

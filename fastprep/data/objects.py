@@ -329,13 +329,32 @@ class ObjectStore:
             FileNotFoundError: the bucket does not exist (the URL is named).
             OSError: the listing failed after the retries.
         """
+        return [(name, size) for name, size, _ in self.list_versions()]
+
+    def list_versions(self, limit: int | None = None) -> list[tuple[str, int, str]]:
+        """:meth:`listing` with each object's version tag: ``(name, size, tag)``, the tag
+        its ``ETag`` as the listing gives it (``"etag:..."``), or its last-modified time
+        (``"modified:<ISO 8601>"``) where the server lists no ETag.
+
+        Args:
+            limit: stop after the page holding the ``limit``-th object (``None``: all).
+
+        Raises:
+            FileNotFoundError: the bucket does not exist (the URL is named).
+            OSError: the listing failed after the retries.
+        """
         client = self.client()
-        out: list[tuple[str, int]] = []
+        out: list[tuple[str, int, str]] = []
         try:
             for page in client.obstore.list(client.store, chunk_size=1000):
-                out += [(meta["path"], int(meta["size"])) for meta in page]
+                for meta in page:
+                    etag, modified = meta.get("e_tag"), meta.get("last_modified")
+                    tag = f"etag:{etag}" if etag else f"modified:{modified.isoformat() if modified else ''}"
+                    out.append((meta["path"], int(meta["size"]), tag))
                 with self._lock:
                     self._counts["requests"] += 1
+                if limit is not None and len(out) >= limit:
+                    break
         except Exception as e:
             if "NoSuchBucket" in str(e):
                 raise FileNotFoundError(f"bucket {self.bucket!r} does not exist: cannot list {self.url!r}") from None
