@@ -270,6 +270,35 @@ class TestCompiledCompose:
         order = list(loader.sampler)
         assert_same(list(it), reference(ds, order, 3))
 
+    @pytest.mark.parametrize("views", [(TRAIN, TRAIN), (TRAIN_V2, TRAIN_V2, TRAIN_V2),
+                                       (TRAIN, T.Compose([T.Resize(40), T.CenterCrop(36), T.ToTensor()]))],
+                             ids=["two-v1", "three-v2", "v1-crop-and-center"])
+    def test_several_compiled_composes_run_as_one_multiview(self, root, views):
+        """A SimCLR-style class: each view a whole compiled Compose of the untouched image, drawn
+        one after the other (a MultiViewPipeline of theirs)."""
+        ds = ImageFolder(root, lambda img: [v(img) for v in views])
+        loader = DataLoader(ds, batch_size=3, shuffle=True, num_workers=2, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        with open(ds.samples[0][0], "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        assert loader._thread_loader.pipeline.plan(data, key=3).native is not None
+        it = iter(loader)
+        order = list(loader.sampler)
+        assert_same(list(it), reference(ds, order, 3))
+
+    def test_compiled_views_out_of_call_order_are_traced(self, root):
+        def swapped(img):
+            first = TRAIN(img)
+            second = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)])(img)
+            return [second, first]
+
+        ds = ImageFolder(root, swapped)
+        loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+        with open(ds.samples[0][0], "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        assert loader._thread_loader.pipeline.plan(data, key=3).native is None
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 3))
+
     def test_compose_output_computed_on_is_traced(self, root):
         ds = ImageFolder(root, T.Compose([T.Lambda(lambda im: TRAIN(im)), T.Normalize((0.1,) * 3, (2.0,) * 3)]))
         loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)

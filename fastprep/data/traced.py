@@ -85,6 +85,7 @@ class _CompiledComposes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: dict[int, tuple[Any, Any]] = {}
+        self._multi: dict[tuple, tuple[tuple, Any]] = {}
 
     def get(self, compose: Any):
         entry = self._known.get(id(compose))
@@ -107,6 +108,24 @@ class _CompiledComposes:
         with self._lock:
             self._known[id(compose)] = (compose, pipe)
         return pipe
+
+    def multi(self, pipes: list):
+        """The :class:`MultiViewPipeline` of these compiled Composes' pipelines, in this order
+        (kept while they are); PixelRead where they cannot share a sample's decode."""
+        key = tuple(id(p) for p in pipes)
+        entry = self._multi.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], pipes)):
+            return entry[1]
+        from .native import MultiViewPipeline
+
+        try:
+            multi = MultiViewPipeline(tuple(p.transform for p in pipes), list(pipes))
+        except Unsupported as e:
+            raise PixelRead(f"the compiled Composes cannot share a decode: {e}") from None
+        with self._lock:
+            if len(self._multi) < _MAX_COMPOSES:
+                self._multi[key] = (tuple(pipes), multi)
+        return multi
 
 
 #: at most this many Composes are compiled and kept (a transform that makes a new Compose per
@@ -782,11 +801,12 @@ class TracedPipeline:
         for members in groups.values():
             pipe = plans[members[0]].compiled
             whole = len(members) == len(datas)
-            target = outs[0] if whole else outs[0].new_empty((len(members), *outs[0].shape[1:]))
-            results = pipe.run([datas[j] for j in members], [plans[j].native for j in members], target,
-                               num_threads=threads)
+            targets = outs if whole else [o.new_empty((len(members), *o.shape[1:])) for o in outs]
+            results = pipe.run([datas[j] for j in members], [plans[j].native for j in members],
+                               targets if len(outs) > 1 else targets[0], num_threads=threads)
             if not whole:
-                outs[0][members] = target
+                for o, t in zip(outs, targets):
+                    o[members] = t
             done.update(zip(members, results))
         return done
 
@@ -846,14 +866,20 @@ def _probe(transform: Any, width: int, height: int, key: int) -> tuple[list[Lazy
 
 
 def _compiled_view(views: list[LazyTensor]):
-    """The native pipeline of a trace whose one view is a compiled Compose's answer (no tensor
-    steps after it), else ``None``; a compiled answer used any other way raises PixelRead."""
+    """The native pipeline of a trace whose views are all compiled Composes' answers, returned
+    in the order the Composes were called and not computed on: the Compose's
+    :class:`NativePipeline` for one view, a :class:`MultiViewPipeline` of theirs for several
+    (its views draw one after the other from the sample's key, as the calls did). ``None``
+    when no view is a compiled answer; PixelRead when some are and the rest is not so."""
     marked = [v for v in views if v.image.ops[:1] and v.image.ops[0][0] == "compiled"]
     if not marked:
         return None
-    if len(views) != 1 or views[0].steps:
-        raise PixelRead("a compiled Compose's output is one view of several, or computed on")
-    return views[0].image.ops[0][1]
+    if len(marked) != len(views) or any(v.steps for v in views) \
+            or [v.image.ops[0][2] for v in views] != list(range(len(views))):
+        raise PixelRead("a compiled Compose's output is computed on, or mixed with other views, or out of call "
+                        "order")
+    pipes = [v.image.ops[0][1] for v in views]
+    return pipes[0] if len(pipes) == 1 else _COMPOSES.multi(pipes)
 
 
 def _trace(transform: Any, width: int, height: int, key: int,
@@ -864,6 +890,7 @@ def _trace(transform: Any, width: int, height: int, key: int,
     a stand-in view marked ``("compiled", pipeline)`` and seals the sample's torch generator
     (a later draw raises: the Compose's draws were not made here)."""
     source = object()
+    answered: list = []
 
     def answer(compose, image: LazyImage):
         if image.trace_source is not source or image.ops or image.mode != "RGB" \
@@ -875,7 +902,9 @@ def _trace(transform: Any, width: int, height: int, key: int,
         seal_private_generator("a torch draw after a natively planned Compose")
         height, width = pipe.size
         mode = "L" if pipe.channels == 1 else "RGB"
-        return LazyTensor(LazyImage(mode, (width, height), source, (("compiled", pipe),)), pipe.float_output)
+        answered.append(pipe)
+        marker = ("compiled", pipe, len(answered) - 1)
+        return LazyTensor(LazyImage(mode, (width, height), source, (marker,)), pipe.float_output)
 
     with keyed_sample_rng(key), (composes_answered(answer) if compiled else contextlib.nullcontext()):
         result = transform(LazyImage("RGB", (width, height), source))
