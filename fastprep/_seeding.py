@@ -311,24 +311,10 @@ def keyed_sample_rng(key: int) -> Iterator[None]:
     Raises:
         RngBusy: another thread's :func:`sample_rng` block held the lock for
             :data:`RNG_LOCK_TIMEOUT_S` (at once while that same block still holds it)."""
-    if getattr(_thread_state, "held", False):  # inside held_process_rngs: saved and restored there
+    with held_process_rngs():  # the lock, and the states saved and restored (unless a batch holds them)
         _seed_process_rngs(key)
         with keyed_thread_rng(key):
             yield
-        return
-    _acquire_process_rngs()
-    try:
-        python_state = random.getstate()
-        numpy_state = np.random.get_state()
-        try:
-            _seed_process_rngs(key)
-            with keyed_thread_rng(key):
-                yield
-        finally:
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)
-    finally:
-        _PROCESS_RNG_LOCK.release()
 
 
 # Every torch function (and Tensor method) that draws from a generator and takes ``generator=``.

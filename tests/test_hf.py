@@ -13,11 +13,11 @@ import pytest
 import torch
 import torchvision.transforms as T
 from PIL import Image
-from torch.utils.data import default_collate
 
 from conftest import make_jpeg
+from test_dataloader import reference as dataloader_reference
 from fastprep.bench.synthetic import photo_like
-from fastprep.data import DataLoader, sample_rng
+from fastprep.data import DataLoader
 
 datasets = pytest.importorskip("datasets")
 
@@ -74,14 +74,8 @@ def labels_transform(batch):
 
 
 def reference(ds, order, batch_size, epoch=0):
-    out = []
-    for start in range(0, len(order), batch_size):
-        samples = []
-        for i in order[start:start + batch_size]:
-            with sample_rng(SEED, epoch, i):
-                samples.append(ds[i])
-        out.append(default_collate(samples))
-    return out
+    """default_collate of the dataset's own samples under sample_rng (test_dataloader's)."""
+    return dataloader_reference(ds, order, batch_size, seed=SEED, epoch=epoch)
 
 
 def assert_same(got, want):
