@@ -4,9 +4,13 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "exit_gate.h"
 #include "isa.h"
 #include "jpeg/jpeg_decoder.h"
 #include "jpeg/jpeg_info.h"
@@ -97,6 +101,55 @@ TORCH_LIBRARY(fastprep, m) {
       "Generator? generator=None) -> (Tensor, Tensor, Tensor[], Tensor, Tensor, Tensor)");
 }
 
+// ---------------------------------------------------------------- the exit gate (exit_gate.h)
+
+namespace fastprep {
+namespace {
+std::atomic<bool> g_exiting{false};
+std::atomic<int64_t> g_ops_in_flight{0};
+std::thread::id g_exit_thread;  // the thread that closed the gate (runs atexit; never parked)
+
+// Whether the calling thread is one the gate parks: any but the one running the exit.
+bool parks_here() { return exiting() && std::this_thread::get_id() != g_exit_thread; }
+}  // namespace
+
+bool exiting() { return g_exiting.load(std::memory_order_acquire); }
+
+void park_thread() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
+}
+
+ExitGate::ExitGate() {
+  if (parks_here()) park_thread();
+  g_ops_in_flight.fetch_add(1, std::memory_order_acq_rel);
+}
+
+ExitGate::~ExitGate() {
+  g_ops_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  if (parks_here()) park_thread();
+}
+
+}  // namespace fastprep
+
+// close_exit_gate() -> int: from now on an op that starts or ends in another thread than this
+// one parks that thread (this one goes on running atexit handlers and finalizers); waits
+// (without the GIL) up to 200 ms for the ops in flight to end, then 2 ms for the threads they
+// ran on to take the GIL back. Returns the ops still in flight (they park when they end).
+static PyObject* close_exit_gate(PyObject*, PyObject*) {
+  if (fastprep::exiting()) return PyLong_FromLong(0);
+  fastprep::g_exit_thread = std::this_thread::get_id();
+  fastprep::g_exiting.store(true, std::memory_order_release);
+  int64_t left = 0;
+  Py_BEGIN_ALLOW_THREADS
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while ((left = fastprep::g_ops_in_flight.load(std::memory_order_acquire)) > 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLongLong(left);
+}
+
 // take_warning() -> str | None: the pending libjpeg warning of this thread, cleared.
 static PyObject* take_warning(PyObject*, PyObject*) {
   std::string& pending = fastprep::thread_warning();
@@ -166,6 +219,8 @@ static PyMethodDef methods[] = {
      "This thread's (restart-interval ROI decodes taken, eligible files that fell back)."},
     {"interval_index_stats", interval_index_stats, METH_NOARGS,
      "This thread's (ROI decodes that used the interval index, files whose index was rejected)."},
+    {"close_exit_gate", close_exit_gate, METH_NOARGS,
+     "At interpreter exit: ops that start or end from now on park their threads (csrc/exit_gate.h)."},
     {"native_isa", native_isa, METH_O, "The C++ kernels' variant: -1 reads, 0 baseline, 1 AVX2 selects."},
     {nullptr, nullptr, 0, nullptr}};
 

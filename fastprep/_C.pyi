@@ -10,6 +10,10 @@ libjpeg_turbo_version: str
 jpeg_info_fields: tuple[str, ...]
 """Names of the fields of ``torch.ops.fastprep.jpeg_info``'s result, in order (csrc/jpeg_info.h)."""
 
+def close_exit_gate() -> int:
+    """At interpreter exit (registered with ``atexit``): ops that start or end in another
+    thread from now on park it (csrc/exit_gate.h); the ops still in flight after 200 ms."""
+
 def take_warning() -> str | None:
     """The calling thread's pending libjpeg warning, cleared; ``None`` when there is none."""
 

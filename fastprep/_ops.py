@@ -1,6 +1,7 @@
 """Loads the compiled extension (``torch.ops.fastprep.*``) and registers fake kernels so
 ``torch.compile`` can trace functions that call the ops."""
 
+import atexit
 from typing import NamedTuple
 
 import torch
@@ -11,6 +12,11 @@ from ._kernels import isa as _isa  # noqa: F401  (applies FASTPREP_ISA to the co
 MODE_UNCHANGED, MODE_GRAY, MODE_RGB, MODE_YCBCR = 0, 1, 3, 4
 
 libjpeg_turbo_version = _C.libjpeg_turbo_version
+
+# At exit, an op returning in a daemon thread (the prefetcher, the object-store read-ahead) would
+# meet CPython's end of that thread inside torch's GIL guard and abort the process: from here
+# on such ops park their threads instead (csrc/exit_gate.h).
+atexit.register(_C.close_exit_gate)
 
 
 class JpegHeader(NamedTuple):

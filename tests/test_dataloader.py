@@ -151,7 +151,7 @@ class TestImageFolder:
         assert loader.engine == "threads", loader.engine_reason
         assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
 
-    def test_callable_object_runs_literally(self, root):
+    def test_callable_object_is_traced(self, root):
         class Preset:  # torchvision's references/classification/presets.py shape
             def __init__(self):
                 self.transforms = v2_float()
@@ -161,7 +161,22 @@ class TestImageFolder:
 
         ds = ImageFolder(root, Preset())
         loader = DataLoader(ds, batch_size=6, seed=SEED)
+        assert loader.engine == "threads", loader.engine_reason
+        assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
+
+    def test_callable_object_reading_pixels_runs_literally(self, root):
+        class Preset:
+            def __init__(self):
+                self.transforms = v2_float()
+
+            def __call__(self, img):
+                brightness = float(np.asarray(img).mean()) / 255
+                return self.transforms(img) + brightness
+
+        ds = ImageFolder(root, Preset())
+        loader = DataLoader(ds, batch_size=6, seed=SEED)
         assert loader.engine == "processes" and "a Preset, a callable" in loader.engine_reason
+        assert "reads the image's pixels" in loader.engine_reason
         assert_batches_equal(list(loader), reference(ds, list(range(len(ds))), 6))
 
     def test_shuffle_drop_last_len(self, root):

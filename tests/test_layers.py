@@ -31,7 +31,7 @@ TOOLING = ("bench", "fuzz", "ci", "examples")
 LAYERS: dict[str, set[str]] = {
     # compiled code, its Python glue, and private helpers shared by every layer
     "leaves": {"_C", "_ops", "_kernels", "_threads", "_platform", "_seeding",
-               "_checks", "_layout", "_progress"},
+               "_checks", "_layout", "_progress", "_cache"},
     # JPEG decode and the resize op
     "decode": {"io", "resize"},
     # tensor kernels on decoded images

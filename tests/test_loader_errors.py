@@ -330,3 +330,51 @@ def test_pack_summary_names_the_files_it_copied(tmp_path):
     text = format_summary(summary, max_listed=2)
     assert "copied unchanged (shards: stored as they are) (3):\n  a/b.png: not a JPEG\n  a/c.gif: not a JPEG\n" \
            "  ... and 1 more" in text
+
+
+# ------------------------------------------------------------------ interpreter exit
+
+
+def _run_script(path, text):
+    import subprocess
+    import sys
+
+    path.write_text(text)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_exit_mid_epoch_is_quiet(tmp_path):
+    """A threads-engine loader left mid-epoch, its prefetcher decoding in a daemon thread: the
+    interpreter exits with status 0 and nothing on stderr (the engine stops its threads at
+    exit; an op that still ends after that is parked by the exit gate, csrc/exit_gate.h)."""
+    folder = tmp_path / "imgs" / "a"
+    folder.mkdir(parents=True)
+    big = make_jpeg("420", 1536, 2048)  # batches that take long enough to be mid-decode at exit
+    for i in range(48):
+        (folder / f"{i}.jpg").write_bytes(big)
+    code = (
+        "import fastprep.data as D\n"
+        f"loader = D.make_loader({str(tmp_path / 'imgs')!r}, batch_size=16, num_workers=1, device='cpu', seed=0)\n"
+        "it = iter(loader)\n"
+        "next(it)\n"
+        "print('leaving', flush=True)\n")
+    for _ in range(3):  # the abort was a race: give it a few chances
+        assert _run_script(tmp_path / "left.py", code) == (0, "leaving\n", "")
+
+
+def test_exit_handlers_after_the_gate_still_run_ops(tmp_path):
+    """The exit gate parks other threads' ops, never the exiting thread's: an atexit handler
+    registered before fastprep was imported (so run after its gate closes) still decodes."""
+    jpeg = tmp_path / "x.jpg"
+    jpeg.write_bytes(make_jpeg("420", 40, 60))
+    code = (
+        "import atexit\n"
+        "def last():\n"
+        "    from fastprep import io as fio\n"
+        f"    image = fio.decode_jpeg(fio.read_file({str(jpeg)!r}))\n"
+        "    print('decoded', tuple(image.shape), flush=True)\n"
+        "atexit.register(last)\n"
+        "import fastprep.io\n"
+        "print('leaving', flush=True)\n")
+    assert _run_script(tmp_path / "late.py", code) == (0, "leaving\ndecoded (3, 40, 60)\n", "")

@@ -2,7 +2,7 @@
 JpegDataset.read_encoded_batch): the threads engine's readers in two native calls per batch.
 The reference is the per-sample Python path they replace: NativePipeline.plan (whose draws
 tests/test_native.py checks against the transforms themselves), the dataset's
-fallback_reason, and datasets._read_regular_file."""
+fallback_reason, and fastprep.data._files.read_regular_file."""
 
 import io
 import os
@@ -18,7 +18,7 @@ from torchvision.transforms import v2
 import fastprep.io as fio
 from conftest import make_jpeg
 from fastprep.data import JpegDataset, default_transform
-from fastprep.data import datasets as D
+from fastprep.data._files import read_regular_file
 from fastprep.data import fallback as fb
 from fastprep.data.native import NativePipeline, PlanRef
 from fastprep.transforms import (
@@ -204,7 +204,7 @@ def test_bad_arguments():
 
 def _python_read(path):
     try:
-        return D._read_regular_file(path)
+        return read_regular_file(path)
     except OSError as e:
         return e
 

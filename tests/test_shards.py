@@ -564,7 +564,7 @@ class TestPins:
 
         opened = []
         for method in ("open", "read_range"):
-            monkeypatch.setattr(module._Storage, method, lambda self, name, *a, **k: opened.append(name))
+            monkeypatch.setattr(module.Storage, method, lambda self, name, *a, **k: opened.append(name))
         assert len(D.ShardDataset(dst)) == 9 and opened == []
 
     def test_digest_covers_every_column(self):
@@ -941,7 +941,7 @@ class TestBatchRead:
 
 
 class TestReadTarMembers:
-    """The native header check against ``shards._check_header`` on real tar headers (GNU,
+    """The native header check against ``shards.check_header`` on real tar headers (GNU,
     PAX and ustar with a prefix) and under random damage."""
 
     def _tar(self, path, fmt, names):
@@ -962,7 +962,7 @@ class TestReadTarMembers:
 
     @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
     def test_headers(self, tmp_path, fmt):
-        from fastprep.data.shards import _check_header
+        from fastprep.data.shards import check_header
 
         names = ["a.jpg", "dir/sub/b.jpg", "p" * 60 + "/" + "q" * 90 + ".jpg", "x" * 98 + ".j", ""]
         names = [n for n in names if n] + (["caf\u00e9.jpg", "r" * 120 + ".jpg"] if fmt != tarfile.USTAR_FORMAT else [])
@@ -986,7 +986,7 @@ class TestReadTarMembers:
             shard = tmp_path / f"case{k}.tar"
             shard.write_bytes(data)
             datas_out, codes = torch.ops.fastprep.read_tar_members([str(shard)], [offset], [size], [member])
-            python_ok = _check_header(data[offset - 512:offset], member or "\u00e9", size) is None
+            python_ok = check_header(data[offset - 512:offset], member or "\u00e9", size) is None
             assert (codes.tolist() == [0]) == python_ok, (k, member, offset, size)
             if python_ok:
                 accepted += 1
@@ -1012,10 +1012,10 @@ class TestReadTarMembers:
 
 
 def test_header_checksum_signed_and_unsigned():
-    """``_check_header``'s checksum verdict against the standard library's (``tarfile``'s
+    """``check_header``'s checksum verdict against the standard library's (``tarfile``'s
     ``calc_chksums``: the unsigned and the signed sums): headers with bytes above 127, each
     checksum field written as the unsigned sum, the signed sum, and a wrong one."""
-    from fastprep.data.shards import _check_header
+    from fastprep.data.shards import check_header
 
     rng = np.random.default_rng(11)
     for k in range(60):
@@ -1025,5 +1025,5 @@ def test_header_checksum_signed_and_unsigned():
         unsigned, signed = tarfile.calc_chksums(bytes(header))
         for stored in (unsigned, signed, signed - 1 if k % 2 else unsigned + 3):
             header[148:156] = b"%06o\0 " % stored
-            verdict = _check_header(bytes(header), "", 7)
+            verdict = check_header(bytes(header), "", 7)
             assert (verdict != "checksum") == (stored in tarfile.calc_chksums(bytes(header))), (k, stored)

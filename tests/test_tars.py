@@ -389,14 +389,14 @@ class TestCache:
 
     def test_cache_folder_when_the_data_is_read_only(self, copy, monkeypatch, cache_dir):
         scanned = _count_scans(monkeypatch)
-        real = T._write_atomic
+        real = T.write_atomic
 
         def write(path, data):  # what a read-only folder does (even to root, who could write there)
             if str(copy) in path:
                 return False
             return real(path, data)
 
-        monkeypatch.setattr(T, "_write_atomic", write)
+        monkeypatch.setattr(T, "write_atomic", write)
         os.chmod(copy, stat.S_IRUSR | stat.S_IXUSR)
         try:
             first = D.TarDataset(copy)

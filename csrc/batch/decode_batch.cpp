@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "exit_gate.h"
 #include "jpeg/decode_jpeg_roi.h"
 #include "jpeg/jpeg_decoder.h"
 #if defined(__linux__)
@@ -1077,6 +1078,7 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const std::vector<at::Tensor>& d
                                                 const at::Tensor& fills, at::TensorList outs,
                                                 int64_t decode_channels, int64_t mode, int64_t max_pixels, bool strict,
                                                 int64_t max_scans, const at::Tensor& converts, int64_t num_threads) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   const int64_t V = (int64_t)outs.size();
   TORCH_CHECK_VALUE(V >= 1, "decode_batch: outs must hold one output per view, got none");
   const int64_t N = outs[0].dim() == 4 ? outs[0].size(0) : -1;

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "exit_gate.h"
 #include "batch/plan.h"
 #include "jpeg/jpeg_ops.h"
 #include "ops/native_draw.h"
@@ -314,6 +315,7 @@ std::tuple<at::Tensor, at::Tensor, std::vector<at::Tensor>, at::Tensor, at::Tens
     const std::vector<int64_t>& num_roots, const std::vector<int64_t>& num_float_roots,
     const std::vector<int64_t>& dct_scales, int64_t max_pixels, bool exif, bool whole_file,
     const std::optional<at::Generator>& generator) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   const int64_t N = (int64_t)data.size();
   const std::vector<ViewInputs> views = view_inputs(specs, nodes, ints, floats, num_roots, num_float_roots);
   const int64_t V = (int64_t)views.size();

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "exit_gate.h"
 #include "jpeg/decode_jpeg_roi.h"
 #include "jpeg/jpeg_ops.h"
 #include "jpeg/restart_index.h"
@@ -94,6 +95,7 @@ void decode_roi_into(const Decoder& dec, const fp_info& info, const uint8_t* byt
 at::Tensor decode_jpeg_roi(const at::Tensor& data, int64_t top, int64_t left, int64_t height,
                            int64_t width, int64_t mode, int64_t max_pixels, bool strict,
                            int64_t scale_num, int64_t max_scans, bool channels_last) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   check_data(data);
   check_mode(mode);
   check_scale(scale_num);

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "exit_gate.h"
 #include "jpeg/jpeg_ops.h"
 #include "jpeg/jpeg_transcoder.h"
 #include "jpeg/restart_index.h"
@@ -13,6 +14,7 @@ namespace fastprep {
 
 at::Tensor transcode_jpeg(const at::Tensor& data, int64_t restart_interval, bool optimize,
                           bool keep_metadata, int64_t max_pixels, bool interval_index) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   check_data(data);
   TORCH_CHECK_VALUE(restart_interval >= -1 && restart_interval <= 65535,
                     "restart_interval must be in [0, 65535] MCUs or -1 (automatic), got ",

@@ -1,6 +1,7 @@
 // Draw programs (native_draw.h): the registry of node draws, the torch draws, and the
 // containers' draws (v2 Compose is flattened by the compiler; RandomApply, RandomChoice and
 // RandomOrder are nodes with children).
+#include "exit_gate.h"
 #include "ops/native_draw.h"
 
 #include <ATen/core/DistributionsHelper.h>
@@ -272,6 +273,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>> native_draws(const at::Tensor& n
 
 // apply_pixel_steps(image [C, H, W], steps bytes, extras): the steps run in order on a copy.
 at::Tensor apply_pixel_steps(const at::Tensor& image, const at::Tensor& steps, const std::vector<at::Tensor>& extras) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   TORCH_CHECK_VALUE(image.dim() == 3 && image.device().is_cpu(), "image must be a [C, H, W] CPU tensor");
   TORCH_CHECK_TYPE(image.scalar_type() == at::kByte || image.scalar_type() == at::kFloat,
                    "image must be uint8 or float32, got ", image.scalar_type());

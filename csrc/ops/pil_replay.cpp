@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "exit_gate.h"
 #include "isa.h"
 #include "jpeg/jpeg_decoder.h"
 #include "ops/pil_resample.h"
@@ -166,6 +167,7 @@ void pil_replay_views(const std::vector<at::Tensor>& images, at::IntArrayRef res
                       const std::vector<at::Tensor>& steps, const std::vector<at::Tensor>& extras,
                       const std::vector<at::Tensor>& outs, at::IntArrayRef scales, at::ArrayRef<double> means,
                       at::ArrayRef<double> stds, at::IntArrayRef norm_counts) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   const size_t V = images.size();
   TORCH_CHECK_VALUE(resizes.size() == 4 * V && steps.size() == V && outs.size() == V && scales.size() == V &&
                         norm_counts.size() == V,

@@ -1,6 +1,7 @@
 // The pixel-kernel registry (pixel_kernel.h): registration, the proof of fast kernels, and the
 // ops that expose single kernels to Python (torch.ops.fastprep.apply_pixel_kernel,
 // pixel_kernel_info) for fastprep.functional and the tests.
+#include "exit_gate.h"
 #include "ops/pixel_kernel.h"
 
 #include <c10/util/ParallelGuard.h>
@@ -212,6 +213,7 @@ PixelStep make_step(int64_t id, const std::vector<int64_t>& ints, const std::vec
 at::Tensor apply_pixel_kernel(const at::Tensor& image, const std::string& name, const std::vector<int64_t>& ints,
                               const std::vector<double>& floats, int64_t variant,
                               const std::optional<std::vector<at::Tensor>>& extras, int64_t extra) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   TORCH_CHECK_VALUE(image.dim() == 3 && image.device().is_cpu(), "image must be a [C, H, W] CPU tensor, got shape ",
                     image.sizes(), " on ", image.device());
   TORCH_CHECK_TYPE(image.scalar_type() == at::kByte || image.scalar_type() == at::kFloat,

@@ -27,6 +27,7 @@
 
 #include <immintrin.h>
 
+#include "exit_gate.h"
 #include "ops/resize_aa.h"
 
 #include "isa.h"
@@ -706,6 +707,7 @@ static void check_group(c10::ArrayRef<int64_t> values, size_t expected, const ch
 at::Tensor resize_aa(const at::Tensor& image, at::IntArrayRef full_out, at::IntArrayRef out_window,
                      at::IntArrayRef full_in, at::IntArrayRef in_origin, at::ArrayRef<double> scale, bool antialias,
                      bool hflip, int64_t filter) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   check_group(full_out, 2, "full_out", "height, width");
   check_group(out_window, 4, "out_window", "top, left, height, width");
   check_group(full_in, 2, "full_in", "height, width");

@@ -37,6 +37,8 @@
 #include <tuple>
 #include <vector>
 
+#include "exit_gate.h"
+
 #ifdef FASTPREP_HAVE_OPENSSL
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -316,9 +318,12 @@ class Batch {
     }
     for (size_t k = 0; k < conns_.size(); k++) start_next(k);
     std::vector<epoll_event> events(conns_.size());
-    while (done_ < n_) {
+    // Woken at least every 50 ms to see whether the interpreter is exiting (exit_gate.h): then the
+    // requests left fail at once and the call ends (its thread parks) instead of running on into
+    // the process's teardown.
+    while (done_ < n_ && !exiting()) {
       auto now = std::chrono::steady_clock::now();
-      auto wait = std::chrono::milliseconds(1000);
+      auto wait = std::chrono::milliseconds(50);
       for (size_t k = 0; k < conns_.size(); k++) {
         if (conns_[k].request < 0) continue;
         if (conns_[k].deadline <= now) {
@@ -337,8 +342,9 @@ class Batch {
         if (conns_[k].request >= 0) step(k, events[e].events);
       }
     }
-    for (int64_t i = 0; i < n_; i++)  // unreachable unless epoll_wait itself failed
-      if (!bodies_[i].defined()) fail_request(i, kConnect, "epoll_wait: " + std::string(strerror(errno)));
+    const std::string why = exiting() ? "the interpreter is exiting" : "epoll_wait: " + std::string(strerror(errno));
+    for (int64_t i = 0; i < n_; i++)  // reached on exit, or where epoll_wait itself failed
+      if (!bodies_[i].defined()) fail_request(i, kConnect, why);
   }
 
   std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Tensor, at::Tensor> result() {
@@ -896,6 +902,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor, std::vector<std::string>, at::Te
     const std::string& host, int64_t port, const std::vector<std::string>& heads, int64_t concurrency,
     double timeout_s, int64_t max_body, bool tls, const std::string& server_name, const std::string& ca_file,
     const std::string& tunnel) {
+  const ExitGate gate;  // ends park their thread at interpreter exit (exit_gate.h)
   TORCH_CHECK(port > 0 && port < 65536, "http_get: port must be in [1, 65535], got ", port);
   TORCH_CHECK(concurrency >= 1, "http_get: concurrency must be >= 1, got ", concurrency);
   TORCH_CHECK(timeout_s > 0, "http_get: timeout_s must be > 0, got ", timeout_s);

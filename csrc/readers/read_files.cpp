@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "exit_gate.h"
 #include "readers/files.h"
 
 namespace fastprep {
@@ -90,6 +91,7 @@ int64_t read_one(const std::string& path, at::Tensor& out) {
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> read_files(const std::vector<std::string>& paths) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   const int64_t N = (int64_t)paths.size();
   std::vector<at::Tensor> datas((size_t)N);
   at::Tensor codes = at::empty({N}, at::kLong);

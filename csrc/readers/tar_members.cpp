@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "exit_gate.h"
 #include "readers/files.h"
 
 namespace fastprep {
@@ -100,6 +101,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> read_tar_members(const std::vect
                                                                  const std::vector<int64_t>& offsets,
                                                                  const std::vector<int64_t>& sizes,
                                                                  const std::vector<std::string>& members) {
+  const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
   const int64_t N = (int64_t)shards.size();
   TORCH_CHECK(offsets.size() == shards.size() && sizes.size() == shards.size() && members.size() == shards.size(),
               "read_tar_members: shards, offsets, sizes and members must have the same length, got ", N, ", ",

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import stat
 
+import numpy as np
+import torch
+
 
 class NotRegularFileError(OSError):
     """The path names a FIFO, a directory, a device or a socket, not a regular file."""
@@ -53,3 +56,17 @@ def read_regular(path: str) -> bytes:
     """The bytes of the regular file ``path`` (refused as :func:`open_regular` says)."""
     with os.fdopen(open_regular(path), "rb") as f:
         return f.read()
+
+
+def read_regular_file(path: str) -> torch.Tensor:
+    """The bytes of a regular file as a uint8 1-D tensor.
+
+    A FIFO, device, socket or directory is refused before it is opened (``stat``), and
+    again after (``fstat`` on a non-blocking descriptor, against a swap in between), so a
+    FIFO named ``x.jpg`` can never block a worker.
+
+    Raises:
+        OSError: the path cannot be read or is not a regular file.
+    """
+    with os.fdopen(open_regular(path), "rb") as f:
+        return torch.from_numpy(np.fromfile(f, dtype=np.uint8))

@@ -10,7 +10,6 @@ import stat
 import warnings
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
@@ -20,7 +19,7 @@ from .._checks import is_int
 from .._seeding import check_seed, sample_rng
 from . import fallback as _fb
 from ._files import file_kind as _file_kind
-from ._files import open_regular
+from ._files import read_regular_file
 
 __all__ = ["FolderListing", "JpegDataset", "JpegFolder", "SkippedFile", "folder_extensions", "list_folder_keys",
            "substitute_index"]
@@ -272,7 +271,7 @@ class JpegDataset(Dataset):
         ``OSError`` (or :class:`fastprep.io.DecodeError`) when the bytes cannot be read.
         """
         path = self.files[index]
-        return _read_regular_file(path), path
+        return read_regular_file(path), path
 
     def read_encoded_batch(self, indices) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded` for several samples: per index ``(bytes, name)``, or
@@ -496,27 +495,13 @@ def _is_regular_file(path: str) -> bool:
         return False
 
 
-def _read_regular_file(path: str) -> torch.Tensor:
-    """The bytes of a regular file as a uint8 1-D tensor.
-
-    A FIFO, device, socket or directory is refused before it is opened (``stat``), and
-    again after (``fstat`` on a non-blocking descriptor, against a swap in between), so a
-    FIFO named ``x.jpg`` can never block a worker.
-
-    Raises:
-        OSError: the path cannot be read or is not a regular file.
-    """
-    with os.fdopen(open_regular(path), "rb") as f:
-        return torch.from_numpy(np.fromfile(f, dtype=np.uint8))
-
-
 # torch.ops.fastprep.read_files' codes for a path that is not a regular file
 # (csrc/readers/files.h, enum NotRegular), as the file types _file_kind names.
 _NOT_REGULAR_MODES = {-1: stat.S_IFDIR, -2: stat.S_IFIFO, -3: stat.S_IFCHR, -4: stat.S_IFBLK, -5: stat.S_IFSOCK}
 
 
 def _read_error(code: int, path: str) -> OSError:
-    """The ``OSError`` :func:`_read_regular_file` raises for ``read_files``' ``code``."""
+    """The ``OSError`` :func:`read_regular_file` raises for ``read_files``' ``code``."""
     if code < 0:
         return OSError(f"not a regular file ({_file_kind(_NOT_REGULAR_MODES.get(code, 0))})")
     return OSError(code, os.strerror(code), path)

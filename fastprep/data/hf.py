@@ -50,7 +50,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from .datasets import JpegDataset, _read_regular_file
+from ._files import read_regular_file
+from .datasets import JpegDataset
 from .fallback import exif_orientation
 from .sources import NoFileSource
 
@@ -242,7 +243,7 @@ class HFImages(JpegDataset):
         name = self.files[index]
         if not self._valid[index]:
             path = self._path_chunks[int(self._chunk[index])][int(self._local[index])].as_py()
-            return _read_regular_file(path), path
+            return read_regular_file(path), path
         start, length = int(self._start[index]), int(self._length[index])
         return self._buffers[int(self._chunk[index])][start:start + length], name
 

@@ -280,24 +280,29 @@ def make_loader(source, *, batch_size: int = 64, num_workers: int | None = None,
         raise ValueError(f"sampler is an EpochSampler of size {sampler.size}; the dataset has {len(dataset)} samples")
     user_sampler = not isinstance(sampler, EpochSampler)
     sliced = distributed or (not user_sampler and sampler.world_size > 1)
-    loader: ThreadLoader | DataLoader
-    if engine == "threads":
-        fused = _fused_conversion(convert, device)
-        loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
-                              num_workers=num_workers, pin_memory=pin_memory,
-                              prefetch=rest.get("prefetch_factor") or 2, convert=fused)
-        if fused is convert:
-            convert = None
-        replay = False
-    else:
-        loader = _data_loader(dataset, sampler, batch_size, num_workers, pin_memory, rest)
-        # Samples drawing from worker processes' RNG are reproduced only by re-running them.
-        replay = user_sampler or (seed is None and num_workers > 0 and not rest.get("persistent_workers"))
+    loader, convert = _engine_loader(engine, dataset, pipeline, sampler, convert, device, batch_size=batch_size,
+                                     drop_last=drop_last, num_workers=num_workers, pin_memory=pin_memory, rest=rest)
+    # Samples drawing from worker processes' RNG are reproduced only by re-running them.
+    replay = engine != "threads" and (user_sampler or (seed is None and num_workers > 0
+                                                       and not rest.get("persistent_workers")))
     control = EpochControl(engine, loader, dataset, sampler, seed=seed, generator=rest.get("generator"),
                            distributed=sliced, replay=replay, batch_size=batch_size, num_workers=num_workers)
     prefetcher = DevicePrefetcher(loader, device, batch_transform=convert, track_epochs=True, epochs=control)
     prefetcher.engine_reason = engine_reason
     return prefetcher
+
+
+def _engine_loader(engine: str, dataset, pipeline, sampler, convert, device: torch.device, *, batch_size: int,
+                   drop_last: bool, num_workers: int, pin_memory: bool, rest: dict):
+    """``(loader, conversion)``: the ``engine``'s batch loader, and the conversion left to the
+    prefetcher (``None`` where the threads engine fuses all of it into its batch run)."""
+    if engine != "threads":
+        return _data_loader(dataset, sampler, batch_size, num_workers, pin_memory, rest), convert
+    fused = _fused_conversion(convert, device)
+    loader = ThreadLoader(dataset, pipeline, sampler, batch_size=batch_size, drop_last=drop_last,
+                          num_workers=num_workers, pin_memory=pin_memory,
+                          prefetch=rest.get("prefetch_factor") or 2, convert=fused)
+    return loader, (None if fused is convert else convert)
 
 
 def _fused_conversion(convert, device: torch.device):

@@ -75,7 +75,9 @@ def _obstore():
     return obstore, S3Store
 
 
-def _endpoint() -> str | None:
+def endpoint_url() -> str | None:
+    """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``,
+    ``AWS_ENDPOINT``, first set wins); ``None``: AWS's own."""
     for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"):
         if os.environ.get(name):
             return os.environ[name]
@@ -134,7 +136,7 @@ class _Client:
     def __init__(self, bucket: str, prefix: str, options: StorageOptions):
         obstore, S3Store = _obstore()
         self.obstore = obstore
-        endpoint = _endpoint()
+        endpoint = endpoint_url()
         timeout = timedelta(seconds=options.timeout_s)
         client_options: dict[str, Any] = {"timeout": timeout, "connect_timeout": timedelta(seconds=min(5.0,
                                                                                                      options.timeout_s)),
@@ -247,7 +249,7 @@ class ObjectStore:
                     from ._native_s3 import native_client
 
                     o = self.options
-                    got = native_client(_endpoint(), self.bucket, self.prefix, timeout_s=o.timeout_s,
+                    got = native_client(endpoint_url(), self.bucket, self.prefix, timeout_s=o.timeout_s,
                                         retries=o.retries, max_in_flight=o.max_in_flight)
                 if isinstance(got, str) and self.options.client == "native":
                     raise ValueError(f"storage.client='native' cannot read {self.url!r}: {got}")

@@ -26,10 +26,10 @@ from typing import NamedTuple
 
 from .. import _checks
 from .._cache import cache_root
-from .objects import ObjectStore, _endpoint, is_object_url, split_url
+from ._tar import BLOCK, IMAGE_EXTENSIONS, Storage, TarSamples, TarWalk, class_index, read_member, write_atomic
+from .objects import ObjectStore, endpoint_url, is_object_url, split_url
 from .options import StorageOptions
-from .shards import (_BLOCK, IMAGE_EXTENSIONS, MANIFEST_NAME, _class_index, _read_member, _Storage, _TarSamples,
-                     _TarWalk, _write_atomic, is_shard_dir)
+from .shards import MANIFEST_NAME, is_shard_dir
 
 __all__ = ["INDEX_DIR", "LeftOut", "TarDataset", "expand_braces", "is_tar_source", "tar_index_path", "webdataset_split"]
 
@@ -295,17 +295,17 @@ def _sample(fileobj, key: str, members: list[tarfile.TarInfo]) -> tuple | str:
                 f"{', '.join('.' + m.name[len(key) + 1:] for m in members)})")
     target: int | None = None
     if cls is not None:
-        text = _read_member(fileobj, cls, _CLS_LIMIT + 1)
+        text = read_member(fileobj, cls, _CLS_LIMIT + 1)
         try:
             if len(text) > _CLS_LIMIT:
                 raise ValueError
-            target = _class_index(text)
+            target = class_index(text)
         except ValueError:
             return f"{cls.name!r} is not an integer class index: {text[:20]!r}"
         if target < 0:
             return f"{cls.name!r} holds a negative class index ({target})"
     elif meta is not None and meta.size <= _JSON_LIMIT:
-        target = _json_target(_read_member(fileobj, meta, _JSON_LIMIT))
+        target = _json_target(read_member(fileobj, meta, _JSON_LIMIT))
     return image.name[len(key) + 1:], image.offset_data, image.size, target
 
 
@@ -354,7 +354,7 @@ def scan_tar(fileobj, tar: str, size: int) -> dict:
     """
     index: dict = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "tar": tar,
                    **{c: [] for c in _COLUMNS}, "bad": [], "damage": None}
-    walk = _TarWalk(fileobj, tar, split=webdataset_split, skip=_is_meta)
+    walk = TarWalk(fileobj, tar, split=webdataset_split, skip=_is_meta)
     mark = (0, 0)  # the lengths of the columns and of "bad" before the last sample
     try:
         for key, members in walk:
@@ -372,7 +372,7 @@ def scan_tar(fileobj, tar: str, size: int) -> dict:
             del index["bad"][mark[1]:]
     except ValueError as e:
         damage = _truncated(walk, size) or str(e).removeprefix(f"{tar}: ")
-        if walk.data_end <= size and walk.last is not None and walk.end + _BLOCK > size:
+        if walk.data_end <= size and walk.last is not None and walk.end + BLOCK > size:
             damage = f"truncated: {size} bytes, cut after its member {walk.last!r}"  # before the next header
         if not walk.samples:
             fileobj.seek(0)
@@ -384,7 +384,7 @@ def scan_tar(fileobj, tar: str, size: int) -> dict:
     return index
 
 
-def _tail(fileobj, walk: _TarWalk, size: int) -> str | None:
+def _tail(fileobj, walk: TarWalk, size: int) -> str | None:
     """Why the tar does not end where its headers say (``None``: it does): the last member's
     data runs past the end of the file, or what follows it is neither a header nor the
     end-of-archive blocks (``tarfile`` takes such a block for the end)."""
@@ -394,16 +394,16 @@ def _tail(fileobj, walk: _TarWalk, size: int) -> str | None:
     if walk.end >= size:
         return None  # ends after its last member, without end-of-archive blocks: complete
     fileobj.seek(walk.end)
-    block = fileobj.read(_BLOCK)
+    block = fileobj.read(BLOCK)
     if not block.strip(b"\0"):
         return None
     after = f"after member {walk.last!r}" if walk.last is not None else "at the start"
-    if len(block) < _BLOCK:
+    if len(block) < BLOCK:
         return f"truncated inside the tar header at byte {walk.end} ({after})"
     return f"damaged: the block at byte {walk.end} ({after}) is not a valid tar header"
 
 
-def _truncated(walk: _TarWalk, size: int) -> str | None:
+def _truncated(walk: TarWalk, size: int) -> str | None:
     if walk.data_end <= size:
         return None
     return f"truncated: {size} bytes, but its member {walk.last!r} ends at byte {walk.data_end}"
@@ -421,7 +421,7 @@ def tar_index_path(tar: str, *, beside: bool = True) -> str:
     if beside and not is_object_url(tar):
         folder, name = os.path.split(os.path.abspath(tar))
         return os.path.join(folder, INDEX_DIR, name + ".json")
-    ident = f"{_endpoint() or ''}\0{tar}" if is_object_url(tar) else os.path.abspath(tar)
+    ident = f"{endpoint_url() or ''}\0{tar}" if is_object_url(tar) else os.path.abspath(tar)
     return str(cache_root() / "tar-index" / (hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
                                              + ".json"))
 
@@ -459,7 +459,7 @@ def _valid_index(index: dict, stamp: dict) -> bool:
     keys, exts, offsets, sizes, targets = columns
     bad, damage = index.get("bad"), index.get("damage")
     return (all(isinstance(k, str) for k in keys + exts)
-            and all(_is_target(o) and _is_target(n) and o >= _BLOCK and o + n <= stamp["size"]
+            and all(_is_target(o) and _is_target(n) and o >= BLOCK and o + n <= stamp["size"]
                     for o, n in zip(offsets, sizes))
             and all(t is None or _is_target(t) for t in targets)
             and isinstance(bad, list) and all(isinstance(b, list) and len(b) == 2
@@ -476,7 +476,7 @@ def _store_index(locations: list[str], index: dict) -> str | None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         except OSError:
             continue
-        if _write_atomic(path, data):
+        if write_atomic(path, data):
             return path
     return None
 
@@ -496,7 +496,7 @@ class LeftOut(NamedTuple):
 # -- the dataset -----------------------------------------------------------------------
 
 
-class TarDataset(_TarSamples):
+class TarDataset(TarSamples):
     """The samples of WebDataset tars written by any tool (webdataset's ``TarWriter``,
     ``tarp``, ``tar`` itself), read with random access.
 
@@ -580,7 +580,7 @@ class TarDataset(_TarSamples):
         self.root = os.fspath(source) if isinstance(source, (str, os.PathLike)) else list(source)
         _checks.on_error(on_error)
         root, names, objects = _locate_tars(source, storage)
-        storage_ = _Storage(root, storage, noun="tar", listing=objects)
+        storage_ = Storage(root, storage, noun="tar", listing=objects)
         indexes = _indexes(storage_, names, index_workers)
         problems: list[LeftOut] = []
         for name, index in zip(names, indexes):
@@ -702,7 +702,7 @@ def _folder(source: str, storage: StorageOptions | None) -> tuple[str, list[str]
     return source, names, None
 
 
-def _indexes(storage: _Storage, names: list[str], workers: int | None) -> list[dict]:
+def _indexes(storage: Storage, names: list[str], workers: int | None) -> list[dict]:
     """The member index of each tar: cached, or scanned (in threads) and cached."""
     distinct = list(dict.fromkeys(names))
     stamps, missing = {}, []
