@@ -24,6 +24,8 @@ import tempfile
 import time
 import warnings
 
+from fastprep._platform import describe
+
 
 def make_tars(src: str, dst: str, per_tar: int) -> list[str]:
     """The JPEGs of ``src`` (sorted) as tars of ``per_tar`` samples: ``<stem>.jpg`` and
@@ -91,7 +93,7 @@ def main(argv=None) -> dict:
         cached = time.perf_counter() - start
         print(f"{len(ds)} samples in {len(urls)} tars; index: scanned in {scan * 1e3:.0f} ms, "
               f"opened from the cache in {cached * 1e3:.0f} ms")
-        print("load average before:", os.getloadavg())
+        print(describe(), "| load average before:", " ".join(f"{x:.2f}" for x in os.getloadavg()))
         runs = {
             "fastprep-tars": lambda epochs: fastprep_epoch(folder, args.batch_size, epochs),
             "fastprep-files": lambda epochs: fastprep_epoch(args.src, args.batch_size, epochs),
