@@ -20,10 +20,8 @@ import glob
 import io
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import time
 
 import torch
 import torchvision.transforms as T
@@ -32,6 +30,9 @@ from PIL import Image
 import fastprep.data as fd
 from fastprep._platform import describe
 from fastprep.bench.synthetic import photo_like
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_multicrop import compare  # noqa: E402  (the loop both scripts time)
 
 TRAIN = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                    T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
@@ -65,16 +66,6 @@ def _images(photos: str | None, count: int) -> list[bytes]:
     return out
 
 
-def _epoch(loader, limit: int) -> float:
-    start = time.perf_counter()
-    n = 0
-    for batch in loader:
-        n += batch["label"].shape[0]
-        if n >= limit:
-            break
-    return n / (time.perf_counter() - start)
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--photos", help="a folder of JPEGs (default: synthetic)")
@@ -103,19 +94,8 @@ def main(argv=None) -> dict:
         fast = fd.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
         ref = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                                           num_workers=args.workers, persistent_workers=args.workers > 0)
-        limit = len(dataset)
-        _epoch(fast, args.batch_size * 2)  # warm-up: page cache, workers
-        _epoch(ref, args.batch_size * 2)
-        ours, theirs = [], []
-        for _ in range(args.runs):
-            theirs.append(_epoch(ref, limit))
-            ours.append(_epoch(fast, limit))
-        a, b = statistics.median(ours), statistics.median(theirs)
-        print(f"torch DataLoader      {b:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in theirs)})")
-        print(f"fastprep [{fast.engine}]   {a:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in ours)})  "
-              f"{a / b:.2f}x")
-        print(f"engine_reason: {fast.engine_reason}; samples run as written: {fast.literal_samples}")
-    return {"engine": fast.engine, "fastprep_per_s": a, "torch_per_s": b, "ratio": a / b}
+        return compare(fast, ref, limit=len(dataset), warmup=args.batch_size * 2, runs=args.runs,
+                       count=lambda batch: batch["label"].shape[0])
 
 
 if __name__ == "__main__":

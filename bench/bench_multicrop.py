@@ -62,14 +62,32 @@ def _transform(name: str):
     return timm_eval(224), "timm create_transform eval"
 
 
-def _epoch(loader, limit: int) -> float:
+def _epoch(loader, limit: int, count) -> float:
+    """Samples/s of ``loader`` over its first ``limit`` samples (``count(batch)``: a batch's)."""
     start = time.perf_counter()
     n = 0
-    for _, targets in loader:
-        n += targets.shape[0]
+    for batch in loader:
+        n += count(batch)
         if n >= limit:
             break
     return n / (time.perf_counter() - start)
+
+
+def compare(fast, ref, *, limit: int, warmup: int, runs: int, count=lambda batch: batch[1].shape[0]) -> dict:
+    """Alternating epochs of torch's loader ``ref`` and fastprep's ``fast`` (after a warm-up of
+    ``warmup`` samples each: page cache, workers), their medians printed; the report dict."""
+    _epoch(fast, warmup, count)
+    _epoch(ref, warmup, count)
+    ours, theirs = [], []
+    for _ in range(runs):
+        theirs.append(_epoch(ref, limit, count))
+        ours.append(_epoch(fast, limit, count))
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(f"torch DataLoader      {b:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in theirs)})")
+    print(f"fastprep [{fast.engine}]   {a:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in ours)})  "
+          f"{a / b:.2f}x")
+    print(f"engine_reason: {fast.engine_reason}; samples run as written: {fast.literal_samples}")
+    return {"engine": fast.engine, "fastprep_per_s": a, "torch_per_s": b, "ratio": a / b}
 
 
 def main(argv=None) -> dict:
@@ -98,19 +116,7 @@ def main(argv=None) -> dict:
         fast = fd.DataLoader(subset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, seed=0)
         ref = torch.utils.data.DataLoader(subset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                           persistent_workers=args.workers > 0)
-        limit = len(subset)
-        _epoch(fast, args.batch_size * 2)  # warm-up: page cache
-        _epoch(ref, args.batch_size * 2)
-        ours, theirs = [], []
-        for _ in range(args.runs):
-            theirs.append(_epoch(ref, limit))
-            ours.append(_epoch(fast, limit))
-        a, b = statistics.median(ours), statistics.median(theirs)
-        print(f"torch DataLoader      {b:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in theirs)})")
-        print(f"fastprep [{fast.engine}]   {a:7.1f} samples/s  (runs: {', '.join(f'{x:.1f}' for x in ours)})  "
-              f"{a / b:.2f}x")
-        print(f"engine_reason: {fast.engine_reason}; samples run as written: {fast.literal_samples}")
-    return {"engine": fast.engine, "fastprep_per_s": a, "torch_per_s": b, "ratio": a / b}
+        return compare(fast, ref, limit=len(subset), warmup=args.batch_size * 2, runs=args.runs)
 
 
 if __name__ == "__main__":

@@ -108,40 +108,39 @@ def expand_braces(pattern: str) -> list[str]:
         ValueError: unbalanced braces.
     """
     depth = 0
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 1
-        elif c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth < 0:
-                break
-        i += 1
+    for _, _, depth in _braces(pattern, 0):
+        if depth < 0:
+            break
     if depth != 0:
         raise ValueError(f"unbalanced braces in {pattern!r}")
     return [re.sub(r"\\(.)", r"\1", name) for name in _expand(pattern)]
 
 
-def _closing(pattern: str, start: int) -> tuple[int, list[int]]:
-    """The index of the brace closing the one at ``start``, and of its top-level commas."""
-    depth, commas = 0, list[int]()
+def _braces(pattern: str, start: int):
+    """``(index, character, depth after it)`` of each character of ``pattern`` from ``start``,
+    an escaped one (``\\x``) left out."""
+    depth = 0
     i = start
-    while True:
+    while i < len(pattern):
         c = pattern[i]
         if c == "\\":
-            i += 1
-        elif c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i, commas
-        elif c == "," and depth == 1:
-            commas.append(i)
+            i += 2
+            continue
+        depth += (c == "{") - (c == "}")
+        yield i, c, depth
         i += 1
+
+
+def _closing(pattern: str, start: int) -> tuple[int, list[int]]:
+    """The index of the brace closing the one at ``start`` (a balanced pattern), and of its
+    top-level commas."""
+    commas = list[int]()
+    for i, c, depth in _braces(pattern, start):
+        if c == "}" and depth == 0:
+            return i, commas
+        if c == "," and depth == 1:
+            commas.append(i)
+    raise ValueError(f"unbalanced braces in {pattern!r}")
 
 
 def _expand(pattern: str) -> list[str]:
