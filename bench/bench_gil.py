@@ -102,8 +102,10 @@ def _loader(name: str, root: str, batch_size: int, workers: int):
         features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=4)})
         ds = datasets.Dataset.from_dict({"image": images, "label": [k % 4 for k in range(len(images))]},
                                         features=features)
-        ds.save_to_disk(os.path.join(root, ".hf"))
-        return fd.DataLoader(datasets.load_from_disk(os.path.join(root, ".hf")).with_transform(preprocess), **kw)
+        saved = root.rstrip(os.sep) + "-hf"  # beside the ImageFolder: a folder in it would be a class
+        if not os.path.isdir(saved):
+            ds.save_to_disk(saved)
+        return fd.DataLoader(datasets.load_from_disk(saved).with_transform(preprocess), **kw)
     raise ValueError(f"unknown pipeline {name!r}; one of {', '.join(PIPELINES)}")
 
 
@@ -147,7 +149,8 @@ def _gil_samples(path: str) -> int:
 def measure(name: str, root: str, args) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--root", root, "--batch-size",
            str(args.batch_size), "--workers", str(args.workers), "--seconds", str(args.seconds)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    errors = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
     assert proc.stdout is not None
     engine = "threads"
     line = proc.stdout.readline()
@@ -173,7 +176,10 @@ def measure(name: str, root: str, args) -> dict:
         for line in proc.stdout:
             if line.startswith("RATE"):
                 rate = float(line.split()[1])
-    proc.wait()
+    if proc.wait() != 0:
+        errors.seek(0)
+        print(f"  {name} failed (exit {proc.returncode}): {errors.read().strip()[-400:]}")
+    errors.close()
     return {"pipeline": name, "engine": engine, "samples_per_s": rate, "gil_held": held,
             "gil_us_per_sample": None if held is None or not rate else held * 1e6 / rate,
             "ceiling_per_s": None if not held or not rate else rate / held}
@@ -213,7 +219,7 @@ def main(argv=None) -> dict:
           + (f", py-spy --gil at {args.rate} Hz" if args.gil else ""))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        root = _folder(tmp, args.photos, args.count)
+        root = _folder(os.path.join(tmp, "images"), args.photos, args.count)  # the HF copy goes beside it
         for name in args.pipelines.split(","):
             rows.append(measure(name.strip(), root, args))
     print(f"{'pipeline':16s} {'engine':9s} {'samples/s':>10s} {'GIL held':>9s} {'GIL/sample':>11s} "

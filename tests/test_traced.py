@@ -305,6 +305,35 @@ class TestCompiledCompose:
         assert loader.engine == "threads", loader.engine_reason
         assert_same(list(loader), reference(ds, list(range(len(ds))), 3))
 
+    def test_a_full_table_makes_room(self, root, monkeypatch):
+        """A long-lived process that built many loaders still compiles the next Compose."""
+        from fastprep.data import traced
+
+        table = traced._CompiledComposes()
+        monkeypatch.setattr(traced, "_COMPOSES", table)
+        kept = [T.Compose([T.CenterCrop(8 + k), T.ToTensor()]) for k in range(traced._MAX_COMPOSES + 8)]
+        for compose in kept:  # used twice each, kept alive: none is a Compose made per call
+            assert table.get(compose) is not None and table.get(compose) is not None
+        assert len(table._known) == traced._MAX_COMPOSES and table._single_use == 0
+        ds = ImageFolder(root, Wraps(TRAIN))
+        loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+        with open(ds.samples[0][0], "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        assert loader.engine == "threads", loader.engine_reason
+        assert loader._thread_loader.pipeline.plan(data, key=7).native is not None
+        assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
+
+    def test_composes_made_per_call_stop_compiling(self, monkeypatch):
+        from fastprep.data import traced
+
+        table = traced._CompiledComposes()
+        monkeypatch.setattr(traced, "_COMPOSES", table)
+        compiled = [table.get(T.Compose([T.CenterCrop(16), T.ToTensor()])) is not None
+                    for _ in range(3 * traced._MAX_COMPOSES)]
+        assert len(table._known) <= traced._MAX_COMPOSES
+        # the first _MAX_COMPOSES and those that evicted the single-use ones are compiled, then none
+        assert all(compiled[:2 * traced._MAX_COMPOSES]) and not any(compiled[2 * traced._MAX_COMPOSES:])
+
     def test_composes_made_per_call_are_bounded(self, root):
         from fastprep.data.traced import _COMPOSES, _MAX_COMPOSES
 

@@ -426,8 +426,10 @@ class _EpochRun:
             self.run_options = {}
         else:
             self.run_options = dict(color=convert.color, mean=convert.mean, std=convert.std)
-        # the readers plan batches natively unless the dataset routes samples its own way
-        self.batch_planning = type(self.dataset).fallback_reason is JpegDataset.fallback_reason
+        # the readers plan batches natively unless the dataset routes samples its own way (a
+        # dataset whose fallback_reason sends nothing to the fallback says so: plans_in_batches)
+        self.batch_planning = (type(self.dataset).fallback_reason is JpegDataset.fallback_reason
+                               or getattr(self.dataset, "plans_in_batches", False))
         self.cond = threading.Condition()
         self.next_batch = 0  # next batch a reader takes
         self.ready: dict[int, list[_Sample]] = {}  # batch -> its prepared samples

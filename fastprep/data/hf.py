@@ -236,6 +236,9 @@ class HFImages(JpegDataset):
         self.files = _RowNames(column, n)  # type: ignore[assignment]
         self.targets = range(n)  # type: ignore[assignment]
 
+    #: the loader's readers plan whole batches (fallback_reason routes nothing elsewhere)
+    plans_in_batches = True
+
     def fallback_reason(self, data: torch.Tensor) -> str | None:
         return None  # the transform decodes every format itself, as datasets does
 

@@ -78,21 +78,32 @@ class TracedPlan:
 
 
 class _CompiledComposes:
-    """Per ``Compose`` object (by identity, the object kept alive), its native pipeline when
-    the native compiler takes it whole as ImageFolder's transform -- the same function of the
-    RGB image, its draws made natively from the sample's key -- else ``None``."""
+    """Per ``Compose`` object (by identity, the object kept alive while its entry is), its
+    native pipeline when the native compiler takes it whole as ImageFolder's transform -- the
+    same function of the RGB image, its draws made natively from the sample's key -- else
+    ``None``.
+
+    At most :data:`_MAX_COMPOSES` entries, the least recently used one making room for a new
+    one, so a long-lived process that builds loader after loader keeps the compiled route. A
+    transform that builds a new Compose on every call would pay for a compile per sample: once
+    :data:`_MAX_COMPOSES` entries have left after a single use, new Composes are traced op by
+    op instead."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._known: dict[int, tuple[Any, Any]] = {}
+        self._known: collections.OrderedDict[int, list] = collections.OrderedDict()  # id -> [compose, pipe, uses]
         self._multi: dict[tuple, tuple[tuple, Any]] = {}
+        self._single_use = 0  # entries that left after one use: Composes made per call
 
     def get(self, compose: Any):
-        entry = self._known.get(id(compose))
-        if entry is not None and entry[0] is compose:
-            return entry[1]
-        if len(self._known) >= _MAX_COMPOSES:  # Composes made per call: each is traced instead
-            return None
+        with self._lock:
+            entry = self._known.get(id(compose))
+            if entry is not None and entry[0] is compose:
+                entry[2] += 1
+                self._known.move_to_end(id(compose))
+                return entry[1]
+            if self._single_use >= _MAX_COMPOSES:
+                return None
         pipe = None
         try:
             from .native import NativePipeline
@@ -106,7 +117,11 @@ class _CompiledComposes:
         except Exception:  # noqa: BLE001 -- not compiled: traced op by op instead
             pipe = None
         with self._lock:
-            self._known[id(compose)] = (compose, pipe)
+            self._known[id(compose)] = [compose, pipe, 1]
+            self._known.move_to_end(id(compose))
+            while len(self._known) > _MAX_COMPOSES:
+                _, left = self._known.popitem(last=False)
+                self._single_use += left[2] <= 1
         return pipe
 
     def multi(self, pipes: list):
@@ -128,17 +143,18 @@ class _CompiledComposes:
         return multi
 
 
-#: at most this many Composes are compiled and kept (a transform that makes a new Compose per
-#: call has each one traced op by op once the table is full)
+#: at most this many Composes are compiled and kept (the least recently used one leaves for a
+#: new one); after this many left after a single use (a transform that makes a new Compose per
+#: call), new ones are traced op by op
 _MAX_COMPOSES = 64
 _COMPOSES = _CompiledComposes()
 
 
 def _is_plain_jpeg(data: torch.Tensor) -> bool:
     """A JPEG that ends in EOI (a truncated file goes to Pillow, whose decode is the reference)."""
-    n = data.numel()
-    return (n >= 4 and int(data[0]) == 0xFF and int(data[1]) == 0xD8 and int(data[n - 2]) == 0xFF
-            and int(data[n - 1]) == 0xD9)
+    a = data.numpy()  # one view: a tensor's own indexing costs about 1 us an element
+    n = a.size
+    return n >= 4 and a[0] == 0xFF and a[1] == 0xD8 and a[n - 2] == 0xFF and a[n - 1] == 0xD9
 
 
 def _union_window(views: list[LazyTensor], width: int, height: int) -> tuple[int, int, int, int]:
