@@ -323,6 +323,20 @@ class TestCompiledCompose:
         assert loader._thread_loader.pipeline.plan(data, key=7).native is not None
         assert_same(list(loader), reference(ds, list(range(len(ds))), 4))
 
+    def test_multiview_table_keeps_the_recent_combinations(self, monkeypatch):
+        """Past _MAX_COMPOSES combinations the newest is still kept (the oldest leaves)."""
+        from fastprep.data import traced
+
+        table = traced._CompiledComposes()
+        monkeypatch.setattr(traced, "_COMPOSES", table)
+        n = traced._MAX_COMPOSES + 4
+        pipes = [table.get(T.Compose([T.CenterCrop(8 + k), T.ToTensor()])) for k in range(n)]
+        for k in range(n):  # n distinct pairs, the last (pipes[-1], pipes[0])
+            table.multi([pipes[k], pipes[(k + 1) % n]])
+        newest = [pipes[-1], pipes[0]]
+        assert table.multi(newest) is table.multi(newest)
+        assert len(table._multi) == traced._MAX_COMPOSES
+
     def test_composes_made_per_call_stop_compiling(self, monkeypatch):
         from fastprep.data import traced
 

@@ -92,7 +92,7 @@ class _CompiledComposes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: collections.OrderedDict[int, list] = collections.OrderedDict()  # id -> [compose, pipe, uses]
-        self._multi: dict[tuple, tuple[tuple, Any]] = {}
+        self._multi: collections.OrderedDict[tuple, tuple[tuple, Any]] = collections.OrderedDict()
         self._single_use = 0  # entries that left after one use: Composes made per call
 
     def get(self, compose: Any):
@@ -126,20 +126,25 @@ class _CompiledComposes:
 
     def multi(self, pipes: list):
         """The :class:`MultiViewPipeline` of these compiled Composes' pipelines, in this order
-        (kept while they are); PixelRead where they cannot share a sample's decode."""
+        (at most :data:`_MAX_COMPOSES` combinations kept, the least recently used one leaving
+        first); PixelRead where they cannot share a sample's decode."""
         key = tuple(id(p) for p in pipes)
-        entry = self._multi.get(key)
-        if entry is not None and all(a is b for a, b in zip(entry[0], pipes)):
-            return entry[1]
+        with self._lock:
+            entry = self._multi.get(key)
+            if entry is not None and all(a is b for a, b in zip(entry[0], pipes)):
+                self._multi.move_to_end(key)
+                return entry[1]
         from .native import MultiViewPipeline
 
         try:
             multi = MultiViewPipeline(tuple(p.transform for p in pipes), list(pipes))
         except Unsupported as e:
             raise PixelRead(f"the compiled Composes cannot share a decode: {e}") from None
-        with self._lock:
-            if len(self._multi) < _MAX_COMPOSES:
-                self._multi[key] = (tuple(pipes), multi)
+        with self._lock:  # the least recently used combination makes room, as in get
+            self._multi[key] = (tuple(pipes), multi)
+            self._multi.move_to_end(key)
+            while len(self._multi) > _MAX_COMPOSES:
+                self._multi.popitem(last=False)
         return multi
 
 
