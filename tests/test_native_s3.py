@@ -11,6 +11,7 @@ are tests/test_s3.py's, which run every test once per client.
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 import threading
 
@@ -26,7 +27,9 @@ BODY = bytes(range(256)) * 40  # 10,240 bytes
 
 @pytest.mark.parametrize("token", [None, "FQoGZXIvYXdzEJr//////////session"])
 @pytest.mark.parametrize("key", ["shards/shard-000000.tar", "a b/ü+x=1&y~(z).jpg"])
-def test_signature_matches_botocore(monkeypatch, key, token):
+@pytest.mark.parametrize("origin, base", [("http://127.0.0.1:9000", "/bucket-1/"),  # path-style
+                                          ("https://bucket-1.s3.eu-west-3.amazonaws.com", "/")])  # virtual-hosted
+def test_signature_matches_botocore(monkeypatch, key, token, origin, base):
     botocore_auth = pytest.importorskip("botocore.auth")
     from botocore.awsrequest import AWSRequest
     from botocore.config import Config
@@ -36,11 +39,11 @@ def test_signature_matches_botocore(monkeypatch, key, token):
     when = datetime.datetime(2026, 12, 4, 10, 15, 30)
     monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda: when)
     credentials = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
-    path = "/bucket-1/" + quote(key, safe="/")
-    request = AWSRequest(method="GET", url=f"http://127.0.0.1:9000{path}")
+    path = base + quote(key, safe="/")
+    request = AWSRequest(method="GET", url=f"{origin}{path}")
     request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
     botocore_auth.S3SigV4Auth(credentials, "s3", "eu-west-3").add_auth(request)
-    ours = sign_v4("GET", path, "127.0.0.1:9000", when.strftime("%Y%m%dT%H%M%SZ"), access_key="AKIDEXAMPLE",
+    ours = sign_v4("GET", path, origin.split("://")[1], when.strftime("%Y%m%dT%H%M%SZ"), access_key="AKIDEXAMPLE",
                    secret="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", region="eu-west-3", token=token)
     assert ours["Authorization"] == request.headers["Authorization"]
     assert ours["x-amz-date"] == request.headers["X-Amz-Date"]
@@ -107,7 +110,9 @@ class RawServer(_Listener):
                 buffer += got
             head, buffer = buffer.split(b"\r\n\r\n", 1)
             self.heads.append(head)
-            key = head.split(b" ")[1].decode().split("/", 2)[2]
+            target = head.split(b" ")[1].decode()
+            # virtual-hosted (the bucket, b, in front of the host): the path is the key
+            key = target[1:] if b"\r\nHost: b.localhost:" in head else target.split("/", 2)[2]
             self.hits[key] = self.hits.get(key, 0) + 1
             if not self._answer(conn, key, head):
                 return
@@ -461,14 +466,148 @@ def test_client_choice(monkeypatch, raw):
     assert D.ObjectStore("s3://b/").client_name == ("native" if torch.ops.fastprep.http_tls() else
                                                     "obstore (this build of fastprep has no TLS (built without "
                                                     "OpenSSL's headers))")
-    monkeypatch.delenv("AWS_ENDPOINT_URL")  # AWS S3 itself
-    store = D.ObjectStore("s3://b/")
-    assert store.client_name == "obstore (no AWS_ENDPOINT_URL: AWS S3 itself (virtual-hosted addressing) is read " \
-        "through obstore)"
-    with pytest.raises(ValueError, match=r"storage.client='native' cannot read 's3://b/': no AWS_ENDPOINT_URL"):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "ftp://127.0.0.1:21")
+    with pytest.raises(ValueError, match=r"storage.client='native' cannot read 's3://b/': the endpoint is not an "
+                                         r"http:// or https:// URL: 'ftp://127.0.0.1:21'"):
         D.ObjectStore("s3://b/", D.StorageOptions(client="native")).read_all("x")
     with pytest.raises(ValueError, match="client must be 'auto', 'native' or 'obstore', got 'curl'"):
         D.StorageOptions(client="curl")
+
+
+def _aws_files(tmp_path, monkeypatch, config: str = "") -> None:
+    """This test's AWS config file (``config``) and an empty credentials file, instance-role
+    lookups off: nothing of the machine's own AWS setup is read."""
+    (tmp_path / "aws-config").write_text(config)
+    (tmp_path / "aws-credentials").write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_aws_s3_itself(monkeypatch, tmp_path):
+    """No endpoint: AWS S3, virtual-hosted over https in the bucket's region (asked of S3, here
+    answered by the test), path-style for a name that cannot be a host label or where the config
+    file says so. The secret is in no repr and no pickle."""
+    import pickle
+
+    import torch
+
+    import fastprep.data._native_s3 as native
+
+    if not torch.ops.fastprep.http_tls():
+        pytest.skip("this build of fastprep has no TLS")
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    _aws_files(tmp_path, monkeypatch)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "very-secret-key")
+    asked: list[str] = []
+    monkeypatch.setattr(native, "bucket_region", lambda url, timeout_s=5.0: asked.append(url) or "eu-west-3")
+    monkeypatch.setattr(native, "resolve", lambda host, port: "127.0.0.1")  # no DNS in a test
+    store = D.ObjectStore("s3://train-set/imagenet/")
+    assert store.client_name == "native"
+    client = store.native()
+    assert asked == ["https://train-set.s3.us-east-1.amazonaws.com/"]
+    assert (client.host, client.port, client.base, client.region) == (
+        "train-set.s3.eu-west-3.amazonaws.com", 443, "/", "eu-west-3")
+    assert client.tls == ("train-set.s3.eu-west-3.amazonaws.com", "")
+    assert client._path("cat/a b.jpg") == "/imagenet/cat/a%20b.jpg"
+    assert "very-secret-key" not in repr(client) and "very-secret-key" not in repr(store)
+    with pytest.raises(TypeError, match="not pickled"):
+        pickle.dumps(client)
+    assert b"very-secret-key" not in pickle.dumps(store)
+    dotted = D.ObjectStore("s3://my.data/").native()
+    assert (dotted.host, dotted.base) == ("s3.eu-west-3.amazonaws.com", "/my.data/")
+    _aws_files(tmp_path, monkeypatch, "[default]\ns3 =\n    addressing_style = path\n")
+    assert D.ObjectStore("s3://train-set/").native().base == "/train-set/"
+    monkeypatch.setenv("AWS_REGION", "cn-north-1")
+    monkeypatch.setattr(native, "bucket_region", lambda url, timeout_s=5.0: None)  # no answer: the configured one
+    assert D.ObjectStore("s3://t/").native().host == "s3.cn-north-1.amazonaws.com.cn"
+
+
+@pytest.mark.parametrize("style", ["botocore-config", "obstore-env"])
+def test_virtual_hosted_addressing(raw, monkeypatch, tmp_path, style):
+    """The bucket in front of the endpoint's host: botocore's ``addressing_style = virtual``
+    (the endpoint is the server's), or obstore's ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST`` (the
+    endpoint is the bucket's). ``b.localhost`` is loopback (RFC 6761) without the resolver."""
+    if style == "botocore-config":
+        _aws_files(tmp_path, monkeypatch, "[default]\ns3 =\n    addressing_style = virtual\n")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://localhost:{raw.port}")
+    else:
+        _aws_files(tmp_path, monkeypatch)
+        monkeypatch.setenv("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "true")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://b.localhost:{raw.port}")
+    store = _store()
+    assert store.get_many([("plain", None, None), ("dir/x y.jpg", 5, 10)]) == [BODY, BODY[5:15]]
+    assert [h.split(b"\r\n")[0] for h in raw.heads] == [b"GET /plain HTTP/1.1", b"GET /dir/x%20y.jpg HTTP/1.1"]
+    assert all(f"\r\nHost: b.localhost:{raw.port}\r\n".encode() in h for h in raw.heads)
+
+
+def _credential_process(tmp_path, minutes: int, fail_after: int = 0) -> str:
+    """An AWS config file's ``credential_process`` line: each run prints new keys (``ROTATED<n>``,
+    its secret and token numbered alike) that expire in ``minutes``; after ``fail_after`` runs
+    (0: never) it fails."""
+    import sys
+
+    script = tmp_path / "credentials.py"
+    script.write_text(
+        "import datetime, json, pathlib, sys\n"
+        f"p = pathlib.Path({str(tmp_path / 'runs')!r})\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        f"if {fail_after} and n > {fail_after}:\n"
+        "    sys.exit('the identity provider is down')\n"
+        f"end = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes={minutes})\n"
+        "print(json.dumps({'Version': 1, 'AccessKeyId': f'ROTATED{n}', 'SecretAccessKey': f'secret-{n}',\n"
+        "                  'SessionToken': f'token-{n}', 'Expiration': end.isoformat()}))\n")
+    return f"[default]\ncredential_process = {sys.executable} {script}\n"
+
+
+def _keys(heads) -> list[tuple[str, str]]:
+    """The access key and session token each request was signed with."""
+    import re
+
+    out = []
+    for head in heads:
+        key = re.search(rb"Credential=(\w+)/", head)
+        token = re.search(rb"x-amz-security-token: (\S+)", head)
+        out.append((key.group(1).decode() if key else "", token.group(1).decode() if token else ""))
+    return out
+
+
+@pytest.mark.parametrize("minutes", [5, 60])
+def test_refreshing_credentials(raw, monkeypatch, tmp_path, minutes):
+    """Credentials from botocore's chain (a ``credential_process`` here) that expire: renewed
+    before each call within 15 minutes of their expiry (botocore's advisory window), kept
+    while an hour is left; each request signed with one set (its key and token alike)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    _aws_files(tmp_path, monkeypatch, _credential_process(tmp_path, minutes))
+    store = _store()
+    assert store.native()._credentials.method == "custom-process"
+    assert store.read_all("plain") == BODY and store.read_all("plain") == BODY
+    keys = _keys(raw.heads)
+    assert all(key.startswith("ROTATED") and token == "token-" + key[7:] for key, token in keys)
+    numbers = [int(key[7:]) for key, _ in keys]
+    if minutes == 5:
+        assert numbers[1] > numbers[0]  # renewed before the second call
+    else:
+        assert numbers == [1, 1]  # the first set, still good for an hour
+    assert "secret-" not in repr(store.native())
+
+
+def test_credentials_that_cannot_be_renewed(raw, monkeypatch, tmp_path, capfd):
+    """A provider that fails when its credentials must be renewed: each request of the call
+    fails with an OSError naming its URL and the provider's reason; nothing on stderr."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    _aws_files(tmp_path, monkeypatch, _credential_process(tmp_path, 5, fail_after=1))
+    store = _store()
+    with pytest.raises(OSError, match=r"cannot read 's3://b/plain': cannot renew the 'custom-process' "
+                                      r"credentials: .*the identity provider is down"):
+        store.read_all("plain")
+    assert raw.heads == []
+    assert capfd.readouterr().err == ""
 
 
 def test_op_checks_its_arguments():

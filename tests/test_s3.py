@@ -231,6 +231,44 @@ class TestMoto:
         assert SECRET.encode() not in pickle.dumps(shards)
 
 
+class TestAddressing:
+    """AWS-style addressing and regions against moto's server."""
+
+    def test_virtual_hosted(self, data, moto, monkeypatch, tmp_path, client):
+        """botocore's ``addressing_style = virtual``: the native client puts the bucket in front of
+        the endpoint's host (``train.localhost``, loopback by RFC 6761) and requests ``/key``; moto
+        takes the bucket from the Host header. obstore lists (path-style). The batches are the
+        local tree's."""
+        port = moto.rsplit(":", 1)[1]
+        _use_endpoint(monkeypatch, f"http://localhost:{port}")
+        (tmp_path / "config").write_text("[default]\ns3 =\n    addressing_style = virtual\n")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        for folder in ("folder", "shards"):
+            url = f"s3://{BUCKET}/{folder}/"
+            if client == "native":
+                native = D.ObjectStore(url).native()
+                assert (native.host, native.base) == (f"{BUCKET}.localhost:{port}", "/")
+            _assert_same(_batches(url), _batches(str(data / folder)))
+
+    def test_bucket_region_from_the_endpoint(self, data, moto, monkeypatch, tmp_path, client):
+        """No region configured: requests are signed for the region the server names for the
+        bucket (``x-amz-bucket-region``), here a bucket made in eu-west-2."""
+        from fastprep.data._native_s3 import region_of
+
+        if client == "obstore":
+            pytest.skip("the region is the native client's to find")
+        boto3.client("s3", endpoint_url=moto, region_name="eu-west-2", aws_access_key_id="testing",
+                     aws_secret_access_key=SECRET).create_bucket(
+            Bucket="eu-data", CreateBucketConfiguration={"LocationConstraint": "eu-west-2"})
+        _use_endpoint(monkeypatch, moto)
+        monkeypatch.delenv("AWS_REGION")
+        (tmp_path / "config").write_text("")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        assert region_of(moto, "eu-data") == "eu-west-2" and region_of(moto, BUCKET) == "us-east-1"
+        monkeypatch.setenv("AWS_REGION", "ap-south-1")  # configured: it wins on an S3-compatible endpoint
+        assert region_of(moto, "eu-data") == "ap-south-1"
+
+
 class TestFaults:
     @pytest.mark.parametrize("layout", sorted(LAYOUTS))
     def test_503_and_resets_same_batches(self, data, local_server, layout):

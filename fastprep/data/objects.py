@@ -155,6 +155,10 @@ class _Client:
                                   "retry_config": retry, **_credential_kwargs()}
         if endpoint:
             kwargs["endpoint"] = endpoint
+        elif not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+            from ._native_s3 import region_of
+
+            kwargs["region"] = region_of(None, bucket)  # AWS S3 itself: the bucket's region, as the native client's
         self.store = S3Store(bucket, **kwargs)
         self.loop = _process_loop()
         self.semaphore: asyncio.Semaphore | None = None  # created on the loop

@@ -100,10 +100,10 @@ class StorageOptions:
             engine only; it replaces ``read_ahead`` for the folder.
         client: which client sends the GET requests. ``"native"``: fastprep's own
             (``torch.ops.fastprep.http_get``: one epoll loop per call, pooled keep-alive
-            connections, signed here; about a tenth of obstore's CPU per request), for
-            S3-compatible endpoints (``AWS_ENDPOINT_URL``) over ``http://``, or ``https://``
-            in a build with OpenSSL, with static credentials (the environment or the AWS
-            config files) only; ``"obstore"``: obstore for every request; ``"auto"``
+            connections, signed here; about a tenth of obstore's CPU per request), for AWS S3
+            itself and S3-compatible endpoints (``AWS_ENDPOINT_URL``), over ``http://``, or
+            ``https://`` in a build with OpenSSL, with the environment's keys or botocore's
+            credential chain; ``"obstore"``: obstore for every request; ``"auto"``
             (default): native where it can read the endpoint, else obstore. Listings always
             go through obstore (docs/storage.md, "Choice of client").
         window_gap: with ``window_reads``, a window's byte ranges at most this many bytes
