@@ -13,7 +13,10 @@ transform=DecodeRandomResizedCrop(224, scale=SCALE), seed=0)``, threads engine, 
 workers, CPU batches; rows, interleaved in each run:
 
 * ``local``: the packed folder on disk;
-* ``s3, whole files``: ``StorageOptions()`` (each file one GET, read ahead in the epoch's order);
+* ``s3, whole files``: ``StorageOptions(window_reads=False)`` (each file one GET, read ahead in
+  the epoch's order);
+* ``s3, default``: ``StorageOptions()`` (``window_reads="auto"``: by window the files of at
+  least ``window_min_bytes``, whole the others);
 * ``s3, by window, gap G``: ``StorageOptions(window_reads=True, window_gap=G)`` for each of
   ``--gaps`` (per batch: the header and interval index, then the window's intervals, ranges
   at most G bytes apart merged).
@@ -95,7 +98,8 @@ def main(argv=None) -> None:
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
                       AWS_REGION="us-east-1")
     url = f"s3://data/{folder}/"
-    rows = {"local": (packed, None), "s3, whole files": (url, D.StorageOptions())}
+    rows = {"local": (packed, None), "s3, whole files": (url, D.StorageOptions(window_reads=False)),
+            "s3, default (window_reads='auto')": (url, D.StorageOptions())}
     for gap in args.gaps:
         rows[f"s3, by window, gap {gap >> 10} kB"] = (url, D.StorageOptions(window_reads=True, window_gap=gap))
     try:

@@ -381,8 +381,55 @@ class TestWindowReads:
             _batches(f"s3://{BUCKET}/wpacked", storage=storage)
 
     def test_option_checked(self):
-        with pytest.raises(TypeError, match="window_reads must be a bool, got 'yes'"):
+        with pytest.raises(TypeError, match="window_reads must be True, False or 'auto', got 'yes'"):
             D.StorageOptions(window_reads="yes")
+        with pytest.raises(ValueError, match="window_min_bytes must be an int >= 0, got -1"):
+            D.StorageOptions(window_min_bytes=-1)
+
+    @pytest.mark.parametrize("read_ahead", [True, False])
+    def test_by_default_large_files_by_window(self, data, local_server, read_ahead):
+        """``window_reads="auto"`` (the default): files of at least ``window_min_bytes`` by
+        window, smaller ones whole in one GET each; the local tree's batches."""
+        ref = _batches(str(data / "wpacked"))
+        sizes = sorted(p.stat().st_size for p in (data / "wpacked").rglob("*.jpg"))
+        least = sizes[len(sizes) // 2]  # half of the files at least this large
+        server = local_server(fail_every=7)
+        storage = D.StorageOptions(window_min_bytes=least, read_ahead=read_ahead)
+        assert storage.window_reads == "auto"
+        loader = D.make_loader(f"s3://{BUCKET}/wpacked", batch_size=3, crop_size=24, device="cpu", seed=7,
+                               shuffle=True, num_workers=2, storage=storage)
+        assert loader.dataset.window_reads
+        _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
+        assert server.stats["failed_503"] > 0
+        server.stop()
+        local_server()  # no faults: the counts of one epoch, against every file read by window
+        counts = {}
+        for option in ("auto", True):
+            storage = D.StorageOptions(window_reads=option, window_min_bytes=least, read_ahead=read_ahead)
+            loader = D.make_loader(f"s3://{BUCKET}/wpacked", batch_size=3, crop_size=24, device="cpu", seed=7,
+                                   shuffle=True, num_workers=2, storage=storage)
+            loader.dataset.store.reset_stats()
+            _assert_same([(x.clone(), y.clone()) for x, y in loader], ref)
+            counts[option] = loader.dataset.store.stats
+        sizes = loader.dataset.sizes
+        small = [size for size in sizes if size < least]
+        # a small file is one GET of all of it in place of a header read and the window's ranges
+        assert counts["auto"]["requests"] <= counts[True]["requests"] - len(small)
+        assert counts["auto"]["bytes"] > counts[True]["bytes"]
+        assert counts["auto"]["bytes"] < sum(sizes) - 0.3 * (sum(sizes) - sum(small))
+
+    def test_by_default_small_files_whole(self, data, local_server):
+        """No file reaches ``window_min_bytes``: the folder is read as with ``window_reads=False``,
+        one GET a file, every byte."""
+        local_server()
+        loader = D.make_loader(f"s3://{BUCKET}/wpacked", batch_size=3, crop_size=24, device="cpu", seed=7,
+                               num_workers=2)
+        assert not loader.dataset.window_reads
+        loader.dataset.store.reset_stats()  # what make_loader read to set itself up
+        local = D.make_loader(str(data / "wpacked"), batch_size=3, crop_size=24, device="cpu", seed=7, num_workers=2)
+        _assert_same([(x.clone(), y.clone()) for x, y in loader], [(x.clone(), y.clone()) for x, y in local])
+        stats = loader.dataset.store.stats
+        assert stats["requests"] == len(loader.dataset) and stats["bytes"] == sum(loader.dataset.sizes)
 
 
 def test_window_layout_of_damaged_headers():

@@ -720,9 +720,10 @@ class ObjectFolder(JpegDataset):
     whole-object ``GET``: the threads engine issues an epoch's ``GET``\\ s in its order ahead
     of the decode (:meth:`read_ahead`), and :meth:`read_encoded_batch` has all of a batch's
     in flight at once (up to ``storage.max_in_flight``). A folder of packed files
-    (``fastprep.pack``) is read the same way: whole objects, the packed pixels; with
-    ``StorageOptions(window_reads=True)`` the threads engine reads of each packed file only
-    its header and the restart intervals its crop decodes (:meth:`read_windows`).
+    (``fastprep.pack``) is read by the threads engine by window where its files are large
+    (``StorageOptions.window_reads``, ``"auto"`` by default: files of at least
+    ``window_min_bytes``): only each file's header and the restart intervals its crop decodes
+    (:meth:`read_windows`); smaller files, and every file on the processes engine, whole.
 
     Args:
         root: the ``s3://`` URL of the folder.
@@ -787,9 +788,27 @@ class ObjectFolder(JpegDataset):
 
     @property
     def window_reads(self) -> bool:
-        """Whether the threads engine reads this folder by window (:meth:`read_windows`):
-        ``storage.window_reads``, unless a subclass reads samples its own way."""
-        return self.store.options.window_reads and type(self).read_encoded is ObjectFolder.read_encoded
+        """Whether the threads engine reads this folder through :meth:`read_windows`:
+        ``storage.window_reads`` (with ``"auto"``: where a file is at least
+        ``storage.window_min_bytes``), unless a subclass reads samples its own way."""
+        if type(self).read_encoded is not ObjectFolder.read_encoded:
+            return False
+        option = self.store.options.window_reads
+        if option != "auto":
+            return bool(option)
+        least = self.store.options.window_min_bytes
+        found = getattr(self, "_large_files", None)  # asked per batch: the listing is looked through once
+        if found is None or found[0] != least:
+            found = self._large_files = (least, any(size >= least for size in self.sizes))
+        return found[1]
+
+    def _first_length(self, i: int, prefix: int) -> int:
+        """The bytes of file ``i``'s first read by window: its first ``prefix``, or all of it
+        where ``window_reads="auto"`` reads it whole (smaller than ``window_min_bytes``)."""
+        options = self.store.options
+        if options.window_reads == "auto" and self.sizes[i] < options.window_min_bytes:
+            return self.sizes[i]
+        return min(prefix, self.sizes[i])
 
     def read_windows(self, indices, plan_windows, heads=None) -> list[tuple[torch.Tensor | Exception, str]]:
         """:meth:`read_encoded_batch` reading of packed files only what each crop decodes,
@@ -808,7 +827,8 @@ class ObjectFolder(JpegDataset):
         buffers: list[Any] = []
         layouts: list[Any] = []
         for i, (head, scan) in zip(indices, heads):
-            layout = None if isinstance(head, Exception) or scan <= 0 else WindowLayout.parse(head, scan)
+            whole = not isinstance(head, Exception) and len(head) >= self.sizes[i]  # its first read had it all
+            layout = None if isinstance(head, Exception) or scan <= 0 or whole else WindowLayout.parse(head, scan)
             if layout is not None and not layout.fits(self.sizes[i]):
                 layout = None  # a stale or damaged index: the whole file, and its decode reports it
             layouts.append(layout)
@@ -867,7 +887,7 @@ class ObjectFolder(JpegDataset):
         ``first``: the first reads, when issued ahead; else read here."""
         if first is None:
             prefix = self._first_read()
-            first = self.store.get_many([(self.names[i], 0, min(prefix, self.sizes[i])) for i in indices])
+            first = self.store.get_many([(self.names[i], 0, self._first_length(i, prefix)) for i in indices])
         first = [d[0] if isinstance(d, tuple) else d for d in first]  # a closed read-ahead's (error, "")
         heads: list[Any] = [d if isinstance(d, Exception) else bytearray(d) for d in first]
         scans = [0] * len(indices)
@@ -904,7 +924,7 @@ class ObjectFolder(JpegDataset):
         ahead = 4 * self.store.options.max_in_flight
         if self.window_reads:  # the first read of each file (its header), for read_windows
             prefix = self._first_read()
-            firsts = [(self.names[i], 0, min(prefix, self.sizes[i]), min(prefix, self.sizes[i])) for i in indices]
+            firsts = [(self.names[i], 0, n, n) for i in indices for n in (self._first_length(i, prefix),)]
             finish = None
             if plan_windows is not None:
                 def finish(positions, heads):

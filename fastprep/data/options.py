@@ -93,11 +93,19 @@ class StorageOptions:
             budget), neighbouring range reads coalesced; ``False``: each batch's reads are
             issued when a reader takes the batch.
         window_reads: packed files (``fastprep.pack``) in an ``s3://`` class-folder are
-            read by window: per batch, a range read of each file's header and interval
-            index, then range reads of only the restart intervals its crop window needs
+            read by window: a range read of each file's header and interval index, then
+            range reads of only the restart intervals its crop window needs
             (docs/storage.md); files that are not packed, and crops the restart-interval
-            decode would not splice, are read whole (the rest of the object). The threads
-            engine only; it replaces ``read_ahead`` for the folder.
+            decode would not splice, are read whole (the rest of the object). ``"auto"``
+            (default): per file, by window where its listed size is at least
+            ``window_min_bytes`` and whole (one GET) where it is smaller, so a folder of
+            small files reads as with ``False``; ``True``: every file by window; ``False``:
+            every file whole. The threads engine only (the processes engine reads whole
+            files); read ahead with ``read_ahead``.
+        window_min_bytes: with ``window_reads="auto"``, the smallest file read by window.
+            A window read is two rounds of requests (the header, then the intervals) where
+            a whole read is one; it pays where the bytes a crop leaves out outweigh a request
+            (docs/storage.md, "Window reads by default").
         client: which client sends the GET requests. ``"native"``: fastprep's own
             (``torch.ops.fastprep.http_get``: one epoll loop per call, pooled keep-alive
             connections, signed here; about a tenth of obstore's CPU per request), for AWS S3
@@ -115,8 +123,9 @@ class StorageOptions:
     timeout_s: float = 30.0
     retries: int = 5
     read_ahead: bool = True
-    window_reads: bool = False
+    window_reads: bool | str = "auto"
     window_gap: int = 64 << 10
+    window_min_bytes: int = 256 << 10
     client: str = "auto"
 
     def __post_init__(self):
@@ -130,8 +139,11 @@ class StorageOptions:
             raise ValueError(f"retries must be an int in [0, 100], got {self.retries!r}")
         if not isinstance(self.read_ahead, bool):
             raise TypeError(f"read_ahead must be a bool, got {self.read_ahead!r}")
-        if not isinstance(self.window_reads, bool):
-            raise TypeError(f"window_reads must be a bool, got {self.window_reads!r}")
+        if not isinstance(self.window_reads, bool) and self.window_reads != "auto":
+            raise TypeError(f"window_reads must be True, False or 'auto', got {self.window_reads!r}")
+        if not isinstance(self.window_min_bytes, int) or isinstance(self.window_min_bytes, bool) \
+                or self.window_min_bytes < 0:
+            raise ValueError(f"window_min_bytes must be an int >= 0, got {self.window_min_bytes!r}")
         if self.client not in ("auto", "native", "obstore"):
             raise ValueError(f"client must be 'auto', 'native' or 'obstore', got {self.client!r}")
         if not isinstance(self.window_gap, int) or isinstance(self.window_gap, bool) or self.window_gap < 0:
