@@ -1,7 +1,7 @@
 """Training from S3-compatible object storage against the same files on local disk, in one run.
 
     python bench/bench_s3.py [--data /work/cuts] [--copies 4] [--work DIR] [--latency-ms 25] [--runs 3]
-                             [--epochs 2] [--max-in-flight 128] [--shuffle-block 16[,64]] [--per-batch]
+                             [--epochs 2] [--max-in-flight 128] [--shuffle-block 16[,64]] [--per-batch] [--processes]
                              [--layouts folder,packed,shards] [--clients auto|native,obstore] [--peers]
                              [--json FILE]
 
@@ -20,9 +20,10 @@ px long side), in three layouts, each read from local disk and from ``s3://``:
 makes every file N times (a longer epoch, whose first round trip weighs less);
 ``--shuffle-block B`` adds the shards read with a block shuffle of B (one range read per
 block), ``--per-batch`` the shards without read-ahead (each batch's reads issued when a
-reader takes it), ``--peers`` LitData, Mosaic streaming and WebDataset on the same server and
-images (bench/s3_peers.py, each in its own process; one that is not installed or fails is
-reported in its rows, the others still run).
+reader takes it), ``--processes`` the shards on the processes engine, ``--peers`` LitData,
+Mosaic streaming and WebDataset on the same server and images (bench/s3_peers.py, each in its
+own process; one that is not installed or fails is reported in its rows, the others still
+run).
 
 The object store is :class:`fastprep.bench.s3server.LocalS3Server` on 127.0.0.1 in a
 subprocess (its own GIL, but the same 2 cores as the loader), adding ``--latency-ms`` to every
@@ -192,6 +193,9 @@ def main(argv=None) -> None:
                         help="also the shards with these block shuffles (comma-separated sizes; 0: none)")
     parser.add_argument("--per-batch", action="store_true",
                         help="also the shards without read-ahead (each batch's reads issued when it is taken)")
+    parser.add_argument("--processes", action="store_true",
+                        help="also the shards on the processes engine (DataLoader workers, a batch's reads "
+                        "in flight together)")
     parser.add_argument("--peers", action="store_true",
                         help="also LitData, Mosaic streaming and WebDataset on the same server and images "
                         "(bench/s3_peers.py)")
@@ -219,6 +223,8 @@ def main(argv=None) -> None:
         if args.per_batch and "shards" in layouts:
             rows["shards, per batch"] = ("shards", {"storage": D.StorageOptions(max_in_flight=args.max_in_flight,
                                                                                read_ahead=False)})
+        if args.processes and "shards" in layouts:
+            rows["shards, processes engine"] = ("shards", {"engine": "processes"})
         for block in (int(b) for b in args.shuffle_block.split(",") if b):
             if block > 1 and "shards" in layouts:
                 rows[f"shards, blocks of {block}"] = ("shards", {"shuffle_block": block})

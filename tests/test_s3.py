@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import fastprep.data as D
+import fastprep.data.engine as engine_module
 import fastprep.io as fio
 from fastprep.bench.s3server import LocalS3Server
 from fastprep.bench.synthetic import encode_jpeg, photo_like
@@ -387,7 +388,7 @@ class TestWindowReads:
             D.StorageOptions(window_min_bytes=-1)
 
     @pytest.mark.parametrize("read_ahead", [True, False])
-    def test_by_default_large_files_by_window(self, data, local_server, read_ahead):
+    def test_by_default_large_files_by_window(self, data, local_server, monkeypatch, read_ahead):
         """``window_reads="auto"`` (the default): files of at least ``window_min_bytes`` by
         window, smaller ones whole in one GET each; the local tree's batches."""
         ref = _batches(str(data / "wpacked"))
@@ -403,6 +404,7 @@ class TestWindowReads:
         assert server.stats["failed_503"] > 0
         server.stop()
         local_server()  # no faults: the counts of one epoch, against every file read by window
+        monkeypatch.setattr(engine_module, "_NEXT_EPOCH_BATCHES", 0)  # none of the next epoch's reads in them
         counts = {}
         for option in ("auto", True):
             storage = D.StorageOptions(window_reads=option, window_min_bytes=least, read_ahead=read_ahead)
@@ -420,10 +422,11 @@ class TestWindowReads:
 
     def test_by_default_small_files_whole(self, data, local_server):
         """No file reaches ``window_min_bytes``: the folder is read as with ``window_reads=False``,
-        one GET a file, every byte."""
+        one GET a file, every byte (counted per batch: read ahead, the next epoch's first reads
+        would go out as this one ends)."""
         local_server()
         loader = D.make_loader(f"s3://{BUCKET}/wpacked", batch_size=3, crop_size=24, device="cpu", seed=7,
-                               num_workers=2)
+                               num_workers=2, storage=D.StorageOptions(read_ahead=False))
         assert not loader.dataset.window_reads
         loader.dataset.store.reset_stats()  # what make_loader read to set itself up
         local = D.make_loader(str(data / "wpacked"), batch_size=3, crop_size=24, device="cpu", seed=7, num_workers=2)
@@ -470,12 +473,13 @@ def test_header_end():
 
 
 class TestReadAhead:
-    def test_reads_ahead_of_the_batch(self, data, local_server):
+    def test_reads_ahead_of_the_batch(self, data, local_server, monkeypatch):
         """The epoch's reads are issued in its order ahead of the readers: more requests in
         flight than the two reader threads' batches hold, the local tree's batches; without
         read-ahead, at most those two batches."""
         ref = _batches(str(data / "shards"))
         local_server(latency_s=0.1)
+        monkeypatch.setattr(engine_module, "_NEXT_EPOCH_BATCHES", 0)  # the counts are this epoch's alone
         for read_ahead in (True, False):
             loader = D.make_loader(f"s3://{BUCKET}/shards", batch_size=3, crop_size=24, device="cpu", seed=7,
                                    num_workers=2, storage=D.StorageOptions(read_ahead=read_ahead))
@@ -502,6 +506,61 @@ class TestReadAhead:
         local = D.make_loader(str(data / "folder"), batch_size=3, crop_size=24, device="cpu", seed=7, num_workers=2)
         local.set_epoch(1)
         _assert_same([(x.clone(), y.clone()) for x, y in loader], [(x.clone(), y.clone()) for x, y in local])
+
+
+    def test_processes_engine_reads_a_batch_at_once(self, data, local_server):
+        """A DataLoader worker's batch: its requests in flight together (the server sees as many
+        at once as a batch has samples, where one at a time would be one), the local tree's
+        batches, for a class folder and shards."""
+        server = local_server(latency_s=0.1)
+        for folder in ("folder", "shards"):
+            ref = _batches(str(data / folder), engine="processes", num_workers=1)
+            server.reset_stats()
+            _assert_same(_batches(f"s3://{BUCKET}/{folder}", engine="processes", num_workers=1), ref)
+            assert server.stats["max_in_flight"] >= 3  # a batch's; read a sample at a time: 1
+
+
+    @pytest.mark.parametrize("seed", [7, None])
+    def test_reads_run_on_across_epochs(self, data, local_server, monkeypatch, seed):
+        """A seeded loader issues the reads of the next epoch's first batches as an epoch ends,
+        and the next epoch takes them over (reading the rest itself); an epoch other than the
+        one read ahead (``set_epoch``) drops them and reads its own. An unseeded loader's next
+        order is not known before it begins: no reads ahead of it. Every epoch is the local
+        tree's."""
+        local_server(latency_s=0.02)
+        kwargs = dict(batch_size=2, crop_size=24, device="cpu", num_workers=2)
+        loader = D.make_loader(f"s3://{BUCKET}/shards", seed=seed, **kwargs)
+        dataset, engine = loader.dataset, loader.loader
+        issued: list[list[int]] = []  # the indices of each ReadAhead
+        read_ahead = dataset.read_ahead
+
+        def spy(indices, **kw):
+            issued.append(list(indices))
+            return read_ahead(indices, **kw)
+
+        monkeypatch.setattr(dataset, "read_ahead", spy)
+        for epoch in (0, 1, 5):
+            loader.set_epoch(epoch)
+            got = [(x.clone(), y.clone()) for x, y in loader]
+            if seed is None:  # the order of an unseeded epoch: the one it drew
+                continue
+            local = D.make_loader(str(data / "shards"), seed=seed, **kwargs)
+            local.set_epoch(epoch)
+            _assert_same(got, [(x.clone(), y.clone()) for x, y in local])
+        if seed is None:
+            assert [len(i) for i in issued] == [len(dataset)] * 3 and engine._next_ahead is None
+            return
+        n = engine_module._NEXT_EPOCH_BATCHES * 2
+        order = {}
+        for epoch in (0, 1, 2, 5):
+            sampler = D.EpochSampler(len(dataset), seed=seed)
+            sampler.set_epoch(epoch)
+            order[epoch] = sampler.indices()
+        assert len(dataset) > n
+        # epoch 0 whole, then epoch 1's start; epoch 1's rest, then epoch 2's start (dropped:
+        # epoch 5 came next); epoch 5 whole, then epoch 6's start
+        assert issued[:5] == [order[0], order[1][:n], order[1][n:], order[2][:n], order[5]]
+        assert len(issued) == 6 and engine._next_ahead[0] == 6
 
 
 class TestBlockShuffle:
@@ -532,7 +591,7 @@ class TestBlockShuffle:
         with pytest.raises(ValueError, match="shuffle_block"):
             D.make_loader([__file__], sampler=[0], shuffle_block=4, device="cpu")
 
-    def test_coalesced_with_faults_same_batches(self, data, local_server):
+    def test_coalesced_with_faults_same_batches(self, data, local_server, monkeypatch):
         """shards read in blocks of 4 neighbours: fewer requests than samples (a block's
         neighbours in one shard are one range read), with 503s and resets the local tree's
         batches."""
@@ -541,6 +600,7 @@ class TestBlockShuffle:
         plain = D.make_loader(str(data / "shards"), **{**kwargs, "shuffle_block": 1})
         assert torch.cat([y for _, y in ref]).tolist() != torch.cat([y for _, y in plain]).tolist()
         local_server(fail_every=7, reset_every=11)
+        monkeypatch.setattr(engine_module, "_NEXT_EPOCH_BATCHES", 0)  # the counts are this epoch's alone
         loader = D.make_loader(f"s3://{BUCKET}/shards", **kwargs)
         store = loader.dataset.object_store
         store.reset_stats()
@@ -583,6 +643,9 @@ def test_bench_cli_on_a_served_folder(data, monkeypatch, capsys):
     """python -m fastprep.bench --data s3://... --serve DIR: the loader over the served
     folder beside the same files on disk, with the client's counters."""
     from fastprep.bench.cli import main
+
+    # the counts of one epoch alone: none of the next epoch's first reads, issued as it ends
+    monkeypatch.setattr(engine_module, "_NEXT_EPOCH_BATCHES", 0)
 
     for name in list(os.environ):
         if name.startswith("AWS_"):

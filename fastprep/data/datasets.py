@@ -303,10 +303,14 @@ class JpegDataset(Dataset):
         except (fio.DecodeError, OSError, ValueError) as e:
             return e, ""
 
-    def _load(self, index: int):
+    def _load(self, index: int, read=None):
+        """``(sample, target)`` of ``index``; ``read``: its ``(bytes, name)`` or ``(error, "")``
+        when they were read already (:meth:`read_encoded_batch`)."""
         path = self.files[index]
         try:
-            data, path = self.read_encoded(index)
+            data, path = self.read_encoded(index) if read is None else read
+            if isinstance(data, Exception):
+                raise data
             sample = data if self.transform is None else self._keyed_transform(data, path, index)
         except (fio.DecodeError, OSError) as e:
             raise fio.DecodeError(f"cannot decode {path!r} (index {index}): {e}") from e
@@ -423,8 +427,12 @@ class JpegDataset(Dataset):
         out = _Samples()
         out.names = []
         skipped = []
-        for index in indices:
-            sample, record = self._sample(index)
+        indices = list(indices)
+        # from object storage: the batch's reads in flight together (one round trip, not one a sample)
+        reads = self.read_encoded_batch(indices) if getattr(self, "object_store", None) is not None \
+            else [None] * len(indices)
+        for index, read in zip(indices, reads):
+            sample, record = self._sample(index, read)
             out.append(sample)
             out.names.append((int(index), self.files[index]))
             if record is not None:
@@ -435,13 +443,13 @@ class JpegDataset(Dataset):
         out.skipped = tuple(skipped)
         return out
 
-    def _sample(self, index: int) -> tuple[object, SkippedFile | None]:
+    def _sample(self, index: int, read=None) -> tuple[object, SkippedFile | None]:
         """``(sample, None)``, or with ``on_error="skip"`` and a file that fails
-        ``(a substitute's sample, the failed file's record)``."""
+        ``(a substitute's sample, the failed file's record)``. ``read``: as :meth:`_load`'s."""
         if self.on_error == "raise":
-            return self._load(index), None
+            return self._load(index, read), None
         try:
-            return self._load(index), None
+            return self._load(index, read), None
         except self.skip_errors as e:
             failure = e
         tries = min(self.max_skip_attempts, len(self.files) - 1)

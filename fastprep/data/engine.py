@@ -325,6 +325,9 @@ class ThreadLoader:
         self.epoch = 0
         self._epoch_seed: int | None = None
         self._skip = 0
+        self._following = None  # the next epoch's indices, where its order is known now (begin_epoch)
+        #: ``(epoch, indices, ReadAhead)``: the next epoch's first reads, issued as this one ends
+        self._next_ahead: tuple[int, list[int], Any] | None = None
         self._cpu_lock = threading.Lock()
         self._cpu = dict.fromkeys(_CPU_KEYS + _WAIT_KEYS, 0.0)
         self._buffers: _BufferRing | _LeasedBuffers | _ViewBuffers | None = None
@@ -384,10 +387,48 @@ class ThreadLoader:
             for k, v in seconds.items():
                 self._cpu[k] += v
 
-    def begin_epoch(self, epoch: int, epoch_seed: int, skip: int = 0) -> None:
+    def begin_epoch(self, epoch: int, epoch_seed: int, skip: int = 0, following=None) -> None:
         """Key the next iteration's samples by ``(epoch_seed, epoch, index)`` and skip the
-        first ``skip`` indices of the sampler's order (a resume)."""
+        first ``skip`` indices of the sampler's order (a resume). ``following``: a callable
+        giving the indices of the epoch after it, where they are known now (a seeded
+        :class:`~fastprep.data.EpochSampler`): the reads of object storage then run on across
+        the epoch boundary (:meth:`_read_ahead_next`)."""
         self.epoch, self._epoch_seed, self._skip = int(epoch), int(epoch_seed), int(skip)
+        self._following = following
+
+    def _read_ahead_next(self) -> None:
+        """Issue the reads of the next epoch's first :data:`_NEXT_EPOCH_BATCHES` batches while
+        this one's last batches are read and built: its first batch then does not wait a round
+        trip. The next epoch takes them over where its order starts with them
+        (:meth:`_take_next_ahead`); otherwise they are dropped. A run's last epoch leaves
+        them unread by anyone (at most that many batches)."""
+        following, self._following = self._following, None
+        if following is None or self._next_ahead is not None:
+            return
+        indices = list(following())
+        if self.drop_last:
+            indices = indices[:len(indices) // self.batch_size * self.batch_size]
+        indices = indices[:_NEXT_EPOCH_BATCHES * self.batch_size]
+        if indices:
+            ahead = self.dataset.read_ahead(indices, budget_bytes=self.read_ahead_bytes, group=self.batch_size)
+            if ahead is not None:
+                self._next_ahead = (self.epoch + 1, indices, ahead)
+
+    def _take_next_ahead(self, epoch: int, indices: list[int]):
+        """``(reads, n)``: the reads issued ahead for ``epoch``, of its first ``n`` positions,
+        when ``indices`` starts with theirs; else ``None`` (and they are dropped)."""
+        pending, self._next_ahead = self._next_ahead, None
+        if pending is None:
+            return None
+        if pending[0] == epoch and pending[1] == indices[:len(pending[1])]:
+            return pending[2], len(pending[1])
+        pending[2].close()
+        return None
+
+    def __del__(self):
+        pending = getattr(self, "_next_ahead", None)
+        if pending is not None:
+            pending[2].close()
 
     def __len__(self) -> int:
         n = len(self.sampler)
@@ -405,6 +446,33 @@ class ThreadLoader:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
                 f"num_workers={self.num_workers})")
+
+
+#: the reads of the next epoch's first this many batches are issued when a reader takes one of
+#: this epoch's last this many batches (0: never)
+_NEXT_EPOCH_BATCHES = 4
+
+
+class _JoinedReads:
+    """An epoch's reads issued ahead in two parts: its first ``n`` positions (issued as the
+    last epoch ended) and the rest (``None`` where there is none), read as one ``ReadAhead``.
+    A batch's positions lie in one part (``n`` is a whole number of batches)."""
+
+    finished = False  # no window reads: the engine reads those in one part
+
+    def __init__(self, first, rest, n: int):
+        self.first, self.rest, self.n = first, rest, n
+
+    def read_batch(self, positions) -> list:
+        positions = list(positions)
+        if positions[0] < self.n:
+            return self.first.read_batch(positions)
+        return self.rest.read_batch([p - self.n for p in positions])
+
+    def close(self) -> None:
+        self.first.close()
+        if self.rest is not None:
+            self.rest.close()
 
 
 class _EpochRun:
@@ -440,11 +508,22 @@ class _EpochRun:
         self.fatal: BaseException | None = None
         self.threads = []
         self.ahead = None  # the dataset's reads issued ahead in the epoch's order (s3:// sources)
+        self.reads_next = False  # whether the next epoch's first reads were issued (_read_one)
         if loader.num_workers > 0 and self.num_batches and self.batch_planning \
                 and hasattr(self.dataset, "read_ahead"):
-            windows = {"plan_windows": self.plan_windows} if getattr(self.dataset, "window_reads", False) else {}
-            self.ahead = self.dataset.read_ahead(indices, budget_bytes=loader.read_ahead_bytes,
-                                                 group=self.batch_size, **windows)
+            windows = getattr(self.dataset, "window_reads", False)
+            # the first reads issued as the last epoch ended (not by window: those plan this epoch's crops)
+            taken = None if windows else loader._take_next_ahead(epoch, indices)
+            if taken is None:
+                self.ahead = self.dataset.read_ahead(indices, budget_bytes=loader.read_ahead_bytes,
+                                                     group=self.batch_size,
+                                                     **({"plan_windows": self.plan_windows} if windows else {}))
+            else:
+                first, n = taken
+                rest = self.dataset.read_ahead(indices[n:], budget_bytes=loader.read_ahead_bytes,
+                                               group=self.batch_size) if len(indices) > n else None
+                self.ahead = _JoinedReads(first, rest, n)
+            self.reads_next = windows
         if loader.num_workers > 0 and self.num_batches:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]
             self.threads = [threading.Thread(target=self._read_loop, name=n, daemon=True) for n in names]
@@ -665,6 +744,13 @@ class _EpochRun:
                 self.cond.wait()
             k = self.next_batch
             self.next_batch += 1
+            # the epoch's last few batches are being read: the next epoch's reads go out now
+            next_reads = (not self.reads_next and self.ahead is not None and _NEXT_EPOCH_BATCHES > 0
+                          and k >= self.num_batches - _NEXT_EPOCH_BATCHES)
+            if next_reads:
+                self.reads_next = True
+        if next_reads:
+            self.loader._read_ahead_next()
         positions = self._positions(k)
         indices = [self.indices[p] for p in positions]
         start = time.thread_time()

@@ -11,6 +11,8 @@ another world size, worker count or engine and still see every remaining sample 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.utils.data import Sampler
 
@@ -325,7 +327,7 @@ class EpochControl:
             self.sampler.seed = 0 if self.seed is None and self.distributed else epoch_seed
             self.sampler.start_at(cursor)
         if self.engine == "threads":
-            self.loader.begin_epoch(epoch, epoch_seed, skip=skip)
+            self.loader.begin_epoch(epoch, epoch_seed, skip=skip, following=self._following(epoch))
         elif self.seed is None:
             # The workers' base seed: from the epoch seed, distinct per rank (ranks that
             # seeded torch alike must not crop alike).
@@ -335,6 +337,18 @@ class EpochControl:
         self._running = {"epoch_seed": epoch_seed, "batches": start["batches"], "samples": start["samples"],
                          "cursor": start["cursor"]}
         return drop
+
+    def _following(self, epoch: int):
+        """A callable giving this rank's indices of epoch ``epoch + 1`` from its start, where
+        they are known before it begins (an :class:`EpochSampler` whose order's seed does not
+        change: a seeded loader, or a distributed one), else ``None``."""
+        sampler = self.sampler
+        if not isinstance(sampler, EpochSampler) or (self.seed is None and not self.distributed) \
+                or epoch >= MAX_EPOCH:
+            return None
+        following = copy.copy(sampler)
+        following.set_epoch(epoch + 1)
+        return lambda: following.indices(0)
 
     def state(self, epoch: int, batches: int = 0, samples: int = 0, running: bool = False) -> dict:
         """A plain dict: where the loader stands.
