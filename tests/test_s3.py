@@ -520,10 +520,31 @@ class TestReadAhead:
             assert server.stats["max_in_flight"] >= 3  # a batch's; read a sample at a time: 1
 
 
+    def test_a_call_takes_slots_as_they_come_free(self, data, local_server, client):
+        """A native call on a store of 4 slots that starts while another call holds 3 of them
+        sends a request at a time at first, and more at once when they come free (not all 8
+        of its requests through the one slot it found)."""
+        import threading
+
+        if client != "native":
+            pytest.skip("the slots are the native client's")
+        local_server(latency_s=0.3)
+        store = D.ObjectStore(f"s3://{BUCKET}/folder", D.StorageOptions(max_in_flight=4))
+        names = [n for n in sorted(TREE) if n.endswith(".jpg")][:8]
+        store.fetch_native([(names[0], None, None)])  # the slots exist now
+        slots = store._slots[1]
+        for _ in range(3):  # another call's
+            slots.acquire()
+        threading.Timer(0.1, lambda: [slots.release() for _ in range(3)]).start()  # while the first wave waits
+        answers, counts = store.fetch_native([(n, None, None) for n in names])
+        assert [bytes(a.numpy()) for a in answers] == [(data / "folder" / n).read_bytes() for n in names]
+        assert counts["requests"] == 8 and counts["max_in_flight"] == 4
+
+
     @pytest.mark.parametrize("seed", [7, None])
     def test_reads_run_on_across_epochs(self, data, local_server, monkeypatch, seed):
-        """A seeded loader issues the reads of the next epoch's first batches as an epoch ends,
-        and the next epoch takes them over (reading the rest itself); an epoch other than the
+        """A seeded loader starts the next epoch's reads as an epoch ends (its first batches
+        only, until it begins), and the next epoch takes them over; an epoch other than the
         one read ahead (``set_epoch``) drops them and reads its own. An unseeded loader's next
         order is not known before it begins: no reads ahead of it. Every epoch is the local
         tree's."""
@@ -550,17 +571,15 @@ class TestReadAhead:
         if seed is None:
             assert [len(i) for i in issued] == [len(dataset)] * 3 and engine._next_ahead is None
             return
-        n = engine_module._NEXT_EPOCH_BATCHES * 2
         order = {}
-        for epoch in (0, 1, 2, 5):
+        for epoch in (0, 1, 2, 5, 6):
             sampler = D.EpochSampler(len(dataset), seed=seed)
             sampler.set_epoch(epoch)
             order[epoch] = sampler.indices()
-        assert len(dataset) > n
-        # epoch 0 whole, then epoch 1's start; epoch 1's rest, then epoch 2's start (dropped:
-        # epoch 5 came next); epoch 5 whole, then epoch 6's start
-        assert issued[:5] == [order[0], order[1][:n], order[1][n:], order[2][:n], order[5]]
-        assert len(issued) == 6 and engine._next_ahead[0] == 6
+        # epoch 0's reads; epoch 1's, started as epoch 0 ended and taken over; epoch 2's, started as
+        # epoch 1 ended and dropped (epoch 5 came next); epoch 5's; epoch 6's, started as it ended
+        assert issued == [order[0], order[1], order[2], order[5], order[6]]
+        assert engine._next_ahead[0] == 6 and engine._next_ahead[2].ahead == engine_module._NEXT_EPOCH_BATCHES * 2
 
 
 class TestBlockShuffle:

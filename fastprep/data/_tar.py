@@ -555,11 +555,11 @@ class TarSamples(JpegDataset):
                 out[j] = (e, "")
         return out
 
-    def read_ahead(self, indices, *, budget_bytes: int, group: int) -> ReadAhead | None:
+    def read_ahead(self, indices, *, budget_bytes: int, group: int, first: int | None = None) -> ReadAhead | None:
         """On ``s3://``, the epoch's range reads in order of ``indices``,
         issued ahead and coalesced where neighbours in the order are close in a tar
         (:class:`~fastprep.data.objects.ReadAhead`; its ``read_batch(positions)`` answers as
-        :meth:`read_encoded_batch`); else ``None``."""
+        :meth:`read_encoded_batch`; ``first``: as its ``first``); else ``None``."""
         objects = self._storage.objects
         if objects is None or type(self).read_encoded is not TarSamples.read_encoded \
                 or not objects.options.read_ahead:
@@ -582,4 +582,4 @@ class TarSamples(JpegDataset):
                 return e, ""
 
         return ReadAhead(objects, requests, convert, budget_bytes=budget_bytes,
-                         ahead=4 * objects.options.max_in_flight, group=group)
+                         ahead=4 * objects.options.max_in_flight, group=group, first=first)

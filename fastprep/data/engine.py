@@ -397,31 +397,32 @@ class ThreadLoader:
         self._following = following
 
     def _read_ahead_next(self) -> None:
-        """Issue the reads of the next epoch's first :data:`_NEXT_EPOCH_BATCHES` batches while
-        this one's last batches are read and built: its first batch then does not wait a round
-        trip. The next epoch takes them over where its order starts with them
-        (:meth:`_take_next_ahead`); otherwise they are dropped. A run's last epoch leaves
-        them unread by anyone (at most that many batches)."""
+        """Start the next epoch's reads while this one's last batches are read and built: its
+        whole order, issuing only its first :data:`_NEXT_EPOCH_BATCHES` batches until it
+        begins. The next epoch takes them over where its order is the one read
+        (:meth:`_take_next_ahead`), and they run on; otherwise they are dropped. A run's last
+        epoch leaves those batches read by no one."""
         following, self._following = self._following, None
         if following is None or self._next_ahead is not None:
             return
         indices = list(following())
         if self.drop_last:
             indices = indices[:len(indices) // self.batch_size * self.batch_size]
-        indices = indices[:_NEXT_EPOCH_BATCHES * self.batch_size]
         if indices:
-            ahead = self.dataset.read_ahead(indices, budget_bytes=self.read_ahead_bytes, group=self.batch_size)
+            ahead = self.dataset.read_ahead(indices, budget_bytes=self.read_ahead_bytes, group=self.batch_size,
+                                            first=_NEXT_EPOCH_BATCHES * self.batch_size)
             if ahead is not None:
                 self._next_ahead = (self.epoch + 1, indices, ahead)
 
     def _take_next_ahead(self, epoch: int, indices: list[int]):
-        """``(reads, n)``: the reads issued ahead for ``epoch``, of its first ``n`` positions,
-        when ``indices`` starts with theirs; else ``None`` (and they are dropped)."""
+        """The reads started for ``epoch`` when they are of ``indices`` (issuing ahead as far as
+        any epoch's from now on), else ``None`` (and they are dropped)."""
         pending, self._next_ahead = self._next_ahead, None
         if pending is None:
             return None
-        if pending[0] == epoch and pending[1] == indices[:len(pending[1])]:
-            return pending[2], len(pending[1])
+        if pending[0] == epoch and pending[1] == indices:
+            pending[2].widen()
+            return pending[2]
         pending[2].close()
         return None
 
@@ -448,31 +449,9 @@ class ThreadLoader:
                 f"num_workers={self.num_workers})")
 
 
-#: the reads of the next epoch's first this many batches are issued when a reader takes one of
-#: this epoch's last this many batches (0: never)
+#: the next epoch's reads start when a reader takes one of this epoch's last this many
+#: batches, issuing that many of its first batches until it begins (0: never)
 _NEXT_EPOCH_BATCHES = 4
-
-
-class _JoinedReads:
-    """An epoch's reads issued ahead in two parts: its first ``n`` positions (issued as the
-    last epoch ended) and the rest (``None`` where there is none), read as one ``ReadAhead``.
-    A batch's positions lie in one part (``n`` is a whole number of batches)."""
-
-    finished = False  # no window reads: the engine reads those in one part
-
-    def __init__(self, first, rest, n: int):
-        self.first, self.rest, self.n = first, rest, n
-
-    def read_batch(self, positions) -> list:
-        positions = list(positions)
-        if positions[0] < self.n:
-            return self.first.read_batch(positions)
-        return self.rest.read_batch([p - self.n for p in positions])
-
-    def close(self) -> None:
-        self.first.close()
-        if self.rest is not None:
-            self.rest.close()
 
 
 class _EpochRun:
@@ -513,16 +492,11 @@ class _EpochRun:
                 and hasattr(self.dataset, "read_ahead"):
             windows = getattr(self.dataset, "window_reads", False)
             # the first reads issued as the last epoch ended (not by window: those plan this epoch's crops)
-            taken = None if windows else loader._take_next_ahead(epoch, indices)
-            if taken is None:
+            self.ahead = None if windows else loader._take_next_ahead(epoch, indices)
+            if self.ahead is None:
                 self.ahead = self.dataset.read_ahead(indices, budget_bytes=loader.read_ahead_bytes,
                                                      group=self.batch_size,
                                                      **({"plan_windows": self.plan_windows} if windows else {}))
-            else:
-                first, n = taken
-                rest = self.dataset.read_ahead(indices[n:], budget_bytes=loader.read_ahead_bytes,
-                                               group=self.batch_size) if len(indices) > n else None
-                self.ahead = _JoinedReads(first, rest, n)
             self.reads_next = windows
         if loader.num_workers > 0 and self.num_batches:
             names = [f"fastprep-read-{k}" for k in range(loader.read_threads)]

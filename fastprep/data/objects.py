@@ -263,24 +263,34 @@ class ObjectStore:
     def fetch_native(self, requests: list, concurrency: int | None = None) -> tuple[list, dict]:
         """The native client's answers to ``requests`` (``NativeClient.fetch``), with at most
         ``concurrency`` (default ``max_in_flight``) of them in flight, and never more than
-        ``max_in_flight`` over all of this store's calls in this process: a call takes the
-        slots that are free (at least one, waiting for it), and gives them back at its end."""
+        ``max_in_flight`` over all of this store's calls in this process. The requests go out
+        in waves: each takes the slots that are free then (at least one, waiting for it) and
+        sends that many requests, giving the slots back at its end; a call that started while
+        others held most slots so takes more of them as they come free, instead of sending
+        all of its requests through the few it found."""
         native = self.native()
         assert native is not None
         with self._lock:
             if self._slots is None or self._slots[0] != os.getpid():
                 self._slots = (os.getpid(), threading.BoundedSemaphore(self.options.max_in_flight))
             slots = self._slots[1]
-        want = max(1, min(len(requests), concurrency or self.options.max_in_flight))
-        slots.acquire()
-        held = 1
-        while held < want and slots.acquire(blocking=False):
-            held += 1
-        try:
-            answers, counts = native.fetch(requests, self.url_of, held)
-        finally:
-            for _ in range(held):
-                slots.release()
+        requests = list(requests)
+        answers: list = []
+        counts = {"requests": 0, "bytes": 0, "retries": 0, "started": 0, "in_flight_sum": 0, "max_in_flight": 0}
+        while len(answers) < len(requests):
+            want = max(1, min(len(requests) - len(answers), concurrency or self.options.max_in_flight))
+            slots.acquire()
+            held = 1
+            while held < want and slots.acquire(blocking=False):
+                held += 1
+            try:
+                wave, got = native.fetch(requests[len(answers):len(answers) + held], self.url_of, held)
+            finally:
+                for _ in range(held):
+                    slots.release()
+            answers += wave
+            for key, value in got.items():
+                counts[key] = max(counts[key], value) if key == "max_in_flight" else counts[key] + value
         self._add(counts)
         return answers, counts
 
@@ -479,12 +489,16 @@ class ReadAhead:
             group's entries, run in the reading thread once a group's reads are in (a second
             round of reads that depends on the first: the crop windows' intervals);
             :attr:`finished` says whether it runs. ``None``: ``convert`` per position.
+        first: issue only the first this many positions until :meth:`widen` (the next
+            epoch's reads, issued before it begins); ``None``: up to ``ahead`` from the start.
     """
 
     def __init__(self, store: ObjectStore, requests: list, convert, *, budget_bytes: int, ahead: int,
-                 group: int = 64, finish=None):
+                 group: int = 64, finish=None, first: int | None = None):
         self.store, self.requests, self.convert = store, requests, convert
-        self.budget_bytes, self.ahead, self.group = int(budget_bytes), max(1, int(ahead)), max(1, int(group))
+        self.budget_bytes, self.group = int(budget_bytes), max(1, int(group))
+        self.ahead = max(1, int(ahead)) if first is None else max(1, min(int(ahead), int(first)))
+        self._full_ahead = max(1, int(ahead))
         self._cond = threading.Condition()
         self._results: dict[int, Any] = {}
         self._taken = 0  # positions taken so far (in any order); the window moves with it
@@ -513,6 +527,14 @@ class ReadAhead:
             for k in range(workers):
                 threading.Thread(target=self._work, name=f"fastprep-s3-{k}", daemon=True).start()
             threading.Thread(target=self._run_native, name="fastprep-s3-ahead", daemon=True).start()
+
+    def widen(self) -> None:
+        """Issue up to ``ahead`` positions from now on (a ReadAhead made with ``first``)."""
+        with self._cond:
+            self.ahead = self._full_ahead
+            self._cond.notify_all()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._notify)
 
     def _free(self, p: int) -> bool:
         """Whether position ``p``'s group may be issued now (under ``_cond``)."""
@@ -909,7 +931,8 @@ class ObjectFolder(JpegDataset):
         self._window_prefix = max([self._window_prefix, *scans])
         return list(zip(heads, scans))
 
-    def read_ahead(self, indices, *, budget_bytes: int, group: int, plan_windows=None) -> ReadAhead | None:
+    def read_ahead(self, indices, *, budget_bytes: int, group: int, plan_windows=None,
+                   first: int | None = None) -> ReadAhead | None:
         """The epoch's whole-object GETs in order of ``indices``, issued ahead
         (:class:`ReadAhead`; its ``read_batch(positions)`` answers as
         :meth:`read_encoded_batch`); with :attr:`window_reads`, the first read of each
@@ -917,7 +940,8 @@ class ObjectFolder(JpegDataset):
         :meth:`read_windows`' ``heads``), or, given ``plan_windows`` and with the native
         client, the whole of :meth:`read_windows` ahead: each group's intervals are
         requested as soon as its headers are in (``ReadAhead.finished``). ``None`` when a
-        subclass reads samples its own way or ``storage.read_ahead`` is off."""
+        subclass reads samples its own way or ``storage.read_ahead`` is off. ``first``: as
+        :class:`ReadAhead`'s."""
         if type(self).read_encoded is not ObjectFolder.read_encoded or not self.store.options.read_ahead:
             return None
         indices = list(indices)
@@ -930,13 +954,14 @@ class ObjectFolder(JpegDataset):
                 def finish(positions, heads):
                     return self.read_windows([indices[k] for k in positions], plan_windows, heads)
             return ReadAhead(self.store, firsts, lambda k, data: data, budget_bytes=budget_bytes, ahead=ahead,
-                             group=group, finish=finish)
+                             group=group, finish=finish, first=first)
         requests = [(self.names[i], None, None, self.sizes[i]) for i in indices]
 
         def convert(k: int, data) -> tuple[torch.Tensor | Exception, str]:
             return (data, "") if isinstance(data, Exception) else (_tensor(data), self.files[indices[k]])
 
-        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes, ahead=ahead, group=group)
+        return ReadAhead(self.store, requests, convert, budget_bytes=budget_bytes, ahead=ahead, group=group,
+                         first=first)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.store.url!r}, samples={len(self.files)}, "
