@@ -23,6 +23,11 @@ workers, CPU batches; rows, interleaved in each run:
 
 ``--copies N`` links each packed file N times under other names (a longer epoch).
 
+The epochs run on from run to run, and after each ``s3://`` row the bench waits for what its
+loader reads of the next epoch as the run ends (4 batches of the largest file through the
+link, plus two round trips) before the next row, so that those reads do not fall into the
+next row's time; the requests and bytes per epoch include them.
+
 Per row: samples/s (median of ``--runs`` runs of ``--epochs`` epochs after a warm-up epoch),
 its ratio to the whole-file row of the same run, and from the client's counters per epoch
 the requests and the bytes moved as a share of the files' bytes. The first epoch's batches of
@@ -112,18 +117,23 @@ def main(argv=None) -> None:
         files_bytes = sum(loaders["s3, whole files"].dataset.sizes)
         rates: dict[str, list[float]] = {k: [] for k in rows}
         counts: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
-        for _ in range(args.runs):
+        # the next epoch's reads a loader starts as its last epoch of a run ends (whole files;
+        # docs/storage.md, "Across the epoch boundary") land before the next row starts
+        settle_s = 2 * args.latency_ms / 1e3 + (4 * args.batch_size * max(loaders["s3, whole files"].dataset.sizes) * 8
+                                                / (args.bandwidth_mbps * 1e6) if args.bandwidth_mbps else 0.0)
+        for run in range(args.runs):
             for key, loader in loaders.items():
                 store = getattr(loader.dataset, "store", None)
                 if store is not None:
                     store.reset_stats()
                 n, start = 0, time.perf_counter()
                 for epoch in range(args.epochs):
-                    loader.set_epoch(1 + epoch)
+                    loader.set_epoch(1 + run * args.epochs + epoch)  # run on: the next run takes those reads
                     for _, y in loader:
                         n += len(y)
                 rates[key].append(n / (time.perf_counter() - start))
                 if store is not None:
+                    time.sleep(settle_s)
                     s = store.stats
                     counts[key].append((s["requests"] / args.epochs, s["bytes"] / args.epochs / files_bytes))
     finally:
