@@ -265,7 +265,8 @@ def main(argv=None) -> None:
                         print(f"{key[0]}, {key[1]}: failed: {why}", file=sys.stderr)
                 continue
             loader = loaders[key]
-            store = _store(loader.dataset)
+            # the processes engine's requests are counted in its workers, out of reach here
+            store = None if getattr(loader, "engine", None) == "processes" else _store(loader.dataset)
             if store is not None:
                 store.reset_stats()
             seconds, n, client_s, server_s = _epochs(loader, epochs, proc.pid)
@@ -282,6 +283,10 @@ def main(argv=None) -> None:
           f"(imagenet-train), threads engine, batch {args.batch_size}; server: LocalS3Server, +{args.latency_ms:g} "
           f"ms per request; median of {args.runs} runs x {args.epochs} epochs; max_in_flight={args.max_in_flight}")
     table = _table(rates, cpu, counters, failed)
+    if any("processes" in layout for layout, _ in rates):
+        print("processes engine rows: from s3:// the loader's CPU is the main process's alone (its DataLoader "
+              "workers, started from a forkserver, are not its children; from disk they are, and are counted); the "
+              "request counters are the workers' and not shown")
     print(f"load average during the run (1, 5, 15 min): {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:

@@ -246,9 +246,14 @@ class TestAddressing:
         monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
         for folder in ("folder", "shards"):
             url = f"s3://{BUCKET}/{folder}/"
+            store = D.ObjectStore(url)
             if client == "native":
-                native = D.ObjectStore(url).native()
-                assert (native.host, native.base) == (f"{BUCKET}.localhost:{port}", "/")
+                assert (store.native().host, store.native().base) == (f"{BUCKET}.localhost:{port}", "/")
+            files = sorted(p for p in (data / folder).rglob("*") if p.is_file())
+            names = [p.relative_to(data / folder).as_posix() for p in files]
+            # the bytes against the files themselves, whole and a range of each
+            assert store.get_many([(n, None, None) for n in names]) == [p.read_bytes() for p in files]
+            assert store.get_many([(n, 3, 40) for n in names]) == [p.read_bytes()[3:43] for p in files]
             _assert_same(_batches(url), _batches(str(data / folder)))
 
     def test_bucket_region_from_the_endpoint(self, data, moto, monkeypatch, tmp_path, client):

@@ -124,12 +124,16 @@ def _botocore_session():
     return botocore.session.get_session()
 
 
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def credentials(session=None) -> Credentials | None | str:
     """The keys that sign requests: the environment's ``AWS_ACCESS_KEY_ID`` /
     ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, else botocore's provider chain
     (``session``: a botocore session, default a new one); ``None``: unsigned requests
     (``AWS_SKIP_SIGNATURE``); a str: why there are none."""
-    if os.environ.get("AWS_SKIP_SIGNATURE", "").lower() in ("1", "true", "yes"):
+    if _truthy(os.environ.get("AWS_SKIP_SIGNATURE")):
         return None
     key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if key and secret:
@@ -153,10 +157,6 @@ def credentials(session=None) -> Credentials | None | str:
 #: a bucket name that can be the first label of a host name (virtual-hosted addressing over
 #: https: no dots, which the certificate's one-label wildcard would not match)
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def addressing_style(session=None) -> str:
