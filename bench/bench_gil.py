@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import os
 import platform
 import shutil
@@ -115,14 +116,21 @@ def _count(batch) -> int:
     return int(batch[1].shape[0])
 
 
-def child(name: str, root: str, batch_size: int, workers: int, seconds: float) -> None:
-    """Run one pipeline: warm up, say READY, then iterate for ``seconds`` and print its rate."""
+def child(name: str, root: str, batch_size: int, workers: int, seconds: float, warmup: float) -> None:
+    """Run one pipeline: warm up for ``warmup`` seconds, say READY, then iterate for ``seconds``
+    and print its rate."""
     loader = _loader(name, root, batch_size, workers)
     if getattr(loader, "engine", "threads") != "threads":
         print(f"ENGINE {loader.engine}: {loader.engine_reason}", flush=True)
     it = iter(loader)
-    for _ in range(2):
-        next(it)
+    start = time.perf_counter()
+    for k in itertools.count():  # two batches, then until the warm-up is over (tracing processes started)
+        try:
+            next(it)
+        except StopIteration:
+            it = iter(loader)
+        if k >= 1 and time.perf_counter() - start >= warmup:
+            break
     print("READY", flush=True)
     start = time.perf_counter()
     n = 0
@@ -148,7 +156,8 @@ def _gil_samples(path: str) -> int:
 
 def measure(name: str, root: str, args) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--root", root, "--batch-size",
-           str(args.batch_size), "--workers", str(args.workers), "--seconds", str(args.seconds)]
+           str(args.batch_size), "--workers", str(args.workers), "--seconds", str(args.seconds),
+           "--warmup", str(args.warmup)]
     errors = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
     assert proc.stdout is not None
@@ -194,16 +203,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--warmup", type=float, default=10.0,
+                        help="seconds each pipeline runs before it is sampled (traced pipelines start their tracing "
+                             "processes after 512 samples)")
     parser.add_argument("--no-gil", dest="gil", action="store_false", help="samples/s only, no py-spy")
     parser.add_argument("--quick", action="store_true", help="24 synthetic images, 2 s, examples-train only")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.root, args.batch_size, args.workers, args.seconds)
+        child(args.child, args.root, args.batch_size, args.workers, args.seconds, args.warmup)
         return {}
     if args.quick:
-        args.count, args.photos, args.seconds, args.batch_size = 24, None, 2.0, 8
+        args.count, args.photos, args.seconds, args.batch_size, args.warmup = 24, None, 2.0, 8, 0.0
         args.pipelines = "examples-train"
     args.py_spy = shutil.which("py-spy")
     if args.gil and args.py_spy is None:
@@ -215,7 +227,7 @@ def main(argv=None) -> dict:
     print(f"CPU: {describe().removeprefix('CPU: ')}, load {' '.join(f'{x:.1f}' for x in load)}; "
           f"Python {platform.python_version()}, torch {torch.__version__}")
     print(f"{args.count} JPEGs from {args.photos or '(synthetic)'}, batch {args.batch_size}, "
-          f"num_workers={args.workers}, {args.seconds:g} s per pipeline"
+          f"num_workers={args.workers}, {args.seconds:g} s per pipeline after {args.warmup:g} s of warm-up"
           + (f", py-spy --gil at {args.rate} Hz" if args.gil else ""))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -693,12 +693,11 @@ class TestReplayViewOp:
     def test_step_records_follow_the_cpp_layout(self):
         """The packed records hold each field where the C++ struct has it (struct_layout)."""
         from fastprep._layout import struct_dtype
-        from fastprep.data.traced import _step_records
-        from fastprep.transforms._native import kernel_id
+        from fastprep.transforms._native import kernel_id, pack_steps
 
         steps = [("pil_adjust_hue", (), (0.1,), -1), ("pil_rotate", (3, 3, 1), (17.5, 1.5, 2.0, 9, 0, 255), -1),
                  ("pil_point", (), (), 0)]
-        records = _step_records(steps).numpy().view(struct_dtype("PixelStep"))
+        records = np.frombuffer(pack_steps(steps), dtype=np.uint8).view(struct_dtype("PixelStep"))
         for record, (name, ints, floats, extra) in zip(records, steps):
             assert record["kernel"] == kernel_id(name) and record["extra"] == extra
             assert list(record["i"]) == [*ints, *[0] * (len(record["i"]) - len(ints))]
@@ -735,8 +734,9 @@ class TestReplayViewOp:
         with pytest.raises(ValueError, match="PixelStep"):
             op(image, [], torch.zeros(5, dtype=torch.uint8), [], torch.zeros(3, 8, 8), 1, [], [])
         with pytest.raises(ValueError, match="table"):  # pil_point without its table
-            from fastprep.data.traced import _step_records
-            op(image, [], _step_records([("pil_point", (), (), 0)]), [], torch.zeros(3, 8, 8), 1, [], [])
+            from fastprep.transforms._native import pack_steps
+            point = torch.frombuffer(pack_steps([("pil_point", (), (), 0)]), dtype=torch.uint8)
+            op(image, [], point, [], torch.zeros(3, 8, 8), 1, [], [])
         with pytest.raises(ValueError, match="takes 3 of the 0 means left"):
             torch.ops.fastprep.pil_replay_views([image], no_resize, [steps], [], [torch.zeros(3, 8, 8)], [1], [], [],
                                                 [3])

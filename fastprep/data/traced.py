@@ -31,6 +31,7 @@ import contextlib
 import functools
 import io as _io
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -50,10 +51,15 @@ from ..transforms._pil_geometry_ops import pil_geometry_reason
 from ..transforms._pil_ops import twin_reason
 from ..transforms import OnDecoded
 from ..transforms._compile import output_dtype, takes_pil_as_tensor
+from ._tracers import TracerDied, default_processes, tracers
 from ..transforms._trace import (LazyImage, LazyTensor, PixelRead, composes_answered, enhanced, install_hooks,
                                  view_leaves)
 
 __all__ = ["TracedPipeline", "TracedPlan"]
+
+#: samples a pipeline plans in the loader's process before its traces go to tracing processes
+#: (:mod:`._tracers`; a short loader never starts them)
+TRACE_AFTER = 512
 
 #: stand-in image sizes (width, height) of the probe traces, and their count per size
 _PROBE_SIZES = ((500, 375), (375, 500), (640, 427))
@@ -66,11 +72,15 @@ class TracedPlan:
     JPEG decode does not take), or ``literal``: the transform's own output (a sample whose
     trace needed pixels), with ``reason``."""
 
-    __slots__ = ("views", "window", "pillow", "literal", "reason", "key", "compiled", "native")
+    __slots__ = ("views", "window", "pillow", "literal", "reason", "key", "compiled", "native", "records")
 
-    def __init__(self, key: int, views=None, window=None, pillow=False, literal=None, reason=None, compiled=None):
+    def __init__(self, key: int, views=None, window=None, pillow=False, literal=None, reason=None, compiled=None,
+                 records=None):
         self.key, self.views, self.window, self.pillow = key, views, window, pillow
         self.literal, self.reason = literal, reason
+        #: per view its :func:`view_record`, made by a tracing process (``views`` is then
+        #: ``None``): the sample is replayed from them and the window alone
+        self.records = records
         #: the NativePipeline of a sample whose one view is a whole Compose the native compiler
         #: takes (see :func:`_compiled_compose`), and its native plan (``native``)
         self.compiled = compiled
@@ -396,79 +406,122 @@ class _NativeViews:
     def add(self, view: LazyTensor, base: _Decoded, mode: str, out: torch.Tensor) -> bool:
         """Take ``view`` (written into ``out`` by :meth:`run`) where each of its ops has a
         :func:`_twin_step`; ``False`` (nothing taken) where one has not."""
-        ops = view.image.ops
-        if base.rgb is None or mode != "RGB":
+        if base.rgb is None:
             return False
-        rgb, start, resize = base.rgb, 0, [0, 0, 0, 0]
-        if ops and ops[0][0] == "crop":
-            x0, y0, x1, y1 = ops[0][1]
-            x0, y0, x1, y1 = x0 - base.origin[0], y0 - base.origin[1], x1 - base.origin[0], y1 - base.origin[1]
-            _, h, w = rgb.shape
-            if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
-                return False
-            rgb, start = rgb[:, y0:y1, x0:x1], 1
-            fid = _native_resize(ops[1], mode) if len(ops) > 1 else None
-            if fid is not None:
-                ow, oh = ops[1][2][0]
-                if (ow, oh) != (x1 - x0, y1 - y0):
-                    flip = len(ops) > 2 and ops[2][0] == "method" and ops[2][1] == "transpose" \
-                        and ops[2][2][0] is PIL.Image.Transpose.FLIP_LEFT_RIGHT
-                    resize = [oh, ow, fid, int(flip)]
-                    start = 3 if flip else 2
-                else:  # Pillow's resize to the same size is a copy
-                    start = 2
-        elif base.origin != (0, 0):
+        _, h, w = base.rgb.shape
+        record = view_record(view, base.origin, (h, w), mode, tuple(out.shape), len(self.tables))
+        if record is None:
             return False
-        channels, kernels = rgb.shape[0], []
-        tables: list[torch.Tensor] = []
-        size = (resize[1], resize[0]) if resize[0] else (rgb.shape[2], rgb.shape[1])
-        for op in ops[start:]:
-            step = _twin_step(op, channels, size)
-            if step is None:
-                return False
-            kernel, ints, floats, table = step
-            extra = -1
-            if table is not None:
-                extra = len(self.tables) + len(tables)
-                tables.append(table)
-            kernels.append((kernel, ints, floats, extra))
-            if kernel == "pil_rgb_to_grayscale":
-                channels = ints[0]
-        steps = view.steps
-        mean: list = []
-        std: list = []
-        if steps and steps[0][0] == "normalize":
-            mean, std = steps[0][1].flatten().tolist(), steps[0][2].flatten().tolist()
-            steps = steps[1:]
-        if any(step[0] == "normalize" for step in steps) or tuple(out.shape[1:]) != tuple(
-                view.shape[1:]) or out.shape[0] != channels:
-            return False
+        self.take(record, base.rgb, out)
+        return True
+
+    def take(self, record: tuple, rgb: torch.Tensor, out: torch.Tensor) -> None:
+        """Take a view's :func:`view_record` (its tables numbered from this sample's count so
+        far), cut from the decoded window ``rgb``, to be written into ``out``."""
+        crop, resize, steps, tables, scale, mean, std, after = record
+        if crop is not None:
+            x0, y0, x1, y1 = crop
+            rgb = rgb[:, y0:y1, x0:x1]
         self.images.append(rgb)
         self.resizes.extend(resize)
-        self.steps.append(_step_records(kernels))
-        self.tables.extend(tables)
+        self.steps.append(torch.frombuffer(steps, dtype=torch.uint8) if steps else _NO_STEPS)
+        self.tables.extend(torch.frombuffer(t, dtype=torch.uint8) for t in tables)
         self.outs.append(out)
-        self.scales.append((2 if view.multiplied else 1) if view.scaled else 0)
+        self.scales.append(scale)
         self.means.extend(mean)
         self.stds.extend(std)
         self.counts.append(len(mean))
-        if steps:
-            self.after.append((out, steps))
-        return True
+        if after:
+            self.after.append((out, after))
 
     def run(self) -> None:
         if self.images:
             torch.ops.fastprep.pil_replay_views(self.images, self.resizes, self.steps, self.tables, self.outs,
                                                 self.scales, self.means, self.stds, self.counts)
         for out, steps in self.after:  # "setitem" after the float write
-            for step in steps:
-                out[step[1]] = step[2]
+            for _, index, values in steps:
+                out[index] = torch.from_numpy(values) if isinstance(values, np.ndarray) else values
 
 
-def _step_records(kernels: list) -> torch.Tensor:
-    """``(kernel, ints, floats, extra)`` per step as PixelStep records (bytes)."""
-    packed = pack_steps(kernels)
-    return torch.frombuffer(packed, dtype=torch.uint8) if packed else torch.empty(0, dtype=torch.uint8)
+_NO_STEPS = torch.empty(0, dtype=torch.uint8)
+_RGB = int(fio.ImageReadMode.RGB)
+
+
+def _portable(values: Any) -> Any:
+    """A tensor's values as a NumPy array (cheaper to send between processes), where NumPy has
+    its dtype."""
+    if isinstance(values, torch.Tensor):
+        try:
+            return values.numpy()
+        except TypeError:  # bfloat16, ...
+            return values
+    return values
+
+
+def view_record(view: LazyTensor, origin: tuple[int, int], window: tuple[int, int], mode: str,
+                shape: tuple[int, ...], first_table: int = 0) -> tuple | None:
+    """What ``pil_replay_views`` needs to make ``view`` from a decoded window of ``window``
+    ``(height, width)`` pixels whose pixel ``(0, 0)`` is the image's ``origin`` ``(left, top)``,
+    into a tensor of ``shape``, as plain values (a tracing process sends it to the loader):
+    ``(crop, resize, steps, tables, scale, mean, std, after)`` -- the first crop within the
+    window (``None``: the whole window), ``[out height, out width, filter, flip]`` of a resize
+    from it (zeros: none), the later ops' PixelStep records (``pack_steps``; their lookup
+    tables numbered from ``first_table``), those tables (bytes), the float write
+    (0: none, 1: ``/ 255``, 2: ``* (1 / 255)``), a first Normalize's mean and std, and the
+    ``("setitem", index, values)`` steps after the write (values an array or a number).
+    ``None`` where an op has no :func:`_twin_step` or the view is not one the call makes."""
+    ops = view.image.ops
+    if mode != "RGB":
+        return None
+    height, width = window
+    crop, start, resize, size = None, 0, [0, 0, 0, 0], (width, height)
+    if ops and ops[0][0] == "crop":
+        x0, y0, x1, y1 = ops[0][1]
+        x0, y0, x1, y1 = x0 - origin[0], y0 - origin[1], x1 - origin[0], y1 - origin[1]
+        if not (0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height):
+            return None
+        crop, start, size = (x0, y0, x1, y1), 1, (x1 - x0, y1 - y0)
+        fid = _native_resize(ops[1], mode) if len(ops) > 1 else None
+        if fid is not None:
+            ow, oh = ops[1][2][0]
+            if (ow, oh) != size:
+                flip = len(ops) > 2 and ops[2][0] == "method" and ops[2][1] == "transpose" \
+                    and ops[2][2][0] is PIL.Image.Transpose.FLIP_LEFT_RIGHT
+                resize, start, size = [oh, ow, fid, int(flip)], 3 if flip else 2, (ow, oh)
+            else:  # Pillow's resize to the same size is a copy
+                start = 2
+    elif origin != (0, 0):
+        return None
+    channels, kernels, tables = 3, [], []
+    for op in ops[start:]:
+        step = _twin_step(op, channels, size)
+        if step is None:
+            return None
+        kernel, ints, floats, table = step
+        extra = -1
+        if table is not None:
+            extra = first_table + len(tables)
+            tables.append(bytearray(table.numpy().tobytes()))
+        kernels.append((kernel, ints, floats, extra))
+        if kernel == "pil_rgb_to_grayscale":
+            channels = ints[0]
+    steps = view.steps
+    mean: list = []
+    std: list = []
+    if steps and steps[0][0] == "normalize":
+        mean, std = steps[0][1].flatten().tolist(), steps[0][2].flatten().tolist()
+        steps = steps[1:]
+    if any(step[0] == "normalize" for step in steps) or tuple(shape[1:]) != tuple(view.shape[1:]) \
+            or shape[0] != channels:
+        return None
+    after = []
+    for _, index, values in steps:  # "setitem"
+        if isinstance(index, torch.Tensor) or (isinstance(index, tuple)
+                                               and any(isinstance(i, torch.Tensor) for i in index)):
+            return None
+        after.append(("setitem", index, _portable(values)))
+    scale = (2 if view.multiplied else 1) if view.scaled else 0
+    return crop, resize, pack_steps(kernels), tables, scale, mean, std, after
 
 
 def _write_tensor(view: LazyTensor, img: PIL.Image.Image | torch.Tensor, out: torch.Tensor) -> None:
@@ -561,6 +614,9 @@ class TracedPipeline:
     Attributes:
         transform: the user's transform (called on ``Image.open(f).convert("RGB")``).
         listed: it returns a list of views (``channels``/``size`` are then per view).
+        traced_elsewhere: samples traced in tracing processes (:mod:`._tracers`) so far.
+        tracing_reason: why the traces stay in the loader's process (``None``: they do not,
+            or not yet).
         channels, size: output channels and ``(H, W)`` (lists, one per view, when ``listed``).
         float_output: the views are float32 (``ToTensor``), else uint8 (``PILToTensor``).
         literal_samples: ``{reason: count}`` of samples run as written, so far.
@@ -587,6 +643,17 @@ class TracedPipeline:
         self._count_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        #: ``(Tracers, token)`` once the traces run in tracing processes, ``False`` where they
+        #: cannot (``tracing_reason`` says why), ``None`` before the pipeline has planned
+        #: ``TRACE_AFTER`` samples
+        self._tracers: Any = None
+        self._planned = 0
+        self.tracing_reason: str | None = None
+        #: the probe traces found whole Composes the native compiler takes (the route
+        #: :meth:`_plan` tries first), which stay in the loader's process
+        self._compiled_route = False
+        #: samples traced in tracing processes, so far
+        self.traced_elsewhere = 0
 
     # ------------------------------------------------------------------ building
 
@@ -613,11 +680,13 @@ class TracedPipeline:
             _fill_call_twins()
         found: set = set()
         errors = []
+        compiled = False  # a probe's views were compiled Composes' answers
         for w, h in _PROBE_SIZES:
             for k in range(_PROBES_PER_SIZE):
                 key = sample_key(0x7472616365, w * 1000 + h, k)
                 try:
                     views, listed = _probe(transform, w, h, key)
+                    compiled = compiled or any(v.image.ops[:1] and v.image.ops[0][0] == "compiled" for v in views)
                 except PixelRead as e:
                     raise Unsupported(f"tracing {type(transform).__name__} on a stand-in image: {e}; it runs as "
                                       "written") from None
@@ -635,7 +704,9 @@ class TracedPipeline:
         shapes, dtypes, listed = found.pop()
         if len(set(dtypes)) > 1:
             raise Unsupported(f"{type(transform).__name__}'s views are of several dtypes: the loader needs one kind")
-        return cls(transform, list(shapes), dtypes[0], listed, max_pixels, stored)
+        pipeline = cls(transform, list(shapes), dtypes[0], listed, max_pixels, stored)
+        pipeline._compiled_route = compiled
+        return pipeline
 
     # ------------------------------------------------------------------ planning
 
@@ -698,6 +769,51 @@ class TracedPipeline:
         window = _union_window(views, width, height) if jpeg else None
         return TracedPlan(key, views=views, window=window, pillow=not jpeg)
 
+    def trace_records(self, items: list[tuple[int, int, int]]) -> list:
+        """What a tracing process (:mod:`fastprep.data._tracers`) answers for samples of plain
+        JPEGs given as ``(key, width, height)``: per sample ``(window, records)`` (its
+        :func:`view_record` per view, to replay from the window alone), or ``None`` where the
+        loader's process traces the sample itself (an op without a pixel step, pixels read, the
+        transform raised: what :meth:`_plan` would make of it)."""
+        out: list = []
+        with held_process_rngs():
+            for key, width, height in items:
+                try:
+                    views, _ = _trace(self.transform, width, height, key)
+                    self._check(views)
+                except Exception:  # noqa: BLE001 -- traced again by the loader, which says what went wrong
+                    out.append(None)
+                    continue
+                window = _union_window(views, width, height)
+                top, left, wh, ww = window
+                records: list | None = []
+                tables = 0
+                for view, shape in zip(views, self.shapes):
+                    record = view_record(view, (left, top), (wh, ww), "RGB", shape, tables)
+                    if record is None:
+                        records = None
+                        break
+                    tables += len(record[3])
+                    records.append(record)
+                out.append(None if records is None else (window, records))
+        return out
+
+    def __getstate__(self) -> dict:
+        """What a tracing process is given: the transform and what the trace checks, not the
+        loader's threads, locks and counts."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_pool", "_pool_size", "_count_lock",
+                                                                       "literal_samples", "_tracers")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.literal_samples = collections.Counter()
+        self._count_lock = threading.Lock()
+        self.traced_elsewhere = 0
+        self._pool, self._pool_size, self._tracers = None, 0, False  # a copy traces where it is
+        install_hooks()  # in a tracing process: the recording hooks the trace needs
+        if not _CALL_TWINS:
+            _fill_call_twins()
+
     def _plan_natively(self, plans: list, datas: list, exif: bool) -> list:
         """Give the plans of samples whose view is a compiled Compose their native plans (one
         native call per pipeline); a sample the native planner routes elsewhere (not a plain
@@ -746,9 +862,13 @@ class TracedPipeline:
         read, ``("python", None)`` for a sample whose transform raises (the per-sample path
         raises it again, naming the file) or an EXIF-rotated JPEG with ``exif``."""
         out: list = []
-        datas = list(datas)
+        datas, keys = list(datas), list(keys)
+        elsewhere = self._traced_elsewhere(datas, keys)
         with held_process_rngs():  # Python's and NumPy's states saved once for the batch
-            for data, key in zip(datas, keys):
+            for j, (data, key) in enumerate(zip(datas, keys)):
+                if j in elsewhere:
+                    out.append(elsewhere[j])
+                    continue
                 try:
                     out.append(("plan", self._plan(data, key)))
                 except fio.DecodeError as e:
@@ -761,6 +881,63 @@ class TracedPipeline:
             except Exception:  # noqa: BLE001 -- e.g. a DecodeError of a retrace: per sample, each named
                 return [self._one_route(d, entry) for d, entry in zip(datas, out)]
         return [("plan", plan) if plan is not None else route for plan, route in zip(plans, out)]
+
+    def _traced_elsewhere(self, datas: list, keys: list) -> dict:
+        """``{position: route}`` of the samples a tracing process traced (:mod:`._tracers`):
+        plain JPEGs within ``max_pixels`` whose trace it could replay from records; the rest
+        (and every sample before the processes are ready) is traced here."""
+        tracing = self._tracing(len(datas))
+        if tracing is None:
+            return {}
+        pool, token = tracing
+        items, where = [], []
+        for j, (data, key) in enumerate(zip(datas, keys)):
+            if not _is_plain_jpeg(data):
+                continue
+            try:
+                info = fio.jpeg_info(data)
+            except fio.DecodeError:
+                continue  # _plan names the error
+            if (self.max_pixels and info.width * info.height > self.max_pixels) or (
+                    self.stored is not None and self.stored.reason(data, info.num_components) is not None):
+                continue
+            items.append((key, info.width, info.height))
+            where.append(j)
+        routes: dict = {}
+        for j, answer in zip(where, pool.call(token, "trace_records", items)):
+            if isinstance(answer, TracerDied):
+                routes[j] = ("error", str(answer))
+            elif answer is not None:
+                window, records = answer
+                routes[j] = ("plan", TracedPlan(keys[j], window=window, records=records))
+        with self._count_lock:
+            self.traced_elsewhere += len(routes)
+        return routes
+
+    def _tracing(self, count: int):
+        """``(Tracers, token)`` once this pipeline has planned ``TRACE_AFTER`` samples here and
+        its transform went to the tracing processes; ``None`` until then, or where it cannot."""
+        if self._tracers is not None:
+            return self._tracers or None
+        if self._compiled_route:  # planned natively: a trace here is short and its replay batched
+            self._tracers = False
+            return None
+        self._planned += count
+        if self._planned <= TRACE_AFTER:
+            return None
+        processes = default_processes()
+        if processes == 0:
+            self._tracers = False
+            return None
+        pool = tracers()
+        token = pool.give(self)
+        if token is None:
+            self._tracers, self.tracing_reason = False, pool.reason
+            return None
+        pool.grow(processes)
+        weakref.finalize(self, pool.forget, token)
+        self._tracers = (pool, token)
+        return self._tracers
 
     def _one_route(self, data: torch.Tensor, entry: tuple) -> tuple:
         route, plan = entry
@@ -805,8 +982,18 @@ class TracedPipeline:
                 plans[j] = self._plan(datas[j], plans[j].key, compiled=False)
         todo = [j for j, st in enumerate(status) if st is None]
         args = ([datas[j] for j in todo], [plans[j] for j in todo], [rows[j] for j in todo])
-        done = map(self._run_one, *args) if threads == 1 or len(todo) < 2 else \
-            self._executor(threads).map(self._run_one, *args)
+        if threads == 1 or len(todo) < 2:
+            done = list(map(self._run_one, *args))
+        else:  # one task per thread, each taking the next sample: no future per sample
+            done = [None] * len(todo)
+            pending = iter(range(len(todo)))  # next() hands each position out once
+
+            def work() -> None:
+                for k in pending:
+                    done[k] = self._run_one(args[0][k], args[1][k], args[2][k])
+
+            for future in [self._executor(threads).submit(work) for _ in range(min(threads, len(todo)))]:
+                future.result()
         for j, result in zip(todo, done):
             status[j] = result
         return status
@@ -833,6 +1020,13 @@ class TracedPipeline:
 
     def _run_one(self, data: torch.Tensor, plan: TracedPlan, rows: list) -> tuple[int, str]:
         try:
+            if plan.records is not None:
+                try:
+                    if self._run_records(data, plan, rows):
+                        return 0, ""
+                except Exception:  # noqa: BLE001 -- traced here, op by op, which says what went wrong
+                    pass
+                plan = self._plan(data, plan.key, compiled=False)
             if plan.literal is None:
                 try:
                     base = self._source(data, plan)
@@ -855,6 +1049,21 @@ class TracedPipeline:
             return 0, ""
         except Exception as e:  # noqa: BLE001 -- reported for this sample
             return 2, f"{type(e).__name__}: {e}"
+
+    def _run_records(self, data: torch.Tensor, plan: TracedPlan, rows: list) -> bool:
+        """Make a sample from a tracing process's records; ``False`` where its window's decode
+        warns or fails (the sample is then traced here and Pillow's decode is the reference)."""
+        top, left, height, width = plan.window
+        try:  # the op itself: the data is a file's bytes as read, and a strict decode leaves no warning
+            rgb = torch.ops.fastprep.decode_jpeg_roi.default(data, top, left, height, width, _RGB, self.max_pixels,
+                                                             True, 8, fio.DEFAULT_MAX_SCANS, True)
+        except RuntimeError:  # an error or a warning: traced here, and Pillow's decode is the reference
+            return False
+        native = _NativeViews()
+        for record, row in zip(plan.records, rows):
+            native.take(record, rgb, row)
+        native.run()
+        return True
 
     def _source(self, data: torch.Tensor, plan: TracedPlan) -> _Decoded:
         """The decoded image (window) the views are cut from."""

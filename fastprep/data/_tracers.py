@@ -1,0 +1,368 @@
+"""Tracing processes: a traced pipeline's per-sample Python run off the loader's interpreter.
+
+A traced pipeline (:class:`~fastprep.data.traced.TracedPipeline`) calls the user's transform
+on a stand-in image for every sample. That is Python, and while it runs the loader's process
+holds the GIL: on a DINO-style class about 1.4 ms a sample, more than half of the time the
+GIL is held at all. Here the traces run in other processes. The loader sends each a share
+of a batch's samples as ``(key, width, height)`` and gets back, per sample, the records the
+native replay needs (:meth:`TracedPipeline.trace_records`: the window to decode and each
+view's crop, resize and pixel steps, no pixels), or ``None`` for a sample the loader traces
+itself. A trace depends on nothing but the transform and those three numbers (the seeds are
+the sample's key), so where it runs does not change a bit of the output.
+
+The processes are fresh interpreters (running :func:`main`), not
+``multiprocessing`` children: fork would copy a loader's threads mid-step, and spawn or
+forkserver import the user's ``__main__`` again, which runs a training script that has no
+``if __name__ == "__main__"`` guard a second time. They are shared by the loaders of a
+process, started on first need (:func:`tracers`), and each is given a pipeline once, by
+cloudpickle (a class defined in ``__main__`` travels by value), then only calls. Started in
+the background, a process takes no batch until it is ready: the loader traces the first
+batches itself, and time to the first batch does not change.
+
+Failures. A pipeline that cannot be pickled, or a process that cannot load it, is traced in
+the loader (the reason is kept: :attr:`Tracers.reason`). A process that dies while tracing
+fails the samples it held with an error naming the process and its exit status; it is
+started again for later batches. The processes ignore ``SIGINT`` (Ctrl-C in a terminal
+reaches the loader, which stops them), live in a session of their own, and exit when their
+pipe closes: when the loader's process exits, however it exits.
+
+``FASTPREP_TRACE_PROCESSES`` sets the number of processes (default: a quarter of the usable
+CPUs, at least one; ``0``: trace in the loader's process).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .._threads import usable_cpus
+
+__all__ = ["Tracers", "TracerDied", "tracers", "default_processes"]
+
+
+class TracerDied(RuntimeError):
+    """A tracing process exited while it held a call's samples."""
+
+
+def default_processes() -> int:
+    """``FASTPREP_TRACE_PROCESSES``, else a quarter of the usable CPUs (at least one)."""
+    value = os.environ.get("FASTPREP_TRACE_PROCESSES", "").strip()
+    if value:
+        try:
+            return max(0, int(value))
+        except ValueError:
+            raise ValueError(f"FASTPREP_TRACE_PROCESSES={value!r} is not a whole number") from None
+    return max(1, usable_cpus() // 4)
+
+
+class _Process:
+    """One tracing process: its ``Popen``, the two ends of its pipes, and the tokens of the
+    objects it has been given."""
+
+    def __init__(self) -> None:
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-c", "import sys; from fastprep.data._tracers import main; main(sys.argv[1:])",
+                 str(to_child), str(from_child)],
+                pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=os.getcwd())
+        finally:
+            os.close(to_child)
+            os.close(from_child)
+        self.outbox = Connection(from_parent, readable=False)
+        self.inbox = Connection(to_parent, writable=False)
+        self.given: set[int] = set()
+        self.giving: set[int] = set()
+        self.lock = threading.Lock()
+        self.ready = False
+        self.failed: str | None = None
+
+    def send(self, message: tuple) -> None:
+        self.outbox.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def receive(self) -> tuple:
+        return pickle.loads(self.inbox.recv_bytes())
+
+    def start(self) -> None:
+        """Give the process this interpreter's import path and wait until it is ready."""
+        try:
+            self.send(("path", list(sys.path)))
+            kind, value = self.receive()
+        except (OSError, EOFError):
+            self.failed = self.exit_status()
+            return
+        if kind == "ready":
+            self.ready = True
+        else:
+            self.failed = str(value)
+
+    def exit_status(self) -> str:
+        try:
+            code = self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+    def close(self) -> None:
+        for end in (self.outbox, self.inbox):
+            try:
+                end.close()
+            except OSError:
+                pass
+        try:
+            self.popen.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+class Tracers:
+    """The tracing processes of this interpreter (:func:`tracers`), shared by its pipelines.
+
+    Attributes:
+        reason: why the last :meth:`give` or start failed (``None``: none did).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._processes: list[_Process] = []
+        self._payloads: dict[int, bytes] = {}
+        self._tokens = 0
+        self.reason: str | None = None
+
+    def grow(self, count: int) -> None:
+        """Start processes in the background until there are ``count``."""
+        with self._lock:
+            while len(self._processes) < count:
+                process = _Process()
+                self._processes.append(process)
+                threading.Thread(target=process.start, name="fastprep-tracer-start", daemon=True).start()
+
+    def give(self, target: Any) -> int | None:
+        """A token for ``target`` (pickled now, by cloudpickle), or ``None`` where it cannot be
+        pickled (:attr:`reason` says why)."""
+        try:
+            import cloudpickle
+        except ImportError:
+            self.reason = "cloudpickle is not installed"
+            return None
+        try:
+            payload = cloudpickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 -- any failure to pickle keeps the traces here
+            self.reason = f"the transform cannot be pickled ({type(e).__name__}: {e})"
+            return None
+        with self._lock:
+            self._tokens += 1
+            self._payloads[self._tokens] = payload
+            return self._tokens
+
+    def forget(self, token: int) -> None:
+        """Drop a given target from every process."""
+        with self._lock:
+            self._payloads.pop(token, None)
+            processes = list(self._processes)
+        for process in processes:
+            if token in process.given and process.lock.acquire(timeout=5):
+                try:
+                    process.send(("drop", token, None))
+                    process.given.discard(token)
+                except OSError:
+                    pass
+                finally:
+                    process.lock.release()
+
+    def wait(self, token: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until a process holds ``token``'s target (giving it
+        to the ready ones meanwhile); whether one does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                processes = list(self._processes)
+            if any(token in p.given for p in processes):
+                return True
+            if time.monotonic() >= deadline or token not in self._payloads:
+                return False
+            self.call(token, "", [])  # gives the target to the processes that are ready
+            time.sleep(0.05)
+
+    def pids(self) -> list[int]:
+        """The process ids of the tracing processes."""
+        with self._lock:
+            return [p.popen.pid for p in self._processes]
+
+    def ready(self) -> int:
+        """The number of processes ready for calls."""
+        with self._lock:
+            return sum(p.ready for p in self._processes)
+
+    def call(self, token: int, method: str, items: list) -> list:
+        """``target.method(share)`` on shares of ``items``, one share per process that is ready
+        and holds the target, all at once; per item its answer, or ``None`` where no process
+        took it (the caller does that item itself), or a :class:`TracerDied` where the process
+        died holding it. A ready process that does not hold the target yet is given it in the
+        background (unpickling it imports the transform's modules) and takes later calls."""
+        with self._lock:
+            ready = [p for p in self._processes if p.ready]
+        holding = [p for p in ready if token in p.given]
+        for process in ready:
+            if token not in process.given and token not in process.giving:
+                process.giving.add(token)
+                threading.Thread(target=self._give, args=(process, token), name="fastprep-tracer-give",
+                                 daemon=True).start()
+        results: list = [None] * len(items)
+        if not holding or not items:
+            return results
+        bounds = [len(items) * k // len(holding) for k in range(len(holding) + 1)]
+        taken: list[tuple[int, int, _Process]] = []
+        for process, lo, hi in zip(holding, bounds, bounds[1:]):
+            if lo == hi:
+                continue
+            process.lock.acquire()
+            try:
+                process.send(("call", token, (method, items[lo:hi])))
+            except OSError as e:
+                process.lock.release()
+                results[lo:hi] = [self._died(process, e)] * (hi - lo)
+                continue
+            taken.append((lo, hi, process))
+        for lo, hi, process in taken:
+            try:
+                kind, value = process.receive()
+            except (OSError, EOFError) as e:
+                results[lo:hi] = [self._died(process, e)] * (hi - lo)
+                continue
+            finally:
+                process.lock.release()
+            if kind == "ok" and len(value) == hi - lo:
+                results[lo:hi] = value
+        return results
+
+    def _give(self, process: _Process, token: int) -> None:
+        """Send ``process`` a target and wait until it holds it (or says it cannot load it)."""
+        with self._lock:
+            payload = self._payloads.get(token)
+        if payload is None:
+            return
+        with process.lock:
+            try:
+                process.send(("give", token, payload))
+                kind, value = process.receive()
+            except (OSError, EOFError):
+                return  # the next call finds the process gone
+        if kind == "given":
+            process.given.add(token)
+        else:  # the process cannot load it: none will; the caller traces in its own process
+            self.reason = str(value)
+
+    def _died(self, process: _Process, error: BaseException) -> TracerDied:
+        """Replace a dead process (started again in the background) and say what happened."""
+        status = process.exit_status() if process.popen.poll() is not None or isinstance(error, EOFError) \
+            else f"could not be reached ({error})"
+        with self._lock:
+            if process in self._processes:
+                self._processes.remove(process)
+        process.ready = False
+        try:
+            process.close()
+        except OSError:
+            pass
+        self.grow(len(self._processes) + 1)
+        return TracerDied(f"the tracing process {process.popen.pid} {status} while tracing this sample")
+
+    def close(self) -> None:
+        """Stop every process (their pipes close; each exits)."""
+        with self._lock:
+            processes, self._processes = self._processes, []
+        for process in processes:
+            process.ready = False
+            process.close()
+
+
+_TRACERS: Tracers | None = None
+_TRACERS_LOCK = threading.Lock()
+
+
+def tracers() -> Tracers:
+    """This interpreter's :class:`Tracers` (made on first use; stopped at exit)."""
+    global _TRACERS
+    with _TRACERS_LOCK:
+        if _TRACERS is None or _TRACERS_PID != os.getpid():
+            _set(Tracers())
+        assert _TRACERS is not None
+        return _TRACERS
+
+
+_TRACERS_PID = 0
+
+
+def _set(value: Tracers) -> None:
+    global _TRACERS, _TRACERS_PID
+    _TRACERS, _TRACERS_PID = value, os.getpid()
+    atexit.register(value.close)
+
+
+# ---------------------------------------------------------------- the process's side
+
+
+def _serve(inbox: Connection, outbox: Connection) -> None:
+    """Answer the loader's messages until its pipe closes."""
+    targets: dict[int, Any] = {}
+    while True:
+        try:
+            kind, token, value = pickle.loads(inbox.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if kind == "give":
+            try:
+                targets[token] = pickle.loads(value)
+                answer: tuple = ("given", None)
+            except Exception as e:  # noqa: BLE001 -- the loader traces the target's samples itself
+                answer = ("lost", f"a tracing process cannot load the transform ({type(e).__name__}: {e})")
+            if not _answer(outbox, answer):
+                return
+        elif kind == "drop":
+            targets.pop(token, None)
+        elif kind == "call":
+            method, args = value
+            try:
+                answer = ("ok", getattr(targets[token], method)(args))
+            except Exception as e:  # noqa: BLE001 -- the loader traces these samples itself
+                answer = ("failed", f"{type(e).__name__}: {e}")
+            if not _answer(outbox, answer):
+                return
+
+
+def _answer(outbox: Connection, answer: tuple) -> bool:
+    """Send an answer; ``False`` where the loader has gone."""
+    try:
+        message = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 -- an answer that cannot be pickled: the loader does the work
+        message = pickle.dumps(("failed", f"the answer cannot be pickled ({type(e).__name__}: {e})"))
+    try:
+        outbox.send_bytes(message)
+    except OSError:
+        return False
+    return True
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inbox = Connection(int(argv[0]), writable=False)
+    outbox = Connection(int(argv[1]), readable=False)
+    try:
+        kind, path = pickle.loads(inbox.recv_bytes())
+    except (EOFError, OSError):
+        return
+    sys.path[:] = list(path) + [p for p in sys.path if p not in path]
+    outbox.send_bytes(pickle.dumps(("ready", None)))
+    _serve(inbox, outbox)
