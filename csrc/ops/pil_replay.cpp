@@ -158,17 +158,23 @@ void replay_view(const at::Tensor& image, at::IntArrayRef resize, const at::Tens
   }
 }
 
-// pil_replay_views(images, resizes, steps, extras, outs, scales, means, stds, norm_counts): the
-// views of one sample, each as replay_view, in one call (one return to Python, whose GIL the
+// pil_replay_views(images, resizes, steps, extras, outs, scales, means, stds, norm_counts, crops):
+// the views of one sample, each as replay_view, in one call (one return to Python, whose GIL the
 // trace of the next samples may hold): view v is images[v], resizes[4 v .. 4 v + 4) ([0, 0, 0,
 // 0]: no resize), steps[v], outs[v], scales[v], and norm_counts[v] (0, 1 or C) values of
 // means/stds, taken in order. `extras` are shared by all views (the steps' extra indices).
+// With `crops` (4 per view: x0, y0, x1, y1), `images` is the one decoded window and view v is
+// its crop (no slicing per view in Python).
 void pil_replay_views(const std::vector<at::Tensor>& images, at::IntArrayRef resizes,
                       const std::vector<at::Tensor>& steps, const std::vector<at::Tensor>& extras,
                       const std::vector<at::Tensor>& outs, at::IntArrayRef scales, at::ArrayRef<double> means,
-                      at::ArrayRef<double> stds, at::IntArrayRef norm_counts) {
+                      at::ArrayRef<double> stds, at::IntArrayRef norm_counts, at::IntArrayRef crops) {
   const fastprep::ExitGate gate;  // parks this thread if the interpreter is exiting (exit_gate.h)
-  const size_t V = images.size();
+  const bool cropped = !crops.empty();
+  TORCH_CHECK_VALUE(!cropped || (images.size() == 1 && crops.size() % 4 == 0),
+                    "pil_replay_views: with crops, one image (the window) and 4 crop numbers per view; got ",
+                    images.size(), " images and ", crops.size(), " crop numbers");
+  const size_t V = cropped ? crops.size() / 4 : images.size();
   TORCH_CHECK_VALUE(resizes.size() == 4 * V && steps.size() == V && outs.size() == V && scales.size() == V &&
                         norm_counts.size() == V,
                     "pil_replay_views: per view one image, 4 resize numbers, steps, out, scale and norm count; got ",
@@ -183,7 +189,16 @@ void pil_replay_views(const std::vector<at::Tensor>& images, at::IntArrayRef res
                       count, " of the ", means.size() - taken, " means left");
     const at::IntArrayRef resize =
         resizes[4 * v] == 0 ? at::IntArrayRef() : resizes.slice(4 * v, 4);
-    replay_view(images[v], resize, steps[v], extras, outs[v], scales[v], means.slice(taken, (size_t)count),
+    at::Tensor image = images[cropped ? 0 : v];
+    if (cropped) {
+      const int64_t x0 = crops[4 * v], y0 = crops[4 * v + 1], x1 = crops[4 * v + 2], y1 = crops[4 * v + 3];
+      TORCH_CHECK_VALUE(image.dim() == 3 && 0 <= x0 && x0 < x1 && x1 <= image.size(2) && 0 <= y0 && y0 < y1 &&
+                            y1 <= image.size(1),
+                        "pil_replay_views: view ", v, "'s crop [", x0, ", ", y0, ", ", x1, ", ", y1,
+                        "] is not within the image ", image.sizes());
+      image = image.slice(1, y0, y1).slice(2, x0, x1);
+    }
+    replay_view(image, resize, steps[v], extras, outs[v], scales[v], means.slice(taken, (size_t)count),
                 stds.slice(taken, (size_t)count));
     taken += (size_t)count;
   }
@@ -197,7 +212,7 @@ FP_REGISTER_PIXEL_KERNEL({"pil_point", "extra=table (uint8 [256 * C])", pil_poin
 
 TORCH_LIBRARY_FRAGMENT(fastprep, m) {
   m.def("pil_replay_views(Tensor[] images, int[] resizes, Tensor[] steps, Tensor[] extras, Tensor(a!)[] outs, "
-        "int[] scales, float[] means, float[] stds, int[] norm_counts) -> ()");
+        "int[] scales, float[] means, float[] stds, int[] norm_counts, int[] crops=[]) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(fastprep, CPU, m) { m.impl("pil_replay_views", &fastprep::pil_replay_views); }

@@ -389,10 +389,12 @@ class _NativeViews:
     decoded window, its resize, every later op a pixel step, ToTensor/ToDtype and a first
     Normalize fused into the write), gathered by :meth:`add`; :meth:`run` makes them."""
 
-    __slots__ = ("images", "resizes", "steps", "tables", "outs", "scales", "means", "stds", "counts", "after")
+    __slots__ = ("images", "crops", "resizes", "steps", "tables", "outs", "scales", "means", "stds", "counts",
+                 "after")
 
     def __init__(self) -> None:
-        self.images: list = []
+        self.images: list = []  # the decoded window, once
+        self.crops: list = []  # per view its crop of it
         self.resizes: list = []
         self.steps: list = []
         self.tables: list = []
@@ -417,19 +419,21 @@ class _NativeViews:
 
     def take(self, record: tuple, rgb: torch.Tensor, out: torch.Tensor) -> None:
         """Take a view's :func:`view_record` (its tables numbered from this sample's count so
-        far), cut from the decoded window ``rgb``, to be written into ``out``."""
+        far), cut from the decoded window ``rgb`` (the same for every view of the sample), to be
+        written into ``out``."""
         crop, resize, steps, tables, scale, mean, std, after = record
-        if crop is not None:
-            x0, y0, x1, y1 = crop
-            rgb = rgb[:, y0:y1, x0:x1]
-        self.images.append(rgb)
+        if not self.images:
+            self.images.append(rgb)
+        self.crops.extend(crop if crop is not None else (0, 0, rgb.shape[2], rgb.shape[1]))
         self.resizes.extend(resize)
         self.steps.append(torch.frombuffer(steps, dtype=torch.uint8) if steps else _NO_STEPS)
-        self.tables.extend(torch.frombuffer(t, dtype=torch.uint8) for t in tables)
+        if tables:
+            self.tables.extend(torch.frombuffer(t, dtype=torch.uint8) for t in tables)
         self.outs.append(out)
         self.scales.append(scale)
-        self.means.extend(mean)
-        self.stds.extend(std)
+        if mean:
+            self.means.extend(mean)
+            self.stds.extend(std)
         self.counts.append(len(mean))
         if after:
             self.after.append((out, after))
@@ -437,7 +441,7 @@ class _NativeViews:
     def run(self) -> None:
         if self.images:
             torch.ops.fastprep.pil_replay_views(self.images, self.resizes, self.steps, self.tables, self.outs,
-                                                self.scales, self.means, self.stds, self.counts)
+                                                self.scales, self.means, self.stds, self.counts, self.crops)
         for out, steps in self.after:  # "setitem" after the float write
             for _, index, values in steps:
                 out[index] = torch.from_numpy(values) if isinstance(values, np.ndarray) else values
