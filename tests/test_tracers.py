@@ -67,6 +67,22 @@ def test_traced_elsewhere_bit_for_bit(root, elsewhere):
     assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=2))
 
 
+def test_a_transform_changed_between_epochs_is_traced_as_changed(root, elsewhere):
+    """The traces follow the transform as the loader's process holds it: a change made between
+    epochs (a crop scale schedule) reaches the tracing processes."""
+    transform = DataAugmentationDINO()
+    ds = ImageFolder(root, transform)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    pipeline = _started(loader, ds)
+    transform.local_transfo.transforms[0].scale = (0.3, 0.35)
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))
+    pool, token = pipeline._tracers
+    assert pool.wait(token, 120), pool.reason
+    before = pipeline.traced_elsewhere
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=2))
+    assert pipeline.traced_elsewhere - before == _JPEGS
+
+
 def test_views_without_records_are_traced_here_exactly(root, elsewhere):
     """ThreeViews' steps have no pixel step (a point function, filters): a tracing process
     answers that, and the loader traces and replays those samples itself."""

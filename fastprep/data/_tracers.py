@@ -148,19 +148,23 @@ class Tracers:
                 self._processes.append(process)
                 threading.Thread(target=process.start, name="fastprep-tracer-start", daemon=True).start()
 
-    def give(self, target: Any) -> int | None:
-        """A token for ``target`` (pickled now, by cloudpickle), or ``None`` where it cannot be
-        pickled (:attr:`reason` says why)."""
+    def pickle(self, target: Any) -> bytes | None:
+        """``target`` pickled by cloudpickle, or ``None`` where it cannot be (:attr:`reason`
+        says why)."""
         try:
             import cloudpickle
         except ImportError:
             self.reason = "cloudpickle is not installed"
             return None
         try:
-            payload = cloudpickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as e:  # noqa: BLE001 -- any failure to pickle keeps the traces here
+            return cloudpickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 -- any failure to pickle keeps the traces in the loader
             self.reason = f"the transform cannot be pickled ({type(e).__name__}: {e})"
             return None
+
+    def give(self, payload: bytes) -> int:
+        """A token for a pickled target (:meth:`pickle`), given to the processes on their next
+        :meth:`call`."""
         with self._lock:
             self._tokens += 1
             self._payloads[self._tokens] = payload

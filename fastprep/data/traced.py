@@ -57,6 +57,17 @@ from ..transforms._trace import (LazyImage, LazyTensor, PixelRead, composes_answ
 
 __all__ = ["TracedPipeline", "TracedPlan"]
 
+#: what a TracedPipeline's pickle leaves out: the loader's threads, locks, counts and processes
+_NOT_PICKLED = frozenset(("_pool", "_pool_size", "_count_lock", "literal_samples", "_tracers", "_planned",
+                          "traced_elsewhere", "_payload", "_given"))
+
+
+def _forget_given(given: list) -> None:
+    """Drop a gone pipeline's pickles from the tracing processes."""
+    while given:
+        pool, token = given.pop()
+        pool.forget(token)
+
 #: samples a pipeline plans in the loader's process before its traces go to tracing processes
 #: (:mod:`._tracers`; a short loader never starts them)
 TRACE_AFTER = 512
@@ -653,6 +664,9 @@ class TracedPipeline:
         self._tracers: Any = None
         self._planned = 0
         self.tracing_reason: str | None = None
+        self._payload: bytes | None = None  # the pipeline as last given to the tracing processes
+        self._given: list = []  # its (Tracers, token), dropped from them when this pipeline goes
+        weakref.finalize(self, _forget_given, self._given)
         #: the probe traces found whole Composes the native compiler takes (the route
         #: :meth:`_plan` tries first), which stay in the loader's process
         self._compiled_route = False
@@ -805,14 +819,14 @@ class TracedPipeline:
     def __getstate__(self) -> dict:
         """What a tracing process is given: the transform and what the trace checks, not the
         loader's threads, locks and counts."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_pool", "_pool_size", "_count_lock",
-                                                                       "literal_samples", "_tracers")}
+        return {k: v for k, v in self.__dict__.items() if k not in _NOT_PICKLED}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.literal_samples = collections.Counter()
         self._count_lock = threading.Lock()
-        self.traced_elsewhere = 0
+        self.traced_elsewhere = self._planned = 0
+        self._payload, self._given = None, []
         self._pool, self._pool_size, self._tracers = None, 0, False  # a copy traces where it is
         install_hooks()  # in a tracing process: the recording hooks the trace needs
         if not _CALL_TWINS:
@@ -919,29 +933,40 @@ class TracedPipeline:
         return routes
 
     def _tracing(self, count: int):
-        """``(Tracers, token)`` once this pipeline has planned ``TRACE_AFTER`` samples here and
-        its transform went to the tracing processes; ``None`` until then, or where it cannot."""
-        if self._tracers is not None:
-            return self._tracers or None
-        if self._compiled_route:  # planned natively: a trace here is short and its replay batched
-            self._tracers = False
+        """``(Tracers, token)`` once this pipeline has planned ``TRACE_AFTER`` samples here;
+        ``None`` until then, or where its traces cannot leave (``tracing_reason``). The
+        pipeline is pickled again for each batch: a transform your code changed is given to
+        the processes again (until they hold it, the loader traces)."""
+        if self._tracers is False:
             return None
-        self._planned += count
-        if self._planned <= TRACE_AFTER:
-            return None
-        processes = default_processes()
-        if processes == 0:
-            self._tracers = False
-            return None
+        if self._tracers is None:
+            if self._compiled_route:  # planned natively: a trace here is short and its replay batched
+                self._tracers = False
+                return None
+            self._planned += count
+            if self._planned <= TRACE_AFTER:
+                return None
+            processes = default_processes()
+            if processes == 0:
+                self._tracers = False
+                return None
+            tracers().grow(processes)
         pool = tracers()
-        token = pool.give(self)
-        if token is None:
+        payload = pool.pickle(self)
+        if payload is None:
             self._tracers, self.tracing_reason = False, pool.reason
+            self._forget()
             return None
-        pool.grow(processes)
-        weakref.finalize(self, pool.forget, token)
-        self._tracers = (pool, token)
+        if payload != self._payload:
+            self._forget()
+            self._payload = payload
+            self._tracers = (pool, pool.give(payload))
+            self._given.append(self._tracers)
         return self._tracers
+
+    def _forget(self) -> None:
+        """Drop the pickled pipeline from the tracing processes."""
+        _forget_given(self._given)
 
     def _one_route(self, data: torch.Tensor, entry: tuple) -> tuple:
         route, plan = entry
