@@ -143,7 +143,10 @@ def test_a_transform_that_cannot_be_pickled_is_traced_here(root, elsewhere):
     assert pipeline.traced_elsewhere == 0
 
 
-def test_a_tracing_process_that_dies_fails_its_samples_by_name(root, elsewhere):
+def test_a_tracing_process_that_dies_fails_its_samples_by_name(root, elsewhere, monkeypatch):
+    from fastprep.data import engine
+
+    monkeypatch.setattr(engine, "_NEXT_EPOCH_BATCHES", 0)  # nothing of the next epoch planned before the kill
     ds = ImageFolder(root, DataAugmentationDINO())
     loader = DataLoader(ds, batch_size=len(ds), num_workers=2, seed=SEED)
     pipeline = _started(loader, ds)
@@ -159,6 +162,28 @@ def test_a_tracing_process_that_dies_fails_its_samples_by_name(root, elsewhere):
     assert pool.wait(token, 120), pool.reason
     assert_same(list(loader), reference(ds, list(range(len(ds))), len(ds), epoch=2))
     assert pipeline.traced_elsewhere > 0
+
+
+def test_a_process_that_cannot_start_leaves_the_traces_here(root, elsewhere, monkeypatch, capfd):
+    """Tracing processes that fail to start (here: they exit at once) say why, quietly, and the
+    loader traces its samples itself, exactly."""
+    from fastprep.data import _tracers
+
+    monkeypatch.setattr(_tracers, "_BOOT", "import sys; sys.stderr.write('no fastprep here\\n'); sys.exit(3)")
+    monkeypatch.setattr(_tracers, "_TRACERS", None)  # a pool of its own, started with the failing boot
+    ds = ImageFolder(root, DataAugmentationDINO())
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    list(loader)
+    deadline = time.monotonic() + 60
+    while tracers().reason is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert tracers().reason == "a tracing process exited with status 3: no fastprep here"
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))
+    assert _pipeline(loader).traced_elsewhere == 0
+    assert "exited with status 3" in _pipeline(loader).tracing_reason
+    tracers().close()
+    assert capfd.readouterr().err == ""
 
 
 def test_tracing_processes_end_with_the_loader_process(root, tmp_path):

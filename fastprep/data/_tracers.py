@@ -33,11 +33,13 @@ CPUs, at least one; ``0``: trace in the loader's process).
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -70,12 +72,14 @@ class _Process:
     def __init__(self) -> None:
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
+        # what the process writes to stderr (a failed start's traceback, warnings of the traces)
+        # is kept for the reason of a failure, not shown
+        self.errors = tempfile.TemporaryFile()
+        env = dict(os.environ, FASTPREP_TRACER_PATH=json.dumps(sys.path))
         try:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from fastprep.data._tracers import main; main(sys.argv[1:])",
-                 str(to_child), str(from_child)],
-                pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL, start_new_session=True,
-                cwd=os.getcwd())
+            self.popen = subprocess.Popen([sys.executable, "-c", _BOOT, str(to_child), str(from_child)],
+                                          pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL,
+                                          stderr=self.errors, start_new_session=True, cwd=os.getcwd(), env=env)
         finally:
             os.close(to_child)
             os.close(from_child)
@@ -94,17 +98,24 @@ class _Process:
         return pickle.loads(self.inbox.recv_bytes())
 
     def start(self) -> None:
-        """Give the process this interpreter's import path and wait until it is ready."""
+        """Wait until the process is ready (it has imported fastprep)."""
         try:
-            self.send(("path", list(sys.path)))
-            kind, value = self.receive()
+            kind, _ = self.receive()
         except (OSError, EOFError):
-            self.failed = self.exit_status()
-            return
+            kind = None
         if kind == "ready":
             self.ready = True
         else:
-            self.failed = str(value)
+            self.failed = f"a tracing process {self.exit_status()}: {self.error_tail()}"
+
+    def error_tail(self) -> str:
+        """The last line the process wrote to stderr."""
+        try:
+            self.errors.seek(0)
+            lines = self.errors.read().decode(errors="replace").strip().splitlines()
+        except (OSError, ValueError):
+            return ""
+        return lines[-1] if lines else ""
 
     def exit_status(self) -> str:
         try:
@@ -114,7 +125,7 @@ class _Process:
         return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
 
     def close(self) -> None:
-        for end in (self.outbox, self.inbox):
+        for end in (self.outbox, self.inbox, self.errors):
             try:
                 end.close()
             except OSError:
@@ -130,7 +141,7 @@ class Tracers:
     """The tracing processes of this interpreter (:func:`tracers`), shared by its pipelines.
 
     Attributes:
-        reason: why the last :meth:`give` or start failed (``None``: none did).
+        reason: why a process could not start or load a pipeline (``None``: none failed).
     """
 
     def __init__(self) -> None:
@@ -146,21 +157,25 @@ class Tracers:
             while len(self._processes) < count:
                 process = _Process()
                 self._processes.append(process)
-                threading.Thread(target=process.start, name="fastprep-tracer-start", daemon=True).start()
+                threading.Thread(target=self._start, args=(process,), name="fastprep-tracer-start",
+                                 daemon=True).start()
 
-    def pickle(self, target: Any) -> bytes | None:
-        """``target`` pickled by cloudpickle, or ``None`` where it cannot be (:attr:`reason`
-        says why)."""
+    def _start(self, process: _Process) -> None:
+        process.start()
+        if process.failed:  # not started again: its pipelines are traced in the loader
+            self.reason = process.failed
+
+    @staticmethod
+    def pickle(target: Any) -> bytes | str:
+        """``target`` pickled by cloudpickle, or why it cannot be."""
         try:
             import cloudpickle
         except ImportError:
-            self.reason = "cloudpickle is not installed"
-            return None
+            return "cloudpickle is not installed"
         try:
             return cloudpickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001 -- any failure to pickle keeps the traces in the loader
-            self.reason = f"the transform cannot be pickled ({type(e).__name__}: {e})"
-            return None
+            return f"the transform cannot be pickled ({type(e).__name__}: {e})"
 
     def give(self, payload: bytes) -> int:
         """A token for a pickled target (:meth:`pickle`), given to the processes on their next
@@ -359,14 +374,15 @@ def _answer(outbox: Connection, answer: tuple) -> bool:
     return True
 
 
+#: the process's first lines: the loader's import path, then fastprep (which imports torch)
+_BOOT = ("import json, os, sys; sys.path[:0] = json.loads(os.environ.pop('FASTPREP_TRACER_PATH')); "
+         "from fastprep.data._tracers import main; main(sys.argv[1:])")
+
+
 def main(argv: list[str]) -> None:
+    """A tracing process: say it is ready, then serve the loader until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
-    try:
-        kind, path = pickle.loads(inbox.recv_bytes())
-    except (EOFError, OSError):
-        return
-    sys.path[:] = list(path) + [p for p in sys.path if p not in path]
-    outbox.send_bytes(pickle.dumps(("ready", None)))
-    _serve(inbox, outbox)
+    if _answer(outbox, ("ready", None)):
+        _serve(inbox, outbox)

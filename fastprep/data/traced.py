@@ -59,7 +59,7 @@ __all__ = ["TracedPipeline", "TracedPlan"]
 
 #: what a TracedPipeline's pickle leaves out: the loader's threads, locks, counts and processes
 _NOT_PICKLED = frozenset(("_pool", "_pool_size", "_count_lock", "literal_samples", "_tracers", "_planned",
-                          "traced_elsewhere", "_payload", "_given"))
+                          "traced_elsewhere", "_payload", "_given", "tracing_reason"))
 
 
 def _forget_given(given: list) -> None:
@@ -826,7 +826,7 @@ class TracedPipeline:
         self.literal_samples = collections.Counter()
         self._count_lock = threading.Lock()
         self.traced_elsewhere = self._planned = 0
-        self._payload, self._given = None, []
+        self._payload, self._given, self.tracing_reason = None, [], None
         self._pool, self._pool_size, self._tracers = None, 0, False  # a copy traces where it is
         install_hooks()  # in a tracing process: the recording hooks the trace needs
         if not _CALL_TWINS:
@@ -922,7 +922,10 @@ class TracedPipeline:
             items.append((key, info.width, info.height))
             where.append(j)
         routes: dict = {}
-        for j, answer in zip(where, pool.call(token, "trace_records", items)):
+        answers = pool.call(token, "trace_records", items)
+        if pool.reason is not None and not any(a is not None for a in answers):
+            self.tracing_reason = pool.reason
+        for j, answer in zip(where, answers):
             if isinstance(answer, TracerDied):
                 routes[j] = ("error", str(answer))
             elif answer is not None:
@@ -953,8 +956,8 @@ class TracedPipeline:
             tracers().grow(processes)
         pool = tracers()
         payload = pool.pickle(self)
-        if payload is None:
-            self._tracers, self.tracing_reason = False, pool.reason
+        if isinstance(payload, str):
+            self._tracers, self.tracing_reason = False, payload
             self._forget()
             return None
         if payload != self._payload:
