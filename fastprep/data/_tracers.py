@@ -382,6 +382,11 @@ _BOOT = ("import json, os, sys; sys.path[:0] = json.loads(os.environ.pop('FASTPR
 def main(argv: list[str]) -> None:
     """A tracing process: say it is ready, then serve the loader until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+
+    # a trace's tensor work is tiny (a draw, RandomErasing's noise): intra-op threads would only
+    # spin on the cores the loader's threads use
+    torch.set_num_threads(1)
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
     if _answer(outbox, ("ready", None)):
