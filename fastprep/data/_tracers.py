@@ -169,7 +169,7 @@ class Tracers:
     def pickle(target: Any) -> bytes | str:
         """``target`` pickled by cloudpickle, or why it cannot be."""
         try:
-            import cloudpickle
+            import cloudpickle  # type: ignore[import-untyped, unused-ignore]
         except ImportError:
             return "cloudpickle is not installed"
         try:

@@ -507,7 +507,8 @@ def view_record(view: LazyTensor, origin: tuple[int, int], window: tuple[int, in
                 start = 2
     elif origin != (0, 0):
         return None
-    channels, kernels, tables = 3, [], []
+    channels, kernels = 3, []
+    tables: list[bytearray] = []
     for op in ops[start:]:
         step = _twin_step(op, channels, size)
         if step is None:
@@ -804,16 +805,15 @@ class TracedPipeline:
                     continue
                 window = _union_window(views, width, height)
                 top, left, wh, ww = window
-                records: list | None = []
+                records: list = []
                 tables = 0
                 for view, shape in zip(views, self.shapes):
                     record = view_record(view, (left, top), (wh, ww), "RGB", shape, tables)
                     if record is None:
-                        records = None
                         break
                     tables += len(record[3])
                     records.append(record)
-                out.append(None if records is None else (window, records))
+                out.append((window, records) if len(records) == len(views) else None)
         return out
 
     def __getstate__(self) -> dict:
@@ -1014,10 +1014,10 @@ class TracedPipeline:
                 plans[j] = self._plan(datas[j], plans[j].key, compiled=False)
         todo = [j for j, st in enumerate(status) if st is None]
         args = ([datas[j] for j in todo], [plans[j] for j in todo], [rows[j] for j in todo])
+        done: list = [None] * len(todo)
         if threads == 1 or len(todo) < 2:
             done = list(map(self._run_one, *args))
         else:  # one task per thread, each taking the next sample: no future per sample
-            done = [None] * len(todo)
             pending = iter(range(len(todo)))  # next() hands each position out once
 
             def work() -> None:
