@@ -255,3 +255,23 @@ def test_the_pool_is_shared(root, elsewhere):
     list(a)
     list(b)
     assert _pipeline(a)._tracers[0] is _pipeline(b)._tracers[0] is tracers()
+
+
+def test_forgetting_never_waits_for_a_busy_process(root, elsewhere):
+    """A pipeline's finalizer may run (garbage collection) in a thread that is inside a call
+    on the same process: forgetting then waits for nothing, and the drop goes with the next
+    call."""
+    ds = ImageFolder(root, DataAugmentationDINO())
+    loader = DataLoader(ds, batch_size=4, num_workers=2, seed=SEED)
+    pipeline = _started(loader, ds)
+    pool, token = pipeline._tracers
+    spare = pool.give(pool.pickle(pipeline))
+    assert pool.wait(spare, 120)
+    holder = next(p for p in pool._processes if spare in p.given)
+    with holder.lock:  # busy
+        start = time.monotonic()
+        pool.forget(spare)
+        assert time.monotonic() - start < 0.5
+        assert spare in holder.given and holder.dropped == [spare]
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # its calls send the drop
+    assert spare not in holder.given and holder.dropped == []

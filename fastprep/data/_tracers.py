@@ -87,9 +87,20 @@ class _Process:
         self.inbox = Connection(to_parent, writable=False)
         self.given: set[int] = set()
         self.giving: set[int] = set()
+        self.dropped: list[int] = []  # forgotten targets not yet dropped (the process was busy)
         self.lock = threading.Lock()
         self.ready = False
         self.failed: str | None = None
+
+    def flush_drops(self) -> None:
+        """Tell the process to drop the targets forgotten since (the caller holds ``lock``)."""
+        while self.dropped:
+            token = self.dropped.pop()
+            self.given.discard(token)
+            try:
+                self.send(("drop", token, None))
+            except OSError:
+                return
 
     def send(self, message: tuple) -> None:
         self.outbox.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
@@ -186,17 +197,18 @@ class Tracers:
             return self._tokens
 
     def forget(self, token: int) -> None:
-        """Drop a given target from every process."""
+        """Drop a given target from every process: at once where the process is idle, else
+        with its next call (a pipeline's finalizer may run in a thread that is in a call)."""
         with self._lock:
             self._payloads.pop(token, None)
             processes = list(self._processes)
         for process in processes:
-            if token in process.given and process.lock.acquire(timeout=5):
+            if token not in process.given:
+                continue
+            process.dropped.append(token)
+            if process.lock.acquire(blocking=False):
                 try:
-                    process.send(("drop", token, None))
-                    process.given.discard(token)
-                except OSError:
-                    pass
+                    process.flush_drops()
                 finally:
                     process.lock.release()
 
@@ -248,6 +260,7 @@ class Tracers:
                 continue
             process.lock.acquire()
             try:
+                process.flush_drops()
                 process.send(("call", token, (method, items[lo:hi])))
             except OSError as e:
                 process.lock.release()
