@@ -19,12 +19,13 @@ cloudpickle (a class defined in ``__main__`` travels by value), then only calls.
 the background, a process takes no batch until it is ready: the loader traces the first
 batches itself, and time to the first batch does not change.
 
-Failures. A pipeline that cannot be pickled, or a process that cannot load it, is traced in
-the loader (the reason is kept: :attr:`Tracers.reason`). A process that dies while tracing
+Failures. A pipeline that cannot be pickled, or that no process can start or load, is traced
+in the loader (its ``tracing_reason`` says why; a process's failure is also
+:attr:`Tracers.reason`, and its stderr is kept in a file, not shown). A process that dies while tracing
 fails the samples it held with an error naming the process and its exit status; it is
-started again for later batches. The processes ignore ``SIGINT`` (Ctrl-C in a terminal
-reaches the loader, which stops them), live in a session of their own, and exit when their
-pipe closes: when the loader's process exits, however it exits.
+started again for later batches. The processes live in a session of their own and ignore
+``SIGINT`` (Ctrl-C in a terminal is the loader's), and exit when their pipe closes: when the
+loader's process exits, however it exits.
 
 ``FASTPREP_TRACE_PROCESSES`` sets the number of processes (default: a quarter of the usable
 CPUs, at least one; ``0``: trace in the loader's process).
