@@ -712,6 +712,19 @@ class TestReplayViewOp:
                                                     [], [], 0, [torch.tensor(lut, dtype=torch.uint8)], 0)
         assert np.array_equal(got.permute(1, 2, 0).numpy(), want)
 
+    def test_crops_cut_the_window_as_slicing_does(self):
+        """``crops`` (x0, y0, x1, y1 per view) against plain tensor slicing, on a window that is a
+        channels-last view as the decode gives it, views of different boxes in one call."""
+        rng = np.random.default_rng(4)
+        window = torch.from_numpy(rng.integers(0, 256, (9, 13, 3), dtype=np.uint8)).permute(2, 0, 1)
+        boxes = [(0, 0, 13, 9), (2, 1, 7, 8), (12, 8, 13, 9), (3, 0, 4, 9)]
+        outs = [torch.empty(3, y1 - y0, x1 - x0, dtype=torch.uint8) for x0, y0, x1, y1 in boxes]
+        steps = torch.empty(0, dtype=torch.uint8)
+        torch.ops.fastprep.pil_replay_views([window], [0, 0, 0, 0] * 4, [steps] * 4, [], outs, [0] * 4, [], [],
+                                            [0] * 4, [v for box in boxes for v in box])
+        for (x0, y0, x1, y1), out in zip(boxes, outs):
+            assert torch.equal(out, window[:, y0:y1, x0:x1])
+
     def test_bad_arguments_raise(self):
         image = torch.zeros(3, 8, 8, dtype=torch.uint8)
         steps = torch.zeros(0, dtype=torch.uint8)
@@ -737,6 +750,13 @@ class TestReplayViewOp:
             from fastprep.transforms._native import pack_steps
             point = torch.frombuffer(pack_steps([("pil_point", (), (), 0)]), dtype=torch.uint8)
             op(image, [], point, [], torch.zeros(3, 8, 8), 1, [], [])
+        views = torch.ops.fastprep.pil_replay_views
+        with pytest.raises(ValueError, match="with crops, one image"):  # crops: the window once
+            views([image, image], no_resize, [steps], [], [torch.zeros(3, 8, 8)], [1], [], [], [0], [0, 0, 8, 8])
+        with pytest.raises(ValueError, match="crop \\[2, 0, 10, 8\\] is not within the image"):
+            views([image], no_resize, [steps], [], [torch.zeros(3, 8, 8)], [1], [], [], [0], [2, 0, 10, 8])
+        with pytest.raises(ValueError, match="crop \\[3, 3, 3, 5\\] is not within"):  # empty
+            views([image], no_resize, [steps], [], [torch.zeros(3, 2, 0)], [1], [], [], [0], [3, 3, 3, 5])
         with pytest.raises(ValueError, match="takes 3 of the 0 means left"):
             torch.ops.fastprep.pil_replay_views([image], no_resize, [steps], [], [torch.zeros(3, 8, 8)], [1], [], [],
                                                 [3])

@@ -235,8 +235,8 @@ def test_trace_processes_setting(monkeypatch):
     monkeypatch.setenv("FASTPREP_TRACE_PROCESSES", "many")
     with pytest.raises(ValueError, match="FASTPREP_TRACE_PROCESSES"):
         default_processes()
-    monkeypatch.delenv("FASTPREP_TRACE_PROCESSES")
-    assert default_processes() >= 1
+    monkeypatch.setenv("FASTPREP_TRACE_PROCESSES", "-2")
+    assert default_processes() == 0
 
 
 def test_no_tracing_processes_when_set_to_zero(root, elsewhere, monkeypatch):
@@ -268,10 +268,8 @@ def test_forgetting_never_waits_for_a_busy_process(root, elsewhere):
     spare = pool.give(pool.pickle(pipeline))
     assert pool.wait(spare, 120)
     holder = next(p for p in pool._processes if spare in p.given)
-    with holder.lock:  # busy
-        start = time.monotonic()
+    with holder.lock:  # busy: the drop is queued, not sent (a blocking forget would never return here)
         pool.forget(spare)
-        assert time.monotonic() - start < 0.5
         assert spare in holder.given and holder.dropped == [spare]
     assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=1))  # its calls send the drop
     assert spare not in holder.given and holder.dropped == []

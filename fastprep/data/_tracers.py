@@ -224,7 +224,7 @@ class Tracers:
                 return True
             if time.monotonic() >= deadline or token not in self._payloads:
                 return False
-            self.call(token, "", [])  # gives the target to the processes that are ready
+            self._offer(token)
             time.sleep(0.05)
 
     def pids(self) -> list[int]:
@@ -232,25 +232,13 @@ class Tracers:
         with self._lock:
             return [p.popen.pid for p in self._processes]
 
-    def ready(self) -> int:
-        """The number of processes ready for calls."""
-        with self._lock:
-            return sum(p.ready for p in self._processes)
-
     def call(self, token: int, method: str, items: list) -> list:
         """``target.method(share)`` on shares of ``items``, one share per process that is ready
         and holds the target, all at once; per item its answer, or ``None`` where no process
         took it (the caller does that item itself), or a :class:`TracerDied` where the process
         died holding it. A ready process that does not hold the target yet is given it in the
         background (unpickling it imports the transform's modules) and takes later calls."""
-        with self._lock:
-            ready = [p for p in self._processes if p.ready]
-        holding = [p for p in ready if token in p.given]
-        for process in ready:
-            if token not in process.given and token not in process.giving:
-                process.giving.add(token)
-                threading.Thread(target=self._give, args=(process, token), name="fastprep-tracer-give",
-                                 daemon=True).start()
+        holding = self._offer(token)
         results: list = [None] * len(items)
         if not holding or not items:
             return results
@@ -279,6 +267,18 @@ class Tracers:
             if kind == "ok" and len(value) == hi - lo:
                 results[lo:hi] = value
         return results
+
+    def _offer(self, token: int) -> list[_Process]:
+        """The ready processes that hold ``token``'s target; the other ready ones are given it
+        in the background."""
+        with self._lock:
+            ready = [p for p in self._processes if p.ready]
+        for process in ready:
+            if token not in process.given and token not in process.giving:
+                process.giving.add(token)
+                threading.Thread(target=self._give, args=(process, token), name="fastprep-tracer-give",
+                                 daemon=True).start()
+        return [p for p in ready if token in p.given]
 
     def _give(self, process: _Process, token: int) -> None:
         """Send ``process`` a target and wait until it holds it (or says it cannot load it)."""

@@ -459,7 +459,6 @@ class _NativeViews:
 
 
 _NO_STEPS = torch.empty(0, dtype=torch.uint8)
-_RGB = int(fio.ImageReadMode.RGB)
 
 
 def _portable(values: Any) -> Any:
@@ -1086,10 +1085,10 @@ class TracedPipeline:
         """Make a sample from a tracing process's records; ``False`` where its window's decode
         warns or fails (the sample is then traced here and Pillow's decode is the reference)."""
         top, left, height, width = plan.window
-        try:  # the op itself: the data is a file's bytes as read, and a strict decode leaves no warning
-            rgb = torch.ops.fastprep.decode_jpeg_roi.default(data, top, left, height, width, _RGB, self.max_pixels,
-                                                             True, 8, fio.DEFAULT_MAX_SCANS, True)
-        except RuntimeError:  # an error or a warning: traced here, and Pillow's decode is the reference
+        try:
+            rgb = fio.decode_jpeg_roi(data, top, left, height, width, "RGB", max_pixels=self.max_pixels,
+                                      strict=True, channels_last=True)
+        except fio.DecodeError:  # an error or a warning: traced here, and Pillow's decode is the reference
             return False
         native = _NativeViews()
         for record, row in zip(plan.records, rows):
