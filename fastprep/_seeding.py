@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 from ._checks import is_int
 
-__all__ = ["sample_key", "derived_key", "key_derived", "keyed_sample_rng", "RngBusy", "RNG_LOCK_TIMEOUT_S",
+__all__ = ["sample_key", "sample_keys", "derived_key", "key_derived", "keyed_sample_rng", "RngBusy", "RNG_LOCK_TIMEOUT_S",
            "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng", "check_seed", "draw_seed",
            "ORDER_DOMAIN", "WORKERS_DOMAIN", "PYTHON_RANDOM_DOMAIN", "NUMPY_DOMAIN"]
 
@@ -92,9 +92,14 @@ def sample_key(seed: int, epoch: int, index: int) -> int:
         int in ``[0, 2**64)``; a fixed function of the three arguments (the same in every
         process, platform and run).
     """
+    return sample_keys(seed, epoch, (index,))[0]
+
+
+def sample_keys(seed: int, epoch: int, indices) -> list[int]:
+    """:func:`sample_key` of each of ``indices`` (the epoch's part computed once)."""
     h = _mix64((seed + _GOLDEN) & _MASK64)
     h = _mix64((h ^ (epoch & _MASK64)) + _GOLDEN & _MASK64)
-    return _mix64((h ^ (index & _MASK64)) + _GOLDEN & _MASK64)
+    return [_mix64((h ^ (index & _MASK64)) + _GOLDEN & _MASK64) for index in indices]
 
 
 #: :func:`derived_key` domain of an epoch's sample order (:func:`epoch_permutation`).

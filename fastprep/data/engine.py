@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from .. import io as fio
-from .._seeding import keyed_thread_rng, sample_key
+from .._seeding import keyed_thread_rng, sample_key, sample_keys
 from .._threads import usable_cpus
 from .batch import BatchConvert
 from .collate import PooledBatch
@@ -511,6 +511,10 @@ class _EpochRun:
     def key(self, index: int) -> int:
         return sample_key(self.epoch_seed, self.epoch, index)
 
+    def keys(self, indices) -> list[int]:
+        """:meth:`key` of each of ``indices``."""
+        return sample_keys(self.epoch_seed, self.epoch, indices)
+
     def prepare(self, index: int, read: tuple[torch.Tensor, str] | None = None) -> _Sample:
         """Read, route and plan (or fully decode) one sample; expected failures are kept
         in ``sample.error``, anything else raises. ``read``: its ``(bytes, name)`` when
@@ -542,7 +546,7 @@ class _EpochRun:
         header), or ``None`` where it is not one window of a single-view native plan."""
         if getattr(self.pipeline, "_strict", True):  # strict decodes scan the whole file
             return [None] * len(datas)
-        routes = self.pipeline.plan_batch(datas, [self.key(i) for i in indices],
+        routes = self.pipeline.plan_batch(datas, self.keys(indices),
                                           max_pixels=self.dataset.max_pixels or 0,
                                           exif=self.dataset.apply_exif_orientation)
         out: list[tuple[int, ...] | None] = []
@@ -586,7 +590,7 @@ class _EpochRun:
             else:
                 s.name, s.data, s.nbytes = name, data, int(data.numel())
                 live.append(j)
-        routes = self.pipeline.plan_batch([samples[j].data for j in live], [self.key(samples[j].index) for j in live],
+        routes = self.pipeline.plan_batch([samples[j].data for j in live], self.keys([samples[j].index for j in live]),
                                           max_pixels=dataset.max_pixels or 0, exif=dataset.apply_exif_orientation)
         for j, (route, value) in zip(live, routes):
             s = samples[j]

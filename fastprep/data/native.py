@@ -73,6 +73,12 @@ _KIND_NO_DRAW, _KIND_RESIZED_CROP, _KIND_RANDOM_CROP = range(3)
 _ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
 
 _PLAN = struct_dtype("SamplePlan")
+#: the fields of a ``SamplePlan`` that a no-draw decode transform's geometry sets (a
+#: function of the image size alone), packed
+_GEOMETRY = np.dtype([(name, _PLAN.fields[name][0]) for name in (
+    "scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top", "in_left",
+    "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w", "antialias", "hflip", "filter",
+    "placed", "place_top", "place_left", "scale_h", "scale_w", "pil_filter")])
 _STEP = struct_dtype("PixelStep")
 
 
@@ -425,6 +431,7 @@ class NativePipeline:
         self._pil_filter = int(compiled.pil_filter)
         self._spec = self._decode_spec()
         self._size_plans: dict = {}
+        self._conversions: dict = {}  # _conversion's, per arguments
         #: a v2 pipeline (OnDecoded): its reference decodes the whole file, see _check_whole_file
         self._whole_file = isinstance(transform, (OnDecoded, OnPIL))
 
@@ -576,22 +583,24 @@ class NativePipeline:
         """
         return _plan_routes([self], self._spec, datas, keys, max_pixels, exif, PlanRef)
 
-    _DECODE_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
-                      "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w",
-                      "antialias", "hflip", "filter", "placed", "place_top", "place_left", "scale_h", "scale_w",
-                      "pil_filter")
-
-    def _fill_no_draw(self, record, size) -> None:
-        """Write the geometry of a no-draw decode transform on an image of ``size`` into
-        ``record`` (the geometry is cached per image size)."""
-        key = (size[0], size[1])
-        geometry = self._size_plans.get(key)
-        if geometry is None:
-            geometry = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0, pil_filter=self._pil_filter)
-            if len(self._size_plans) < 4096:
-                self._size_plans[key] = geometry
-        for name in self._DECODE_FIELDS:
-            record[name] = geometry[name]
+    def _fill_no_draw(self, plans: np.ndarray, rows, sizes) -> None:
+        """Write the geometry of a no-draw decode transform into the records ``plans[rows]``,
+        the image of ``rows[k]`` being of size ``sizes[k]``: one assignment for all rows (the
+        geometry is cached per image size)."""
+        if not rows:
+            return
+        names = list(_GEOMETRY.names)
+        geometries = []
+        for size in sizes:
+            key = (int(size[0]), int(size[1]))
+            geometry = self._size_plans.get(key)
+            if geometry is None:
+                record = _plan_record(self._decode.draw_plan(_HeaderSize(*key)), None, 0, pil_filter=self._pil_filter)
+                geometry = np.array(record)[names].astype(_GEOMETRY)
+                if len(self._size_plans) < 4096:
+                    self._size_plans[key] = geometry
+            geometries.append(geometry)
+        plans[names][rows] = np.array(geometries, dtype=_GEOMETRY)
 
     def run(self, datas, plans, out: torch.Tensor, *, num_threads: int | None = None, mean=None, std=None,
             color: str | None = None, timings: dict | None = None) -> list[tuple[int, str]]:
@@ -651,9 +660,7 @@ class NativePipeline:
             self._strict, self._max_scans, convert, threads)
         if timings is not None:
             timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
-        raw = text.numpy().tobytes()
-        return [(int(code), raw[start:start + length].decode("utf-8", "replace"))
-                for code, start, length in status.tolist()]
+        return _statuses(status, text)
 
     def _check_out(self, out, n):
         if not isinstance(out, torch.Tensor):
@@ -673,7 +680,19 @@ class NativePipeline:
     def _conversion(self, dtype, color, mean, std):
         """``(ConvertSpec record as bytes, fallback)`` of ``decode_batch`` for an ``out`` of
         ``dtype``; ``fallback``: a BatchConvert to apply to a uint8 batch instead, when this
-        torch's arithmetic cannot be matched natively."""
+        torch's arithmetic cannot be matched natively. Remembered per arguments given as
+        plain numbers (a loader asks the same every batch)."""
+        key = (dtype, color, _number_key(mean), _number_key(std))
+        if None in key[2:]:
+            return self._make_conversion(dtype, color, mean, std)
+        found = self._conversions.get(key)
+        if found is None:
+            found = self._make_conversion(dtype, color, mean, std)
+            if len(self._conversions) < 64:
+                self._conversions[key] = found
+        return found
+
+    def _make_conversion(self, dtype, color, mean, std):
         spec = np.zeros(1, dtype=struct_dtype("ConvertSpec"))
         rec = spec[0]
         if self.float_output:
@@ -854,9 +873,7 @@ class MultiViewPipeline:
             first._strict, first._max_scans, torch.cat(converts), threads)
         if timings is not None:
             timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
-        raw = text.numpy().tobytes()
-        return [(int(code), raw[start:start + length].decode("utf-8", "replace"))
-                for code, start, length in status.tolist()]
+        return _statuses(status, text)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.views)} views, sizes={self.size})"
@@ -933,16 +950,18 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref, generator: to
     V = len(views)
     raw = None
     out: list = []
+    planned = []
     for j, (code, start, length) in enumerate(status.tolist()):
         if code == _ROUTE_PLANNED:
-            for v in no_draw:
-                views[v]._fill_no_draw(plans[j * V + v], sizes[j])
+            planned.append(j)
             out.append(("plan", ref(batch, j)))
         elif code == _ROUTE_ERROR:
             raw = text.numpy().tobytes() if raw is None else raw
             out.append(("error", raw[start:start + length].decode("utf-8", "replace")))
         else:
             out.append(("python", None))
+    for v in no_draw:
+        views[v]._fill_no_draw(plans, [j * V + v for j in planned], [sizes[j] for j in planned])
     return out
 
 
@@ -960,6 +979,25 @@ def _check_whole_file(data: torch.Tensor, decode: OnDecoded | OnPIL) -> None:
         return
     max_scans = fio.DEFAULT_MAX_SCANS if decode.max_scans is None else decode.max_scans  # as OnDecoded's call
     fio.decode_jpeg(data, decode.mode, max_pixels=decode.max_pixels, strict=decode.strict, max_scans=max_scans)
+
+
+def _statuses(status: torch.Tensor, text: torch.Tensor) -> list[tuple[int, str]]:
+    """``decode_batch``'s ``(status, text)`` as ``(code, message)`` per sample."""
+    if text.numel() == 0 and not bool(status.numpy()[:, 0].any()):  # all decoded, no message
+        return [(STATUS_OK, "")] * status.shape[0]
+    raw = text.numpy().tobytes()
+    return [(int(code), raw[start:start + length].decode("utf-8", "replace"))
+            for code, start, length in status.tolist()]
+
+
+def _number_key(values):
+    """``values`` as a hashable key when they are ``None`` or a list or tuple of ints and
+    floats (``None`` is also the answer for anything else: no key)."""
+    if values is None:
+        return ()
+    if isinstance(values, (list, tuple)) and all(type(v) in (int, float) for v in values):
+        return tuple(values)
+    return None
 
 
 def _check_data(data, name) -> torch.Tensor:
@@ -1035,7 +1073,7 @@ class _SingleSample:
             if self.no_draw:
                 plans, size = records.numpy().view(_PLAN), hw[0].tolist()
                 for v in self.no_draw:
-                    pipe.views[v]._fill_no_draw(plans[v], size)
+                    pipe.views[v]._fill_no_draw(plans, [v], [size])
             status, _ = torch.ops.fastprep.decode_batch(
                 [data], records, steps, list(extras), pipe._fills, outs, *self.decode_args, self.converts, 1)
             ok = int(status[0, 0]) == STATUS_OK
