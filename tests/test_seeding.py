@@ -16,7 +16,7 @@ from torch.utils.data import SequentialSampler
 
 import fastprep.data as D
 from fastprep import io as fio
-from fastprep._seeding import check_seed, keyed_default_rng, sample_key
+from fastprep._seeding import check_seed, keyed_default_rng, sample_key, sample_keys
 from fastprep.bench.synthetic import encode_jpeg, photo_like
 
 CROP = 24
@@ -69,6 +69,27 @@ class TestSampleKey:
         assert len(set(keys)) == 4
         assert all(0 <= k < 2**64 for k in keys)
         assert sample_key(2**64 - 1, 10**9, 2**40) == sample_key(2**64 - 1, 10**9, 2**40)
+
+    def test_splitmix64_chain(self):
+        # the documented chain, written out here: SplitMix64's finaliser over seed, then
+        # epoch, then index, each step adding the golden-ratio increment modulo 2**64
+        m = 2**64 - 1
+
+        def mix(z):
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+            return z ^ (z >> 31)
+
+        def reference(seed, epoch, index):
+            h = mix((seed + 0x9E3779B97F4A7C15) & m)
+            h = mix(((h ^ epoch) + 0x9E3779B97F4A7C15) & m)
+            return mix(((h ^ index) + 0x9E3779B97F4A7C15) & m)
+
+        cases = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (2**64 - 1, 10**9, 2**40), (12345, 7, 99)]
+        assert [sample_key(*c) for c in cases] == [reference(*c) for c in cases]
+        indices = [0, 5, 2**40, 3, 3]
+        assert sample_keys(2**64 - 1, 4, indices) == [reference(2**64 - 1, 4, i) for i in indices]
+        assert sample_keys(1, 2, []) == []
 
     def test_no_collisions_on_a_grid(self):
         keys = {sample_key(s, e, i) for s in range(3) for e in range(20) for i in range(500)}

@@ -14,8 +14,10 @@ from .order import check_epoch
 __all__ = ["DevicePrefetcher"]
 
 
-def _to_device(obj, device, non_blocking):
+def _to_device(obj, device: torch.device, non_blocking):
     if isinstance(obj, torch.Tensor):
+        if device.type == "cpu" and obj.is_cpu:  # what .to would return, without its argument parsing
+            return obj
         return obj.to(device, non_blocking=non_blocking)
     if isinstance(obj, tuple):
         return tuple(_to_device(o, device, non_blocking) for o in obj)
