@@ -41,8 +41,9 @@ from torch.overrides import TorchFunctionMode
 
 from ._checks import is_int
 
-__all__ = ["sample_key", "sample_keys", "derived_key", "key_derived", "keyed_sample_rng", "RngBusy", "RNG_LOCK_TIMEOUT_S",
-           "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng", "check_seed", "draw_seed",
+__all__ = ["sample_key", "sample_keys", "derived_key", "key_derived", "keyed_sample_rng", "RngBusy",
+           "RNG_LOCK_TIMEOUT_S", "epoch_permutation", "keyed_default_rng", "keyed_thread_rng", "sample_rng",
+           "check_seed", "draw_seed",
            "ORDER_DOMAIN", "WORKERS_DOMAIN", "PYTHON_RANDOM_DOMAIN", "NUMPY_DOMAIN"]
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF

@@ -75,10 +75,10 @@ _ROUTE_PLANNED, _ROUTE_PYTHON, _ROUTE_ERROR = range(3)
 _PLAN = struct_dtype("SamplePlan")
 #: the fields of a ``SamplePlan`` that a no-draw decode transform's geometry sets (a
 #: function of the image size alone), packed
-_GEOMETRY = np.dtype([(name, _PLAN.fields[name][0]) for name in (
-    "scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top", "in_left",
-    "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w", "antialias", "hflip", "filter",
-    "placed", "place_top", "place_left", "scale_h", "scale_w", "pil_filter")])
+_GEOMETRY_FIELDS = ("scale_num", "top", "left", "height", "width", "resize", "full_in_h", "full_in_w", "in_top",
+                    "in_left", "full_out_h", "full_out_w", "out_top", "out_left", "region_h", "region_w", "antialias",
+                    "hflip", "filter", "placed", "place_top", "place_left", "scale_h", "scale_w", "pil_filter")
+_GEOMETRY = np.dtype([(name, _PLAN[name]) for name in _GEOMETRY_FIELDS])
 _STEP = struct_dtype("PixelStep")
 
 
@@ -589,7 +589,7 @@ class NativePipeline:
         geometry is cached per image size)."""
         if not rows:
             return
-        names = list(_GEOMETRY.names)
+        names = list(_GEOMETRY_FIELDS)
         geometries = []
         for size in sizes:
             key = (int(size[0]), int(size[1]))
