@@ -9,6 +9,10 @@ deliver more than ``samples/s / held fraction`` (its ceiling), however many core
 
     python bench/bench_gil.py --photos /work/cuts --seconds 20
 
+Run-to-run spread is large on a small machine (the held share of one pipeline moved by 3-5 points
+between back-to-back runs here): ``--repeat N`` runs every pipeline N times, in rounds (each
+round runs them all in turn), and reports the medians with the held share's range.
+
 py-spy (``pip install py-spy``) must be allowed to read the child's memory (root, or
 ``ptrace_scope`` 0). ``--no-gil`` runs the pipelines and reports samples/s only. Pipelines:
 ``recipe`` (``make_loader(folder, recipe="imagenet-train")``), ``v2-ta`` (v2 RandomResizedCrop +
@@ -27,6 +31,7 @@ import itertools
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -206,6 +211,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--warmup", type=float, default=10.0,
                         help="seconds each pipeline runs before it is sampled (traced pipelines start their tracing "
                              "processes after 512 samples)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per pipeline, in rounds; the report gives medians and the GIL share's range")
     parser.add_argument("--no-gil", dest="gil", action="store_false", help="samples/s only, no py-spy")
     parser.add_argument("--quick", action="store_true", help="24 synthetic images, 2 s, examples-train only")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -229,22 +236,50 @@ def main(argv=None) -> dict:
     print(f"{args.count} JPEGs from {args.photos or '(synthetic)'}, batch {args.batch_size}, "
           f"num_workers={args.workers}, {args.seconds:g} s per pipeline after {args.warmup:g} s of warm-up"
           + (f", py-spy --gil at {args.rate} Hz" if args.gil else ""))
-    rows = []
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    names = [name.strip() for name in args.pipelines.split(",")]
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         root = _folder(os.path.join(tmp, "images"), args.photos, args.count)  # the HF copy goes beside it
-        for name in args.pipelines.split(","):
-            rows.append(measure(name.strip(), root, args))
+        for k in range(args.repeat):
+            if args.repeat > 1:
+                print(f"round {k + 1} of {args.repeat}", flush=True)
+            for name in names:
+                runs[name].append(measure(name, root, args))
+    rows = [_median_row(runs[name]) for name in names]
     print(f"{'pipeline':16s} {'engine':9s} {'samples/s':>10s} {'GIL held':>9s} {'GIL/sample':>11s} "
-          f"{'ceiling/s':>10s}")
+          f"{'ceiling/s':>10s}" + ("  held range" if args.repeat > 1 else ""))
 
     def fmt(value, spec: str, unit: str = "") -> str:
         return "-" if value is None else f"{value:{spec}}{unit}"
 
     for r in rows:
+        spread = ""
+        if args.repeat > 1 and r["gil_held_range"] is not None:
+            low, high = r["gil_held_range"]
+            spread = f"  {100 * low:.1f}-{100 * high:.1f}%"
         print(f"{r['pipeline']:16s} {r['engine']:9s} {fmt(r['samples_per_s'], '10.0f')} "
               f"{fmt(None if r['gil_held'] is None else 100 * r['gil_held'], '8.1f', '%'):>9s} "
-              f"{fmt(r['gil_us_per_sample'], '8.0f', ' us'):>11s} {fmt(r['ceiling_per_s'], '10.0f')}")
-    return {"rows": rows}
+              f"{fmt(r['gil_us_per_sample'], '8.0f', ' us'):>11s} {fmt(r['ceiling_per_s'], '10.0f')}{spread}")
+    return {"rows": rows, "runs": runs}
+
+
+def _median_row(runs: list[dict]) -> dict:
+    """One pipeline's runs as one row: the median of each figure over the runs that gave it,
+    and the range of the GIL share."""
+
+    def median(key: str):
+        values = [r[key] for r in runs if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    held = [r["gil_held"] for r in runs if r["gil_held"] is not None]
+    row = dict(runs[0])
+    for key in ("samples_per_s", "gil_held", "gil_us_per_sample", "ceiling_per_s"):
+        row[key] = median(key)
+    row["gil_held_range"] = (min(held), max(held)) if held else None
+    row["runs"] = len(runs)
+    return row
 
 
 if __name__ == "__main__":

@@ -122,6 +122,23 @@ def test_bench_gil_quick(bench_path, capsys):
     assert row["gil_held"] is None and "examples-train" in capsys.readouterr().out
 
 
+def test_bench_gil_median_row(bench_path):
+    """--repeat's row: medians of each figure over the runs that gave one, the held range."""
+    import bench_gil
+
+    runs = [{"pipeline": "dino", "engine": "threads", "samples_per_s": rate, "gil_held": held,
+             "gil_us_per_sample": None if held is None else held * 1e6 / rate,
+             "ceiling_per_s": None if held is None else rate / held}
+            for rate, held in ((100.0, 0.10), (300.0, 0.30), (200.0, None), (250.0, 0.12))]
+    row = bench_gil._median_row(runs)
+    assert row["samples_per_s"] == 225.0  # (200 + 250) / 2 over four rates
+    assert row["gil_held"] == 0.12 and row["gil_held_range"] == (0.10, 0.30)
+    assert row["gil_us_per_sample"] == 1000.0  # of 1000, 1000 and 480 us
+    assert row["runs"] == 4 and row["pipeline"] == "dino"
+    with pytest.raises(SystemExit):
+        bench_gil.main(["--quick", "--no-gil", "--repeat", "0"])
+
+
 def test_bench_hf_quick(bench_path, capsys):
     pytest.importorskip("datasets")
     import bench_hf
