@@ -365,6 +365,24 @@ class TestArguments:
             self.pipe.plan(self.datas[0][None])
         assert run([], [], torch.empty((0, 3, 32, 32), dtype=torch.uint8)) == []
 
+    def test_non_contiguous_datas(self):
+        # the op refuses a strided file; run and plan_batch hand it a contiguous copy instead
+        strided = [torch.stack([d, d], 1)[:, 0] for d in self.datas]
+        assert not any(d.is_contiguous() for d in strided)
+        expected = torch.empty_like(self.out)
+        assert self.pipe.run(self.datas, self.plans, expected) == [(0, "")] * 3
+        got = torch.empty_like(self.out)
+        assert self.pipe.run(strided, self.plans, got) == [(0, "")] * 3
+        assert torch.equal(got, expected)
+        keys = [5, 6, 7]
+        planned = self.pipe.plan_batch(strided, keys)
+        reference = self.pipe.plan_batch(self.datas, keys)
+        assert [r for r, _ in planned] == [r for r, _ in reference] == ["plan"] * 3
+        assert all(a.resolve() == b.resolve() for (_, a), (_, b) in zip(planned, reference))
+        with pytest.raises(TypeError, match=r"datas\[1\] must be a uint8 1-D tensor") as info:
+            self.pipe.plan_batch([self.datas[0], "x"], [1, 2])
+        assert info.value.__suppress_context__  # the clearer error alone, not the op's beneath it
+
     def _op_args(self, plans=None, fills=None, out=None, convert=None, threads=2):
         records, steps, extras = _batch_tables(self.plans if plans is None else plans)
         if convert is None:

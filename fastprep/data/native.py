@@ -639,7 +639,6 @@ class NativePipeline:
         if len(plans) != n:
             raise ValueError(f"datas and plans must have the same length, got {n} and {len(plans)}")
         self._check_out(out, n)
-        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
         for i, p in enumerate(plans):
             if not isinstance(p, (Plan, PlanRef)):
                 raise TypeError(f"plans[{i}] must be a Plan or PlanRef from NativePipeline.plan or plan_batch, "
@@ -655,9 +654,9 @@ class NativePipeline:
             return results
         records, steps, extras = _batch_tables(plans)
         start = time.thread_time() if timings is not None else 0.0
-        status, text = torch.ops.fastprep.decode_batch(
-            datas, records, steps, extras, self._fills, [out], self.decode_channels, self._mode, self._max_pixels,
-            self._strict, self._max_scans, convert, threads)
+        status, text = _on_data(datas, lambda checked: torch.ops.fastprep.decode_batch(
+            checked, records, steps, extras, self._fills, [out], self.decode_channels, self._mode, self._max_pixels,
+            self._strict, self._max_scans, convert, threads))
         if timings is not None:
             timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
         return _statuses(status, text)
@@ -845,7 +844,6 @@ class MultiViewPipeline:
             raise ValueError(f"outs must hold one tensor per view ({V}), got {len(outs)}")
         for view, out in zip(self.views, outs):
             view._check_out(out, n)
-        datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
         flat: list[Plan | PlanRef] = []
         for i, p in enumerate(plans):
             if isinstance(p, MultiPlanRef):
@@ -868,9 +866,10 @@ class MultiViewPipeline:
         records, steps, extras = _batch_tables(flat)
         start = time.thread_time() if timings is not None else 0.0
         first = self.views[0]
-        status, text = torch.ops.fastprep.decode_batch(
-            datas, records, steps, extras, self._fills, outs, first.decode_channels, first._mode, first._max_pixels,
-            first._strict, first._max_scans, torch.cat(converts), threads)
+        convert = torch.cat(converts)
+        status, text = _on_data(datas, lambda checked: torch.ops.fastprep.decode_batch(
+            checked, records, steps, extras, self._fills, outs, first.decode_channels, first._mode, first._max_pixels,
+            first._strict, first._max_scans, convert, threads))
         if timings is not None:
             timings["op_thread_s"] = timings.get("op_thread_s", 0.0) + time.thread_time() - start
         return _statuses(status, text)
@@ -931,18 +930,19 @@ def _plan_routes(views, specs, datas, keys, max_pixels, exif, ref, generator: to
     a planned sample's value being ``ref(batch, sample)``; every sample routes to Python
     when ``specs`` is None (a pipeline the native planner does not draw). ``generator``: draw
     on it (every sample in turn) instead of on generators seeded by the keys."""
-    datas = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
-    keys = list(keys)
+    datas, keys = list(datas), list(keys)
     if len(keys) != len(datas):
         raise ValueError(f"datas and keys must have the same length, got {len(datas)} and {len(keys)}")
     if specs is None:
+        for i, d in enumerate(datas):
+            _check_data(d, f"datas[{i}]")
         return [("python", None)] * len(datas)
     signed = torch.tensor([k - (1 << 64) if k >= 1 << 63 else k for k in keys], dtype=torch.int64)
     progs = [v._program for v in views]
-    plans_b, steps, extras, hw, status, text = torch.ops.fastprep.plan_batch(
-        datas, signed, specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
+    plans_b, steps, extras, hw, status, text = _on_data(datas, lambda checked: torch.ops.fastprep.plan_batch(
+        checked, signed, specs, [p.nodes for p in progs], [p.ints for p in progs], [p.floats for p in progs],
         [p.num_roots for p in progs], [v._num_float for v in views], list(DCT_SCALES), int(max_pixels), bool(exif),
-        any(v._whole_file for v in views), generator)
+        any(v._whole_file for v in views), generator))
     plans = plans_b.numpy().view(_PLAN)
     batch = PlannedBatch(plans, steps, list(extras))
     no_draw = [v for v, view in enumerate(views) if view._keyed_draw == "none"]
@@ -1001,6 +1001,23 @@ def _number_key(values):
     if isinstance(values, (list, tuple)) and all(type(v) in (int, float) for v in values):
         return tuple(values)
     return None
+
+
+def _on_data(datas: list, call):
+    """``call(datas)``, the encoded files checked by the op itself: ``plan_batch`` and
+    ``decode_batch`` check every one (uint8, 1-D, on the CPU, contiguous) before they work on
+    any, and this runs on every batch, so the per-file checks in Python run only when the op
+    refuses: to raise their clearer error, or to give it contiguous copies and call again."""
+    try:
+        return call(datas)
+    except (TypeError, ValueError, RuntimeError):
+        try:
+            checked = [_check_data(d, f"datas[{i}]") for i, d in enumerate(datas)]
+        except (TypeError, ValueError) as e:
+            raise e from None  # the clearer error alone
+        if all(c is d for c, d in zip(checked, datas)):
+            raise  # the files were fine: the op's own error
+    return call(checked)
 
 
 def _check_data(data, name) -> torch.Tensor:
