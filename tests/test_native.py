@@ -549,6 +549,19 @@ class TestFloatOut:
                 diff = (out.float() - want.float()).abs().max().item()
                 assert torch.equal(out, want), (dtype, channels_last, diff)
 
+    def test_arguments_remembered_apart(self):
+        # the conversion is kept per arguments: each call's own mean and std apply, also
+        # when one list is changed in place between calls
+        pipe = NativePipeline.from_transform(PIPELINES["default"]())
+        keys = [sample_key(4, 0, i) for i in range(4)]
+        batch = self._uint8(pipe, DATAS[:4], keys)
+        mean, std = list(self.MEAN), list(self.STD)
+        for m, color in ((self.MEAN, "rgb"), ([0.5, 0.5, 0.5], "rgb"), (self.MEAN, "yuv"), (self.MEAN, "rgb")):
+            mean[:] = m
+            out = torch.empty(batch.shape)
+            pipe.run(DATAS[:4], plans_for(pipe, DATAS[:4], keys), out, color=color, mean=mean, std=std)
+            assert torch.equal(out, BatchConvert(color, m, self.STD)(batch)), (m, color)
+
     def test_default_color_is_yuv_and_scalar_normalization(self):
         pipe = NativePipeline.from_transform(PIPELINES["default"]())
         keys = [sample_key(3, 0, i) for i in range(4)]

@@ -682,7 +682,7 @@ class NativePipeline:
         torch's arithmetic cannot be matched natively. Remembered per arguments given as
         plain numbers (a loader asks the same every batch)."""
         key = (dtype, color, _number_key(mean), _number_key(std))
-        if None in key[2:]:
+        if None in key[2:] or not (color is None or type(color) is str):
             return self._make_conversion(dtype, color, mean, std)
         found = self._conversions.get(key)
         if found is None:
@@ -994,8 +994,8 @@ def _statuses(status: torch.Tensor, text: torch.Tensor) -> list[tuple[int, str]]
 
 
 def _number_key(values):
-    """``values`` as a hashable key when they are ``None`` or a list or tuple of ints and
-    floats (``None`` is also the answer for anything else: no key)."""
+    """A hashable key for a ``mean`` or ``std`` argument: ``()`` for ``None``, the tuple for a
+    list or tuple of ints and floats, and ``None`` (no key: not remembered) for anything else."""
     if values is None:
         return ()
     if isinstance(values, (list, tuple)) and all(type(v) in (int, float) for v in values):
