@@ -550,17 +550,31 @@ class TestFloatOut:
                 assert torch.equal(out, want), (dtype, channels_last, diff)
 
     def test_arguments_remembered_apart(self):
-        # the conversion is kept per arguments: each call's own mean and std apply, also
-        # when one list is changed in place between calls
+        # the conversion is kept per arguments: each call's own mean and std apply, also when
+        # one list is changed in place between calls. The oracle is the documented arithmetic
+        # in plain torch: x / 255 without mean and std, else x * gain + bias with gain =
+        # 1 / (255 std) and bias = -mean / std computed in double and rounded once to float32,
+        # one float32 rounding for the product and one for the sum.
         pipe = NativePipeline.from_transform(PIPELINES["default"]())
         keys = [sample_key(4, 0, i) for i in range(4)]
         batch = self._uint8(pipe, DATAS[:4], keys)
+        x = batch.float()
         mean, std = list(self.MEAN), list(self.STD)
-        for m, color in ((self.MEAN, "rgb"), ([0.5, 0.5, 0.5], "rgb"), (self.MEAN, "yuv"), (self.MEAN, "rgb")):
-            mean[:] = m
-            out = torch.empty(batch.shape)
-            pipe.run(DATAS[:4], plans_for(pipe, DATAS[:4], keys), out, color=color, mean=mean, std=std)
-            assert torch.equal(out, BatchConvert(color, m, self.STD)(batch)), (m, color)
+        cases = [(None, None), (self.MEAN, self.STD), ((0.5, 0.5, 0.5), self.STD), (self.MEAN, (0.5, 0.25, 0.125)),
+                 (self.MEAN, self.STD), (None, None)]
+        for m, s in cases:
+            if m is None:
+                want = x / 255
+                out = torch.empty(batch.shape)
+                pipe.run(DATAS[:4], plans_for(pipe, DATAS[:4], keys), out, color="rgb")
+            else:
+                mean[:], std[:] = m, s
+                gain = torch.tensor([1.0 / (255.0 * v) for v in s], dtype=torch.float64).float()
+                bias = torch.tensor([-a / b for a, b in zip(m, s)], dtype=torch.float64).float()
+                want = x * gain[:, None, None] + bias[:, None, None]
+                out = torch.empty(batch.shape)
+                pipe.run(DATAS[:4], plans_for(pipe, DATAS[:4], keys), out, color="rgb", mean=mean, std=std)
+            assert torch.equal(out, want), (m, s)
 
     def test_default_color_is_yuv_and_scalar_normalization(self):
         pipe = NativePipeline.from_transform(PIPELINES["default"]())
