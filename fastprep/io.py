@@ -358,7 +358,9 @@ def transcode_jpeg(data: Buffer, *, restart_interval: int | str = "auto", optimi
         DecodeError: the data is not a JPEG libjpeg can read without warnings (corrupt or
             truncated data is refused rather than re-encoded as if it were clean), it holds
             DCT coefficients outside what 8-bit data gives (corrupt, though decodable: a
-            sequential Huffman scan may not be able to code them), or it is a valid
+            sequential Huffman scan may not be able to code them), it has a progressive
+            scan that ``decode_jpeg`` refuses as a decode bomb (one that adds no coefficient
+            bit, such as a scan sent twice), or it is a valid
             progressive file whose scans leave some coefficient bits unsent
             (message ``"cannot be transcoded losslessly: incomplete progressive scans
             (...)"``): decoders estimate those (libjpeg's block smoothing), a sequential

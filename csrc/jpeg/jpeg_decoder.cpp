@@ -25,6 +25,8 @@
 
 #include "jpeg/jpeg_decoder.h"
 
+static_assert(MAX_COMPONENTS == FP_SCAN_COMPONENTS, "fp_scan_tracker holds MAX_COMPONENTS components");
+
 #ifndef FASTPREP_LIBJPEG_VERSION
 #define FASTPREP_LIBJPEG_VERSION "unknown"
 #endif
@@ -44,12 +46,8 @@ struct fp_source_mgr {
 // step of input; a new scan shows up there after its header is parsed, before its data.
 struct fp_progress_mgr {
   struct jpeg_progress_mgr pub;
-  int max_scans;   // 0: no limit
-  int seen_scans;  // input_scan_number already checked
-  // Lowest successive-approximation bit position received so far for each component
-  // and coefficient (-1: none yet): a scan that adds no bit anywhere is a repeat, and an
-  // AC scan needs the component's DC first.
-  signed char known[MAX_COMPONENTS][DCTSIZE2];
+  int max_scans;  // 0: no limit
+  fp_scan_tracker scans;
 };
 
 struct fp_decoder {
@@ -118,9 +116,8 @@ static void fp_progress_monitor(j_common_ptr common) {
   j_decompress_ptr cinfo = (j_decompress_ptr)common;
   fp_decoder* dec = decoder_of(common);
   struct fp_progress_mgr* prog = &dec->progress;
-  const int scan = cinfo->input_scan_number;
-  if (scan <= prog->seen_scans || cinfo->comps_in_scan <= 0) return;
-  prog->seen_scans = scan;
+  const int scan = fp_new_scan(&prog->scans, cinfo);
+  if (scan == 0) return;
   if (prog->max_scans > 0 && scan > prog->max_scans) {
     snprintf(dec->message, sizeof(dec->message),
              "the JPEG has more than max_scans=%d scans (scan %d found); encoders write at most "
@@ -129,41 +126,7 @@ static void fp_progress_monitor(j_common_ptr common) {
              prog->max_scans, scan);
     longjmp(dec->err.jump, 1);
   }
-  // Sequential files: every scan carries all coefficient bits of its components.
-  const int ss = cinfo->progressive_mode ? cinfo->Ss : 0;
-  const int se = cinfo->progressive_mode ? cinfo->Se : DCTSIZE2 - 1;
-  const int al = cinfo->progressive_mode ? cinfo->Al : 0;
-  if (ss < 0 || se >= DCTSIZE2 || ss > se || al < 0) return;  // libjpeg rejects these itself
-  int adds = 0;
-  for (int i = 0; i < cinfo->comps_in_scan; i++) {
-    const int c = cinfo->cur_comp_info[i]->component_index;
-    if (c < 0 || c >= MAX_COMPONENTS) return;
-    // libjpeg only warns and decodes on without DC; such a scan is also the cheapest way
-    // to make a pass over millions of blocks (no per-block DC bit), so refuse it here,
-    // before any data of the scan is decoded.
-    if (ss > 0 && prog->known[c][0] < 0) {
-      snprintf(dec->message, sizeof(dec->message),
-               "scan %d carries AC coefficients of component %d before any DC scan of it; a "
-               "valid progressive JPEG sends DC first (corrupt data or a decode bomb)",
-               scan, c + 1);
-      longjmp(dec->err.jump, 1);
-    }
-    for (int k = ss; k <= se; k++) {
-      signed char* bit = &prog->known[c][k];
-      if (*bit < 0 || al < *bit) {
-        adds = 1;
-        *bit = (signed char)(al < 127 ? al : 127);
-      }
-    }
-  }
-  if (!adds) {
-    snprintf(dec->message, sizeof(dec->message),
-             "scan %d repeats coefficient data that earlier scans already carried (coefficients "
-             "%d-%d, bit %d); no encoder writes this and decoding it costs a full pass over the "
-             "image, so the file is refused as a decode bomb",
-             scan, ss, se, al);
-    longjmp(dec->err.jump, 1);
-  }
+  if (fp_scan_refused(&prog->scans, cinfo, dec->message, sizeof(dec->message))) longjmp(dec->err.jump, 1);
 }
 
 static void fp_init_source(j_decompress_ptr cinfo) { (void)cinfo; }
@@ -196,12 +159,62 @@ extern "C" {
 
 const char* fp_libjpeg_version(void) { return FASTPREP_LIBJPEG_VERSION; }
 
+void fp_scan_tracker_init(fp_scan_tracker* t) {
+  t->seen_scans = 0;
+  memset(t->known, -1, sizeof(t->known));
+}
+
+int fp_new_scan(fp_scan_tracker* t, struct jpeg_decompress_struct* cinfo) {
+  const int scan = cinfo->input_scan_number;
+  if (scan <= t->seen_scans || cinfo->comps_in_scan <= 0) return 0;
+  t->seen_scans = scan;
+  return scan;
+}
+
+int fp_scan_refused(fp_scan_tracker* t, struct jpeg_decompress_struct* cinfo, char* message, size_t size) {
+  // Sequential files: every scan carries all coefficient bits of its components.
+  const int ss = cinfo->progressive_mode ? cinfo->Ss : 0;
+  const int se = cinfo->progressive_mode ? cinfo->Se : DCTSIZE2 - 1;
+  const int al = cinfo->progressive_mode ? cinfo->Al : 0;
+  if (ss < 0 || se >= DCTSIZE2 || ss > se || al < 0) return 0;  // libjpeg rejects these itself
+  const int scan = cinfo->input_scan_number;
+  int adds = 0;
+  for (int i = 0; i < cinfo->comps_in_scan; i++) {
+    const int c = cinfo->cur_comp_info[i]->component_index;
+    if (c < 0 || c >= FP_SCAN_COMPONENTS) return 0;
+    // libjpeg only warns and decodes on without DC; such a scan is also the cheapest way
+    // to make a pass over millions of blocks (no per-block DC bit), so refuse it here,
+    // before any data of the scan is decoded.
+    if (ss > 0 && t->known[c][0] < 0) {
+      snprintf(message, size,
+               "scan %d carries AC coefficients of component %d before any DC scan of it; a "
+               "valid progressive JPEG sends DC first (corrupt data or a decode bomb)",
+               scan, c + 1);
+      return 1;
+    }
+    for (int k = ss; k <= se; k++) {
+      signed char* bit = &t->known[c][k];
+      if (*bit < 0 || al < *bit) {
+        adds = 1;
+        *bit = (signed char)(al < 127 ? al : 127);
+      }
+    }
+  }
+  if (adds) return 0;
+  snprintf(message, size,
+           "scan %d repeats coefficient data that earlier scans already carried (coefficients "
+           "%d-%d, bit %d); no encoder writes this and decoding it costs a full pass over the "
+           "image, so the file is refused as a decode bomb",
+           scan, ss, se, al);
+  return 1;
+}
+
 fp_decoder* fp_create(int strict) {
   fp_decoder* dec = (fp_decoder*)calloc(1, sizeof(fp_decoder));
   if (dec == NULL) return NULL;
   dec->strict = strict;
   dec->scale_num = 8;
-  memset(dec->progress.known, -1, sizeof(dec->progress.known));
+  fp_scan_tracker_init(&dec->progress.scans);
   dec->progress.pub.progress_monitor = fp_progress_monitor;
   dec->cinfo.err = jpeg_std_error(&dec->err.pub);
   dec->err.pub.error_exit = fp_error_exit;

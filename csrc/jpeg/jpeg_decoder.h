@@ -40,6 +40,24 @@ typedef struct fp_info {
 
 typedef struct fp_decoder fp_decoder;
 
+// Progression checks, run on each scan's header before its data by the decoder and by the
+// transcoder alike, so that a file one of them refuses the other refuses too: an AC scan
+// of a component before any DC scan of it, and a scan that adds no coefficient bit (a
+// repeat: valid to libjpeg, written by no encoder, and a full pass over the image each).
+#define FP_SCAN_COMPONENTS 10  // libjpeg's MAX_COMPONENTS
+typedef struct fp_scan_tracker {
+  int seen_scans;  // input_scan_number already checked
+  // Lowest successive-approximation bit received so far per component and coefficient
+  // (-1: none yet).
+  signed char known[FP_SCAN_COMPONENTS][64];
+} fp_scan_tracker;
+struct jpeg_decompress_struct;
+void fp_scan_tracker_init(fp_scan_tracker* t);
+// The number of the scan whose header was just read, once per scan; else 0.
+int fp_new_scan(fp_scan_tracker* t, struct jpeg_decompress_struct* cinfo);
+// 1 with the reason in `message` when the current scan is refused (above); else 0.
+int fp_scan_refused(fp_scan_tracker* t, struct jpeg_decompress_struct* cinfo, char* message, size_t size);
+
 // All functions are thread-safe for distinct decoders; nothing is global.
 fp_decoder* fp_create(int strict);
 void fp_destroy(fp_decoder* dec);

@@ -13,6 +13,9 @@
 #include "jpeg/jpeg_decoder.h"
 #include "jpeg/jpeg_transcoder.h"
 
+// The size of fp_transcode_result's message, which fp_tc_error_mgr's `message` points into.
+#define FP_TC_MESSAGE_SIZE sizeof(((fp_transcode_result*)NULL)->message)
+
 struct fp_tc_error_mgr {
   struct jpeg_error_mgr pub;
   jmp_buf jump;
@@ -27,11 +30,19 @@ struct fp_tc_dest_mgr {
   int failed;  // realloc failed
 };
 
+// Refuses, before their data, the scans the decoder refuses (fp_scan_refused): a file
+// decode_jpeg would not decode is not packed either.
+struct fp_tc_progress_mgr {
+  struct jpeg_progress_mgr pub;
+  fp_scan_tracker scans;
+};
+
 struct fp_transcoder {
   struct jpeg_decompress_struct src;
   struct jpeg_compress_struct dst;
   struct fp_tc_error_mgr err;
   struct fp_tc_dest_mgr dest;
+  struct fp_tc_progress_mgr progress;
   int src_created;
   int dst_created;
 };
@@ -40,7 +51,7 @@ static void fp_tc_error_exit(j_common_ptr cinfo) {
   struct fp_tc_error_mgr* err = (struct fp_tc_error_mgr*)cinfo->err;
   char buf[JMSG_LENGTH_MAX];
   (*cinfo->err->format_message)(cinfo, buf);
-  snprintf(err->message, 256, "%s", buf);
+  snprintf(err->message, FP_TC_MESSAGE_SIZE, "%s", buf);
   longjmp(err->jump, 1);
 }
 
@@ -51,6 +62,13 @@ static void fp_tc_emit_message(j_common_ptr cinfo, int msg_level) {
 }
 
 static void fp_tc_output_message(j_common_ptr cinfo) { (void)cinfo; }
+
+static void fp_tc_progress_monitor(j_common_ptr cinfo) {
+  struct fp_transcoder* t = (struct fp_transcoder*)cinfo->client_data;
+  if (fp_new_scan(&t->progress.scans, &t->src) == 0) return;
+  if (fp_scan_refused(&t->progress.scans, &t->src, t->err.message, FP_TC_MESSAGE_SIZE))
+    longjmp(t->err.jump, 1);
+}
 
 static void fp_tc_init_destination(j_compress_ptr cinfo) {
   struct fp_tc_dest_mgr* d = (struct fp_tc_dest_mgr*)cinfo->dest;
@@ -224,6 +242,10 @@ int fp_transcode(const uint8_t* data, size_t size, int restart_interval, int opt
   }
   jpeg_create_decompress(&t->src);
   t->src_created = 1;
+  t->src.client_data = t;
+  fp_scan_tracker_init(&t->progress.scans);
+  t->progress.pub.progress_monitor = fp_tc_progress_monitor;
+  t->src.progress = &t->progress.pub;
   jpeg_mem_src(&t->src, (unsigned char*)data, (unsigned long)size);
   if (keep_metadata) {
     jpeg_save_markers(&t->src, JPEG_COM, 0xFFFF);
