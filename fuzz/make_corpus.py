@@ -5,7 +5,8 @@ Every seed is ``PARAM_BYTES`` parameter bytes (read by the targets with
 The JPEGs are small (fuzzing speed) and cover the encodings the decoder handles: baseline
 4:4:4/4:2:2/4:2:0/4:4:0/4:1:1, progressive, restart markers, optimized Huffman tables,
 arithmetic coding (cjpeg from libjpeg-turbo-progs), grayscale, CMYK, odd sizes,
-progressive files whose last refinement scans are missing, restart markers every 1 to 8
+progressive files whose last refinement scans are missing or without successive
+approximation, restart markers every 1 to 8
 MCUs in every sampling, and files packed by ``fastprep.io.transcode_jpeg`` (what
 ``python -m fastprep.pack`` writes).
 
@@ -36,6 +37,11 @@ SIZES = [(1, 1), (7, 13), (17, 33), (33, 9), (48, 64)]
 # them without a warning, smoothing blocks from their neighbours).
 _INCOMPLETE_SCANS_COLOR = "0 1 2: 0 0 0 1;\n0: 1 5 0 2;\n2: 1 63 0 1;\n1: 1 63 0 1;\n0: 6 63 0 2;\n"
 _INCOMPLETE_SCANS_GRAY = "0: 0 0 0 1;\n0: 1 5 0 2;\n0: 6 63 0 2;\n"
+# Complete progressive scripts without successive approximation: every scan sends all its
+# coefficients' bits, so a scan copied again is one libjpeg reads without a warning and the
+# decoder (and the transcoder) must refuse as a repeat.
+_NO_SA_SCANS_COLOR = "0 1 2: 0 0 0 0;\n0: 1 63 0 0;\n1: 1 63 0 0;\n2: 1 63 0 0;\n"
+_NO_SA_SCANS_GRAY = "0: 0 0 0 0;\n0: 1 9 0 0;\n0: 10 63 0 0;\n"
 
 
 def synthetic_rgb(height: int, width: int, seed: int) -> np.ndarray:
@@ -79,6 +85,8 @@ CJPEG_ENCODINGS = {
                                                         scans=_INCOMPLETE_SCANS_COLOR),
     "gray-arith-incomplete-progressive": lambda a: cjpeg(a, "-arithmetic", gray=True,
                                                          scans=_INCOMPLETE_SCANS_GRAY),
+    "420-progressive-no-sa": lambda a: cjpeg(a, "-quality", "90", "-sample", "2x2,1x1,1x1", scans=_NO_SA_SCANS_COLOR),
+    "gray-progressive-no-sa": lambda a: cjpeg(a, "-quality", "90", gray=True, scans=_NO_SA_SCANS_GRAY),
 }
 
 
