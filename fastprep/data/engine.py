@@ -189,30 +189,32 @@ class _LeasedBuffers:
     def __init__(self, shape, dtype: torch.dtype, channels_last: bool, slots: int):
         self.shape, self.dtype, self.channels_last = tuple(shape), dtype, bool(channels_last)
         self._lock = threading.Lock()
-        self._entries: list[list] = []  # [pooled numpy array, weak reference to its lease or None]
+        # [pooled array viewed as [B, C, H, W] (NHWC storage when channels_last), weak
+        # reference to its lease or None]
+        self._entries: list[list] = []
         self._slots = slots
 
-    def _tensor(self, lease, n: int) -> torch.Tensor:
+    def _tensor(self, lease) -> torch.Tensor:
+        # from_numpy takes the lease's strides as they are: a channels_last tensor from the
+        # NHWC storage without a permute, the first n rows without a torch slice.
         t = torch.from_numpy(lease)
-        if self.dtype == torch.bfloat16:
-            t = t.view(torch.bfloat16)
-        if self.channels_last:
-            t = t.permute(0, 3, 1, 2)  # NHWC storage: a channels_last NCHW tensor
-        return t[:n]
+        return t.view(torch.bfloat16) if self.dtype == torch.bfloat16 else t
 
     def acquire(self, n: int):
         with self._lock:
             for entry in self._entries:
                 if entry[1] is None or entry[1]() is None:
-                    lease = entry[0].view()
+                    lease = entry[0][:n]
                     entry[1] = weakref.ref(lease)
-                    return -1, self._tensor(lease, n)
+                    return -1, self._tensor(lease)
             b, c, h, w = self.shape
-            array = np.empty((b, h, w, c) if self.channels_last else (b, c, h, w), dtype=_NUMPY_STORAGE[self.dtype])
-            lease = array.view()
+            storage = _NUMPY_STORAGE[self.dtype]
+            array = np.empty((b, h, w, c), storage).transpose(0, 3, 1, 2) if self.channels_last else \
+                np.empty((b, c, h, w), storage)
+            lease = array[:n]
             if len(self._entries) < self._slots:
                 self._entries.append([array, weakref.ref(lease)])
-        return -1, self._tensor(lease, n)
+        return -1, self._tensor(lease)
 
     def release(self, slot: int, event=None) -> None:
         pass
