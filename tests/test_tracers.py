@@ -67,6 +67,25 @@ def test_traced_elsewhere_bit_for_bit(root, elsewhere):
     assert_same(list(loader), reference(ds, list(range(len(ds))), 4, epoch=2))
 
 
+def test_a_window_libjpeg_warns_on_is_traced_here_from_pillows_decode(tmp_path, elsewhere):
+    """A file that Pillow decodes but libjpeg warns on (its scan ends half-way): the replay's
+    strict window decode fails, and the sample is traced in the loader's process from
+    Pillow's decode, as the dataset itself does."""
+    top = make_image_folder(tmp_path, _FILES[:6], classes=2)
+    path = os.path.join(top, "class1", "img03.jpg")
+    with open(path, "rb") as f:
+        data = f.read()
+    scan = data.index(b"\xff\xda")
+    cut = scan + (len(data) - scan) // 2
+    with open(path, "wb") as f:
+        f.write(data[:cut] + b"\xff\xd9")
+    ds = ImageFolder(top, DataAugmentationDINO())
+    loader = DataLoader(ds, batch_size=3, num_workers=2, seed=SEED)
+    assert loader.engine == "threads", loader.engine_reason
+    _started(loader, ds)
+    assert_same(list(loader), reference(ds, list(range(len(ds))), 3, epoch=1))
+
+
 def test_a_transform_changed_between_epochs_is_traced_as_changed(root, elsewhere):
     """The traces follow the transform as the loader's process holds it: a change made between
     epochs (a crop scale schedule) reaches the tracing processes."""

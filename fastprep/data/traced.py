@@ -459,6 +459,7 @@ class _NativeViews:
 
 
 _NO_STEPS = torch.empty(0, dtype=torch.uint8)
+_RGB_MODE = int(fio.ImageReadMode.RGB)  # decode_jpeg_roi's mode argument
 
 
 def _portable(values: Any) -> Any:
@@ -1085,10 +1086,13 @@ class TracedPipeline:
         """Make a sample from a tracing process's records; ``False`` where its window's decode
         warns or fails (the sample is then traced here and Pillow's decode is the reference)."""
         top, left, height, width = plan.window
+        # The op itself, not fio.decode_jpeg_roi: the reader's data (a uint8 1-D tensor) and
+        # the recorded window need none of its argument checks, which ran per sample with
+        # the GIL held, and any failure has one outcome here (the op checks what it is given).
         try:
-            rgb = fio.decode_jpeg_roi(data, top, left, height, width, "RGB", max_pixels=self.max_pixels,
-                                      strict=True, channels_last=True)
-        except fio.DecodeError:  # an error or a warning: traced here, and Pillow's decode is the reference
+            rgb = torch.ops.fastprep.decode_jpeg_roi(data, top, left, height, width, _RGB_MODE, self.max_pixels,
+                                                     True, 8, fio.DEFAULT_MAX_SCANS, True)
+        except (RuntimeError, ValueError):  # an error or a warning (strict): traced here, Pillow's decode the reference
             return False
         native = _NativeViews()
         for record, row in zip(plan.records, rows):
